@@ -1,0 +1,135 @@
+// The emulation config (YAML, config/): one struct per top-level section.
+//
+// This header is the contract between modules: graph/ parses YAML into it
+// (graph/config_*.cc, crystal::loadConfig), replay/ reads cluster+model, plugin/ reads
+// cluster+emulation. Units are fixed here and nowhere else:
+//   bandwidth  GB/s  (1e9 bytes per second, one direction)
+//   latency    microseconds
+//   time       microseconds (double) in models; nanoseconds (int64) on engine clocks
+//   sizes      bytes
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace crystal {
+
+struct LinkSpec {
+  double bandwidth_GBps = 0;  // per direction
+  double latency_us = 0;
+};
+
+// Scale-out fabric between nodes: NICs per node, rail-optimised fat tree.
+struct FabricSpec {
+  int nics_per_node = 8;
+  LinkSpec nic{50.0, 2.0};          // one 400 Gb/s NIC port; latency one way incl. NIC
+  int levels = 2;                   // fat-tree levels (leaf/spine = 2, + core = 3)
+  int switch_radix = 64;            // ports per switch
+  double oversubscription = 1.0;    // at the first level above the leaf (>= 1)
+  double switch_latency_us = 0.25;  // per switch hop
+  bool rail_optimised = true;       // GPU i of every node on rail i
+};
+
+struct GpuSpec {
+  std::string model = "H200";
+  int compute_capability = 90;   // NCCL's cudaCompCap (90 = sm_90)
+  double dense_tflops = 989.0;   // BF16 dense peak
+  double hbm_GBps = 4800.0;      // memory bandwidth
+  double memory_GiB = 141.0;
+  double achieved_flops_fraction = 0.55;  // model FLOP utilisation for matmuls
+};
+
+struct ClusterConfig {
+  std::string name = "h200-dgx";
+  int nodes = 1;
+  int gpus_per_node = 8;
+  GpuSpec gpu;
+  LinkSpec nvlink{450.0, 0.7};  // NVLink4 via NVSwitch: 18 links x 25 GB/s per direction
+  FabricSpec fabric;
+  int world() const { return nodes * gpus_per_node; }
+};
+
+// Parallel layout. world = tp*cp*dp*pp; ep divides dp (expert-parallel groups are carved
+// out of the data-parallel ranks, as Megatron-Core does). `order` lists the dimensions from
+// fastest- to slowest-varying in the global rank, e.g. Megatron's "tp-cp-ep-dp-pp".
+struct LayoutConfig {
+  int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
+  std::string order = "tp-cp-ep-dp-pp";
+};
+
+// An explicitly listed communicator (in addition to the layout's).
+struct ExplicitComm {
+  std::string name;
+  std::vector<int> ranks;
+};
+
+struct JobConfig {
+  int world_size = 0;
+  LayoutConfig layout;
+  std::vector<ExplicitComm> comms;
+  int iterations = 1;  // iterations to replay
+};
+
+enum class PipelineSchedule { OneFOneB, GPipe };
+
+// What the ranks run. Either a model description (kind dense|moe) that graph/ turns into
+// templates, or a graph file produced by `crystal graph expand` / import.
+struct WorkloadConfig {
+  std::string kind = "dense";  // dense | moe | graph
+  std::string graph_file;      // kind == graph
+  // Model shape.
+  int layers = 0;
+  int hidden = 0;
+  int ffn_hidden = 0;       // 0 => 4*hidden (dense) 
+  int heads = 0;
+  int kv_heads = 0;         // GQA; 0 => heads
+  int vocab = 0;
+  int seq_len = 0;
+  int micro_batch = 1;      // sequences per micro-batch
+  int micro_batches = 1;    // per iteration per pipeline
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  std::string dtype = "bf16";
+  // MoE.
+  int experts = 0;
+  int top_k = 0;
+  int moe_ffn_hidden = 0;
+  // Optional per-op costs in microseconds, overriding the FLOP/byte model (key = op name).
+  std::vector<std::pair<std::string, double>> op_costs_us;
+};
+
+enum class DataPolicy { Mirror, Zero, None };
+
+struct EmulationConfig {
+  std::vector<int> real_ranks;  // global ranks that run for real
+  std::string host = "127.0.0.1:0";  // host address (port 0 = pick one)
+  DataPolicy data = DataPolicy::Mirror;
+  double timeout_s = 60.0;      // a virtual peer that cannot answer fails the real rank by then
+  bool tuner = true;            // report the target's algorithm/protocol/channel choices
+};
+
+// Calibration constants of the NCCL/network model. Unset = the model's documented default.
+struct ModelConfig {
+  std::optional<double> proxy_overhead_us;    // per NET step, proxy + plugin round trip
+  std::optional<double> kernel_launch_us;     // per collective
+  std::optional<int> max_channels;            // cap on NCCL channels
+  std::vector<std::pair<std::string, double>> overrides;  // free-form name -> value
+};
+
+struct Config {
+  std::string source;  // file it came from ("<builtin>" for defaults), for error messages
+  ClusterConfig cluster;
+  JobConfig job;
+  WorkloadConfig workload;
+  EmulationConfig emulation;
+  ModelConfig model;
+};
+
+// Parse a config file. Throws InputError naming file, line and field on any problem
+// (malformed YAML, unknown field, wrong type, layout that does not divide the world, ...).
+// Implemented in graph/config_load.cc.
+Config loadConfig(const std::string& path);
+Config parseConfig(const std::string& yaml_text, const std::string& source_name);
+
+}  // namespace crystal
