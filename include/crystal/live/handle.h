@@ -1,0 +1,69 @@
+// Wire contract between the plugin (plugin/) and the emulation host (replay/host/).
+//
+// NCCL passes the 128-byte net handle verbatim from the receiver's listen() to the sender's
+// connect() through its bootstrap, which the host answers for virtual ranks. So a handle is
+// the only place a peer's identity can travel:
+//   - RealListen: written by the plugin's listen(); says where its data listener is. A real
+//     sender connects there over TCP; the host, acting for a *virtual* sender, connects there
+//     too, so accept() learns that the peer is virtual from the Hello that opens the stream.
+//   - VirtualPeer: forged by the host for a virtual receiver; connect() on it never opens a
+//     socket and yields a virtual send comm whose completions the replay model times.
+// All integers little-endian (x86_64 host order); layouts are fixed by static_asserts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace crystal::live {
+
+inline constexpr std::uint32_t kHandleMagic = 0x53595243u;  // "CRYS"
+inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::size_t kNcclHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+
+enum class HandleKind : std::uint8_t { RealListen = 1, VirtualPeer = 2 };
+
+struct NetHandle {
+  std::uint32_t magic = kHandleMagic;
+  std::uint16_t version = kWireVersion;
+  HandleKind kind = HandleKind::RealListen;
+  std::uint8_t dev = 0;          // net device index the listen was made on
+  std::uint64_t comm_id = 0;     // v11 commId (NCCL commHash) of the comm that listened
+  std::uint64_t emulation = 0;   // emulation id (CRYSTAL_EMULATION_ID), 0 = none
+  std::int32_t rank = -1;        // VirtualPeer: the virtual receiver's rank in the comm
+  std::int32_t nranks = 0;       // VirtualPeer: communicator size
+  std::uint32_t listen_id = 0;   // RealListen: per-process listen sequence number
+  std::uint32_t pid = 0;         // RealListen: listening process
+  std::uint32_t conn_seq = 0;    // VirtualPeer: k-th connection forged for (comm, rank)
+  std::uint16_t port = 0;        // RealListen: TCP port of the data listener (network order)
+  std::uint8_t family = 0;       // RealListen: 4 or 6
+  std::uint8_t reserved0 = 0;
+  std::uint8_t addr[16] = {};    // RealListen: IPv4 (first 4 bytes) or IPv6 address
+  std::uint8_t reserved[64] = {};
+};
+static_assert(sizeof(NetHandle) == kNcclHandleSize, "handle must fill NCCL's 128 bytes");
+static_assert(offsetof(NetHandle, comm_id) == 8 && offsetof(NetHandle, rank) == 24 &&
+              offsetof(NetHandle, addr) == 48);
+
+// First bytes on every stream opened to a RealListen data listener.
+enum class PeerKind : std::uint8_t { Real = 1, Virtual = 2 };
+struct Hello {
+  std::uint32_t magic = kHandleMagic;
+  std::uint16_t version = kWireVersion;
+  PeerKind peer = PeerKind::Real;
+  std::uint8_t reserved0 = 0;
+  std::uint32_t listen_id = 0;   // echoes NetHandle::listen_id (stale/foreign handles rejected)
+  std::int32_t sender_rank = -1; // rank of the sender in the comm if known (-1 = unknown)
+  std::uint64_t comm_id = 0;     // echoes NetHandle::comm_id
+};
+static_assert(sizeof(Hello) == 24);
+
+// Decode a handle from NCCL's opaque bytes. Returns false (and leaves `out` unspecified) if
+// the bytes are not a crystal handle of this wire version.
+inline bool decodeHandle(const void* bytes, NetHandle& out) {
+  std::memcpy(&out, bytes, sizeof out);
+  return out.magic == kHandleMagic && out.version == kWireVersion &&
+         (out.kind == HandleKind::RealListen || out.kind == HandleKind::VirtualPeer);
+}
+
+}  // namespace crystal::live
