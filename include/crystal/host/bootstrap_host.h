@@ -1,0 +1,142 @@
+// The emulation host's NCCL 2.28.9 bootstrap stand-in: answers, for every virtual rank,
+// what a real NCCL rank expects from its peers while a communicator is created (root
+// check-in, bootstrap ring and all-gathers, connection exchange, syncs, barriers, split).
+//
+// The launcher (LD_PRELOAD interposer + `crystal host`) drives it:
+//   BootstrapHost host(options);            // binds the root / ring / p2p listeners
+//   host.start();                           // epoll loop thread
+//   UniqueId id = host.mintUniqueId();      // handed to the real ranks as their ncclUniqueId
+//   host.declareComm(id, {nranks, real ranks, version the real rank's ncclGetVersion gave});
+//   ... real ranks call ncclCommInitRank(id) ...; ncclCommSplit children appear by themselves
+//   host.stop();
+//
+// Purely reactive: the host sends a virtual rank's message only when a real rank's protocol
+// step waits for it, so nothing is left unconsumed when a real rank destroys its comm.
+//
+// Addressing (documented in docs/host.md): all virtual ranks of all communicators share
+// three TCP listeners bound to 0.0.0.0 (root, ring, p2p). Virtual rank v is advertised as
+// the loopback alias 127.(v+1)>>16.(v+1)>>8.(v+1) on the ring/p2p port; the host decodes
+// the target rank from getsockname() and the communicator from the handshake magic. This
+// needs the real ranks on the host's machine (NCCL_SOCKET_IFNAME=lo).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace crystal::host {
+
+// NCCL's ncclUniqueId: 128 bytes = {uint64 magic; ncclSocketAddress root (28 B)} + zeros.
+struct UniqueId {
+  std::array<std::byte, 128> bytes{};
+  friend bool operator==(const UniqueId&, const UniqueId&) = default;
+};
+
+// NCCL's communicator hash of a root-created comm (getHash over the 128 id bytes); the v11
+// plugin commId and the key under which the host knows the comm.
+[[nodiscard]] std::uint64_t commHashOf(const UniqueId& id) noexcept;
+// Child comm hash of ncclCommSplit (parent hash, parent's split count after increment, color).
+[[nodiscard]] std::uint64_t splitCommHash(std::uint64_t parent_hash, int split_count,
+                                          int color) noexcept;
+
+// NCCL 2.28.9 = 22809; the only version whose wire layout the host has verified.
+inline constexpr int kSupportedNcclVersion = 22809;
+inline constexpr int kSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
+
+struct HostOptions {
+  std::string bind_address = "0.0.0.0";     // listeners bind here (INADDR_ANY covers aliases)
+  std::string root_address = "127.0.0.1";   // written into minted unique ids
+  std::uint16_t root_port = 0;              // 0 = ephemeral
+  std::uint16_t ring_port = 0;
+  std::uint16_t p2p_port = 0;
+  std::uint64_t emulation_id = 0;           // copied into forged handles (NetHandle::emulation)
+  // A real rank that leaves a started exchange silent this long fails its communicator:
+  // the host logs one error line naming comm/rank/step and closes the comm's sockets, so the
+  // real rank's NCCL call returns an error instead of hanging.
+  std::chrono::milliseconds stall_timeout{120000};
+  int gpus_per_node = 8;                    // virtual peerInfo cudaDev/nvmlDev = v % this
+};
+
+// One real rank's declaration, as the interposer learns it before calling NCCL.
+struct CommSpec {
+  int nranks = 0;
+  std::vector<int> real_ranks;       // comm ranks that are real processes (any order)
+  int nccl_version = kSupportedNcclVersion;  // ncclGetVersion() in the real rank
+  std::string name;                  // for messages ("world", "tp", ...)
+};
+
+// key/color of a virtual rank for a split of a communicator. `split_index` counts the
+// splits of that parent from 1 (NCCL's splitCount after increment).
+struct SplitChoice {
+  int color = kSplitNoColor;
+  int key = 0;
+};
+using SplitResolver = std::function<SplitChoice(std::uint64_t parent_hash, int split_index,
+                                                int parent_rank)>;
+
+// One problem the host ran into. The comm it names is failed (its sockets closed); other
+// communicators keep being served.
+struct HostError {
+  std::uint64_t comm_hash = 0;
+  int rank = -1;           // real rank concerned, -1 if none
+  std::string message;     // one line: "comm world (0x…) rank 3: …"
+};
+
+// A virtual sender opened a data stream to a real rank's RealListen handle (Hello sent).
+struct VirtualConnection {
+  std::uint64_t comm_hash = 0;
+  int virtual_rank = -1;
+  int real_rank = -1;
+  std::uint32_t listen_id = 0;
+};
+
+enum class CommPhase { Declared, CheckIn, Ring, Ready, Failed, Destroyed };
+
+struct CommStatus {
+  std::uint64_t comm_hash = 0;
+  std::uint64_t parent_hash = 0;  // 0 for root-created comms
+  int nranks = 0;
+  CommPhase phase = CommPhase::Declared;
+  int allgathers_done = 0;        // global ring all-gathers completed by every real rank
+  std::vector<int> real_ranks;
+};
+
+class BootstrapHost {
+ public:
+  explicit BootstrapHost(HostOptions options = {});
+  ~BootstrapHost();  // stops the loop, closes every socket
+  BootstrapHost(const BootstrapHost&) = delete;
+  BootstrapHost& operator=(const BootstrapHost&) = delete;
+
+  void start();  // starts the event loop thread (idempotent)
+  void stop();   // joins it; safe to call twice
+
+  // A unique id whose root is this host (random magic). Thread-safe.
+  [[nodiscard]] UniqueId mintUniqueId();
+  // Declare (or re-declare with more real ranks) the communicator of `id`. Throws
+  // InputError on nranks/real ranks out of range and ProtocolError on an NCCL version other
+  // than kSupportedNcclVersion. Returns the comm hash. Thread-safe.
+  std::uint64_t declareComm(const UniqueId& id, const CommSpec& spec);
+
+  void setSplitResolver(SplitResolver resolver);  // before the first split
+  void onError(std::function<void(const HostError&)> callback);
+  void onVirtualConnection(std::function<void(const VirtualConnection&)> callback);
+
+  [[nodiscard]] std::vector<HostError> errors() const;
+  [[nodiscard]] std::vector<CommStatus> comms() const;
+  [[nodiscard]] std::uint16_t rootPort() const noexcept;
+  [[nodiscard]] std::uint16_t ringPort() const noexcept;
+  [[nodiscard]] std::uint16_t p2pPort() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crystal::host
