@@ -1,0 +1,110 @@
+// Control protocol between the interposer (inside each real rank, plugin/interpose/) and the
+// emulation host (replay/control/).
+//
+// Why it exists: NCCL's bootstrap root and the virtual ranks live in the host, so the host must
+// mint every unique id and learn every communicator (id, size, rank, splits) *before* the real
+// rank's NCCL starts talking to it. The interposer tells it over this channel.
+//
+// Transport: one TCP stream per real process to CRYSTAL_HOST, strictly request -> reply, the
+// interposer always asks first. Every frame = Header + payload; integers little-endian (both
+// ends are x86_64 processes of one build). Sizes are fixed per type, except Error's text.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+
+namespace crystal::control {
+
+inline constexpr std::uint32_t kFrameMagic = 0x4C544343u;  // "CCTL"
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kUniqueIdSize = 128;          // NCCL_UNIQUE_ID_BYTES
+inline constexpr std::size_t kMaxHostIdSize = 64;
+inline constexpr std::size_t kMaxErrorText = 2048;
+inline constexpr std::size_t kMaxPayload = 4096;           // larger frames are malformed
+
+// NCCL versions the host's bootstrap stand-in has been verified against (NCCL_VERSION_CODE).
+inline constexpr int kSupportedNcclVersion = 22809;        // 2.28.9
+
+enum class MsgType : std::uint16_t {
+  // interposer -> host
+  Hello = 1,        // first message on every connection
+  GetUniqueId = 2,  // the host is the bootstrap root: it mints the id
+  CommInit = 3,     // before the real ncclCommInitRank*
+  CommSplit = 4,    // before the real ncclCommSplit
+  // host -> interposer
+  HelloOk = 64,
+  UniqueIdReply = 65,
+  Ok = 66,
+  Error = 127,
+};
+
+struct Header {
+  std::uint32_t magic = kFrameMagic;
+  std::uint16_t version = kProtocolVersion;
+  MsgType type = MsgType::Ok;
+  std::uint32_t length = 0;  // payload bytes after the header
+};
+inline constexpr std::size_t kHeaderSize = 12;
+
+using UniqueId = std::array<std::uint8_t, kUniqueIdSize>;
+
+struct Hello {
+  std::uint32_t pid = 0;
+  std::int32_t nccl_version = 0;  // ncclGetVersion() of the NCCL the process loaded
+  std::string hostid;             // NCCL_HOSTID the process runs with ("" = none)
+};
+struct GetUniqueId {};
+struct CommInit {
+  UniqueId id{};
+  std::int32_t nranks = 0;
+  std::int32_t rank = -1;
+  std::int32_t n_ids = 1;         // ncclCommInitRankScalable's nId (id = the first one)
+  std::uint64_t comm_hash = 0;    // NCCL's commHash of the id (control/comm_hash.h)
+};
+struct CommSplit {
+  std::uint64_t parent_hash = 0;  // commHash of the parent
+  std::uint32_t split_seq = 0;    // parent's splitCount after this call (1 for the first)
+  std::int32_t color = 0;         // NCCL_SPLIT_NOCOLOR = -1
+  std::int32_t key = 0;
+  std::int32_t parent_rank = -1;
+  std::int32_t parent_nranks = 0;
+  std::uint64_t child_hash = 0;   // commHash NCCL will give the child
+};
+struct HelloOk {
+  std::uint64_t emulation_id = 0;
+};
+struct UniqueIdReply {
+  UniqueId id{};
+};
+struct Ok {};
+struct Error {
+  std::string text;
+};
+
+using Message =
+    std::variant<Hello, GetUniqueId, CommInit, CommSplit, HelloOk, UniqueIdReply, Ok, Error>;
+
+[[nodiscard]] constexpr const char* typeName(MsgType t) {
+  switch (t) {
+    case MsgType::Hello: return "HELLO";
+    case MsgType::GetUniqueId: return "GET_UNIQUE_ID";
+    case MsgType::CommInit: return "COMM_INIT";
+    case MsgType::CommSplit: return "COMM_SPLIT";
+    case MsgType::HelloOk: return "HELLO_OK";
+    case MsgType::UniqueIdReply: return "UNIQUE_ID";
+    case MsgType::Ok: return "OK";
+    case MsgType::Error: return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+// "2.28.9" from 22809 (NCCL_VERSION_CODE = major*10000 + minor*100 + patch).
+[[nodiscard]] inline std::string ncclVersionString(int code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+}  // namespace crystal::control

@@ -1,0 +1,55 @@
+// What the interposer knows and does in emulation mode (CRYSTAL_HOST set): the connection to
+// the host, and the communicators this process created (comm pointer -> NCCL commHash, rank,
+// size, splits so far), which ncclCommSplit needs to name its parent to the host.
+//
+// Every method returns an ncclResult_t value and never throws: the interposer's exported
+// functions sit on NCCL's C ABI. Failures print one line on stderr that says what to fix.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "plugin/interpose/real_nccl.h"
+
+namespace crystal::interpose {
+
+// Environment read by the interposer (set by `crystal emulate`, or by a batch script).
+inline constexpr const char* kEnvHost = "CRYSTAL_HOST";            // HOST:PORT of the host
+inline constexpr const char* kEnvTimeout = "CRYSTAL_TIMEOUT";      // seconds per host call
+inline constexpr const char* kEnvHostIdPrefix = "CRYSTAL_HOSTID_PREFIX";  // NCCL_HOSTID=<p>-<pid>
+inline constexpr double kDefaultTimeoutS = 60.0;
+
+// CRYSTAL_HOST if set and non-empty: the interposer is in emulation mode.
+[[nodiscard]] std::optional<std::string> hostAddress();
+
+// Sets NCCL_HOSTID=<CRYSTAL_HOSTID_PREFIX>-<pid> when the prefix is set, so every real
+// process (also children forked or spawned by a launcher) is its own NCCL host.
+void applyHostIdPrefix() noexcept;
+
+struct CommRecord {
+  std::uint64_t hash = 0;
+  int rank = -1;
+  int nranks = 0;
+  std::uint32_t splits = 0;  // NCCL's splitCount of this comm
+};
+
+// Asks the host for a unique id (the host is the bootstrap root).
+[[nodiscard]] int hostUniqueId(NcclUniqueId* out, const char* caller) noexcept;
+// Registers a communicator about to be created; returns its commHash through `hash`.
+[[nodiscard]] int hostCommInit(const NcclUniqueId& id, int nranks, int rank, int n_ids,
+                               std::uint64_t& hash, const char* caller) noexcept;
+// Registers a split of `parent` about to happen; fills the parent's record (split counted).
+[[nodiscard]] int hostCommSplit(NcclComm parent, int color, int key, CommRecord& parent_after,
+                                std::uint64_t& child_hash, const char* caller) noexcept;
+// Undoes the split count of a split that NCCL refused to start.
+void uncountSplit(NcclComm parent) noexcept;
+
+void rememberComm(NcclComm comm, const CommRecord& rec) noexcept;
+void forgetComm(NcclComm comm) noexcept;
+[[nodiscard]] std::optional<CommRecord> findComm(NcclComm comm) noexcept;
+
+// One error line on stderr ("crystal: <caller>: <text>") and the NCCL code to return.
+[[nodiscard]] int reportError(const char* caller, const std::string& text, int code) noexcept;
+
+}  // namespace crystal::interpose

@@ -1,0 +1,108 @@
+// Control frames: every message type round-trips bit-exactly; malformed frames are refused
+// with a ProtocolError naming the field and offset.
+#include <gtest/gtest.h>
+
+#include "crystal/control/codec.h"
+
+namespace crystal::control {
+namespace {
+
+Message roundTrip(const Message& m) {
+  const auto frame = encode(m);
+  const Header h = decodeHeader(frame);
+  EXPECT_EQ(h.length, frame.size() - kHeaderSize);
+  return decodePayload(h.type, std::span(frame).subspan(kHeaderSize));
+}
+
+TEST(ControlCodec, HelloRoundTripsWithSizes) {
+  const auto frame = encode(Hello{4242, 22809, "emu-4242"});
+  EXPECT_EQ(frame.size(), kHeaderSize + 4 + 4 + 4 + 8);
+  const auto m = std::get<Hello>(roundTrip(Hello{4242, 22809, "emu-4242"}));
+  EXPECT_EQ(m.pid, 4242u);
+  EXPECT_EQ(m.nccl_version, 22809);
+  EXPECT_EQ(m.hostid, "emu-4242");
+}
+
+TEST(ControlCodec, CommInitAndSplitRoundTrip) {
+  CommInit init;
+  for (std::size_t i = 0; i < init.id.size(); ++i) init.id[i] = static_cast<std::uint8_t>(i * 3);
+  init.nranks = 8192;
+  init.rank = 5;
+  init.n_ids = 1;
+  init.comm_hash = 0x0123456789abcdefull;
+  EXPECT_EQ(encode(init).size(), kHeaderSize + 128 + 4 + 4 + 4 + 8);
+  const auto gi = std::get<CommInit>(roundTrip(init));
+  EXPECT_EQ(gi.id, init.id);
+  EXPECT_EQ(gi.nranks, 8192);
+  EXPECT_EQ(gi.rank, 5);
+  EXPECT_EQ(gi.comm_hash, 0x0123456789abcdefull);
+
+  const CommSplit split{0xfeedull, 3, -1, 17, 9, 64, 0xbeefull};
+  const auto gs = std::get<CommSplit>(roundTrip(split));
+  EXPECT_EQ(gs.parent_hash, 0xfeedull);
+  EXPECT_EQ(gs.split_seq, 3u);
+  EXPECT_EQ(gs.color, -1);
+  EXPECT_EQ(gs.key, 17);
+  EXPECT_EQ(gs.parent_rank, 9);
+  EXPECT_EQ(gs.parent_nranks, 64);
+  EXPECT_EQ(gs.child_hash, 0xbeefull);
+}
+
+TEST(ControlCodec, RepliesRoundTrip) {
+  EXPECT_EQ(std::get<HelloOk>(roundTrip(HelloOk{99})).emulation_id, 99u);
+  UniqueIdReply r;
+  r.id.fill(0x5a);
+  EXPECT_EQ(std::get<UniqueIdReply>(roundTrip(r)).id, r.id);
+  EXPECT_TRUE(std::holds_alternative<Ok>(roundTrip(Ok{})));
+  EXPECT_TRUE(std::holds_alternative<GetUniqueId>(roundTrip(GetUniqueId{})));
+  EXPECT_EQ(std::get<Error>(roundTrip(Error{"no such comm"})).text, "no such comm");
+}
+
+TEST(ControlCodec, LongTextIsCutAtTheLimit) {
+  const auto m = std::get<Hello>(roundTrip(Hello{1, 22809, std::string(500, 'h')}));
+  EXPECT_EQ(m.hostid.size(), kMaxHostIdSize);
+}
+
+void expectRefused(std::span<const std::uint8_t> frame, const std::string& needle) {
+  try {
+    const Header h = decodeHeader(frame);
+    (void)decodePayload(h.type, frame.subspan(kHeaderSize));
+    FAIL() << "accepted a malformed frame";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(ControlCodec, MalformedFramesAreRefused) {
+  auto frame = encode(Hello{1, 22809, "x"});
+  auto bad = frame;
+  bad[0] ^= 1;
+  expectRefused(bad, "bad magic at offset 0");
+  bad = frame;
+  bad[4] = 9;
+  expectRefused(bad, "protocol version 9 at offset 4");
+  bad = frame;
+  bad[6] = 200;
+  expectRefused(bad, "unknown message type 200 at offset 6");
+  bad = frame;
+  bad[8] = 0xff;
+  bad[9] = 0xff;
+  expectRefused(bad, "exceeds 4096");
+  expectRefused(std::span(frame).first(5), "header truncated: 5 of 12");
+  // Payload one byte short: the hostid text is cut.
+  bad = frame;
+  bad.pop_back();
+  expectRefused(bad, "field 'hostid'");
+  // One byte too many.
+  bad = encode(Ok{});
+  bad.push_back(0);
+  expectRefused(bad, "1 trailing bytes");
+  // A text length larger than the limit.
+  bad = encode(Error{"e"});
+  bad[kHeaderSize] = 0xff;
+  bad[kHeaderSize + 1] = 0xff;
+  expectRefused(bad, "length 65535 exceeds 2048");
+}
+
+}  // namespace
+}  // namespace crystal::control

@@ -1,0 +1,83 @@
+#include "fake_nccl.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace {
+FakeNcclHook g_hook = nullptr;
+int g_version = 22809;
+struct FakeComm {
+  int rank;
+  int nranks;
+};
+void record(const std::string& s) {
+  if (g_hook != nullptr) g_hook(s.c_str());
+}
+struct Id {
+  char internal[128];
+};
+}  // namespace
+
+extern "C" {
+void fakeNcclSetHook(FakeNcclHook hook) { g_hook = hook; }
+void fakeNcclSetVersion(int code) { g_version = code; }
+
+int ncclGetVersion(int* v) {
+  *v = g_version;
+  return 0;
+}
+int ncclGetUniqueId(Id* id) {
+  std::memset(id->internal, 0xAB, sizeof id->internal);
+  record("nccl:ncclGetUniqueId");
+  return 0;
+}
+int ncclCommInitRank(void** comm, int nranks, Id id, int rank) {
+  *comm = new FakeComm{rank, nranks};
+  record("nccl:ncclCommInitRank n=" + std::to_string(nranks) + " r=" + std::to_string(rank) +
+         " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
+  return 0;
+}
+int ncclCommInitRankConfig(void** comm, int nranks, Id id, int rank, void*) {
+  *comm = new FakeComm{rank, nranks};
+  record("nccl:ncclCommInitRankConfig n=" + std::to_string(nranks) + " r=" +
+         std::to_string(rank) + " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
+  return 0;
+}
+int ncclCommInitRankScalable(void** comm, int nranks, int rank, int nId, Id*, void*) {
+  *comm = new FakeComm{rank, nranks};
+  record("nccl:ncclCommInitRankScalable n=" + std::to_string(nranks) + " r=" +
+         std::to_string(rank) + " nId=" + std::to_string(nId));
+  return 0;
+}
+int ncclCommInitAll(void** comms, int ndev, const int*) {
+  for (int i = 0; i < ndev; ++i) comms[i] = new FakeComm{i, ndev};
+  record("nccl:ncclCommInitAll n=" + std::to_string(ndev));
+  return 0;
+}
+int ncclCommSplit(void* comm, int color, int key, void** newcomm, void*) {
+  auto* parent = static_cast<FakeComm*>(comm);
+  // The fake's child: same rank, size 8 (what the tests' splits make).
+  *newcomm = color < 0 ? nullptr : new FakeComm{parent->rank % 8, 8};
+  record("nccl:ncclCommSplit color=" + std::to_string(color) + " key=" + std::to_string(key));
+  return 0;
+}
+int ncclCommUserRank(void* comm, int* rank) {
+  *rank = static_cast<FakeComm*>(comm)->rank;
+  return 0;
+}
+int ncclCommCount(void* comm, int* count) {
+  *count = static_cast<FakeComm*>(comm)->nranks;
+  return 0;
+}
+int ncclCommDestroy(void* comm) {
+  delete static_cast<FakeComm*>(comm);
+  record("nccl:ncclCommDestroy");
+  return 0;
+}
+int ncclCommAbort(void* comm) {
+  delete static_cast<FakeComm*>(comm);
+  record("nccl:ncclCommAbort");
+  return 0;
+}
+}
