@@ -8,7 +8,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "crystal/config/config.h"
 
@@ -50,6 +53,17 @@ struct StepTiming {
 
 using CostTable = std::array<std::array<float, kNumProtos>, kNumAlgos>;
 
+// Members of a ring that reach the collective at the same time, `count` consecutive ring
+// positions starting after the previous class (ring order = rank order in the comm).
+struct StartClass {
+  double offset_us = 0;  // arrival relative to the earliest member
+  int count = 1;
+};
+
+// `bytes` of a collective is NCCL's nBytes: the larger of the send and receive buffers
+// (AllGather: the gathered output, ReduceScatter: the full input), as nccl-tests' "size".
+// For AllToAll it is what one member sends in total (bytes per peer x nranks).
+// Throws InputError (naming the config field) on a cluster/model config it cannot use.
 class NcclModel {
  public:
   NcclModel(const ClusterConfig& cluster, const ModelConfig& model);
@@ -69,9 +83,37 @@ class NcclModel {
 
   const ClusterConfig& cluster() const { return cluster_; }
 
+  // --- crystal additions (model owner) -------------------------------------------------
+  // Why `time()` is negative for this combination ("" when it is supported), e.g.
+  // "NVLS not modelled" or "Tree only for AllReduce (tuning.cc:ncclTopoTuneModel)".
+  [[nodiscard]] std::string_view whyUnsupported(Func f, const CommShape& shape, Algo a,
+                                                Proto p) const;
+  // NCCL's own estimate (ncclTopoGetAlgoTime: latency + bytes / bandwidth), us; -1 if off.
+  [[nodiscard]] double ncclEstimate(Func f, std::uint64_t bytes, const CommShape& shape,
+                                    Algo a, Proto p) const;
+  // Channels NCCL builds for this communicator (comm->nChannels after connect.cc).
+  [[nodiscard]] int commChannels(const CommShape& shape) const;
+  // Ring collective whose members arrive at different times: finish time of each class
+  // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
+  [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
+                                                    const CommShape& shape, Proto p,
+                                                    int channels,
+                                                    std::span<const StartClass> starts) const;
+  // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others
+  // (grouped p2p), NVLink inside a node, NICs shared across nodes.
+  [[nodiscard]] double allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const;
+  // netStep for a connection of a given communicator (NIC share and fabric path of `shape`).
+  [[nodiscard]] StepTiming netStep(Proto p, int channels, const CommShape& shape) const;
+  // Same as time(), computed by running the step-level max-plus recurrence instead of its
+  // closed form (O(ranks per node x steps)); for validation and benchmarks.
+  [[nodiscard]] double timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape,
+                                        Algo a, Proto p, int channels) const;
+
  private:
+  struct Impl;  // topology + parsed options (replay/model/nccl_model.cc)
   ClusterConfig cluster_;
   ModelConfig model_;
+  std::shared_ptr<const Impl> impl_;
 };
 
 }  // namespace crystal::model

@@ -1,0 +1,50 @@
+#include "model_options.h"
+
+#include <string>
+
+#include "crystal/base/error.h"
+
+namespace crystal::model {
+namespace {
+
+bool flag(const std::string& name, double v) {
+  if (v != 0.0 && v != 1.0) {
+    throw InputError("model.overrides." + name + ": must be 0 or 1, got " + std::to_string(v));
+  }
+  return v != 0.0;
+}
+
+}  // namespace
+
+ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m) {
+  ModelOptions o;
+  const int cc = cluster.gpu.compute_capability;
+  if (cc < 30 || cc > 200) {
+    throw InputError("cluster.gpu.compute_capability: " + std::to_string(cc) +
+                     " is not an NVIDIA compute capability (e.g. 90 for H100/H200)");
+  }
+  o.graph.compcap = o.tune.compcap = o.step.compcap = cc;
+  if (m.proxy_overhead_us) {
+    if (*m.proxy_overhead_us < 0) throw InputError("model.proxy_overhead_us: must be >= 0");
+    o.step.proxy_overhead_us = *m.proxy_overhead_us;
+  }
+  if (m.kernel_launch_us) {
+    if (*m.kernel_launch_us < 0) throw InputError("model.kernel_launch_us: must be >= 0");
+    o.kernel_launch_us = *m.kernel_launch_us;
+  }
+  if (m.max_channels) {
+    if (*m.max_channels < 1 || *m.max_channels > 64) {
+      throw InputError("model.max_channels: must be in 1..64, got " +
+                       std::to_string(*m.max_channels));
+    }
+    o.graph.max_channels = *m.max_channels;
+  }
+  for (const auto& [name, value] : m.overrides) {
+    if (name == "ll128") o.tune.ll128 = flag(name, value);
+    if (name == "nic_path_phb") o.graph.nic_path = flag(name, value) ? kPathPhb : kPathPxb;
+    if (name == "amd_cpu") o.tune.amd_cpu = flag(name, value);
+  }
+  return o;
+}
+
+}  // namespace crystal::model

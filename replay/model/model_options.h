@@ -1,0 +1,25 @@
+// Reading ModelConfig (YAML `model:` section) into the options of the model's parts.
+#pragma once
+
+#include "crystal/config/config.h"
+#include "nccl_graph.h"
+#include "steps.h"
+#include "tuning.h"
+
+namespace crystal::model {
+
+struct ModelOptions {
+  GraphOptions graph;
+  TuneOptions tune;
+  StepOptions step;
+  double kernel_launch_us = 0;  // added to every call (NCCL's base latencies include it)
+};
+
+// Free-form overrides this model knows (others are left to other modules):
+//   ll128: 0 disables LL128 (NCCL_PROTO=^LL128), 1 applies NCCL's enable rules;
+//   nic_path_phb: 1 = NICs hang off the CPU (PHB), which disables LL128 on sm90;
+//   amd_cpu: 1 = AMD host CPUs (llMaxBw row, 2 us net overhead).
+// Throws InputError naming model.<field> for values out of range.
+[[nodiscard]] ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m);
+
+}  // namespace crystal::model

@@ -1,0 +1,223 @@
+// NcclModel: NCCL's choice from its own tuning model (tuning.h), the time of the call from
+// the step-level model of how NCCL runs it (steps.h, closed_form.h, pipeline.h).
+#include "crystal/model/nccl_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "closed_form.h"
+#include "crystal/base/error.h"
+#include "model_options.h"
+#include "nccl_constants.h"
+#include "pipeline.h"
+#include "topology.h"
+#include "tuning.h"
+
+namespace crystal::model {
+
+struct NcclModel::Impl {
+  Topology topo;
+  ModelOptions opt;
+};
+
+namespace {
+
+// Everything one call needs about its communicator.
+struct CommView {
+  Placement place;
+  CommGraphs graphs;
+  Tuning tuning;
+};
+
+CommView view(const Topology& topo, const ModelOptions& opt, const CommShape& shape) {
+  const Placement pl = topo.place(shape);
+  const CommGraphs g = searchGraphs(pl, opt.graph);
+  return CommView{pl, g, Tuning(pl, g, opt.tune)};
+}
+
+bool isP2p(Func f) {
+  return f == Func::SendRecv || f == Func::Send || f == Func::Recv || f == Func::AllToAll;
+}
+
+double baseLatency(Algo a, Proto p, const ModelOptions& opt) {
+  return nccl::kBaseLat[static_cast<int>(a)][static_cast<int>(p)] + opt.kernel_launch_us;
+}
+
+enum class Method { ClosedForm, Recurrence };
+
+double stepTime(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes,
+                Algo a, Proto p, int channels, Method m) {
+  if (v.place.nranks <= 1) return 0.0;
+  if (isP2p(f)) return -1.0;
+  if (v.tuning.entry(f, a, p).bw_GBps <= 0) return -1.0;
+  channels = std::clamp(channels, 1, nccl::kMaxChannels);
+  const double base = baseLatency(a, p, opt);
+  if (a == Algo::Pat) {
+    // The PAT schedule is not modelled step by step; NCCL's own estimate stands in.
+    return v.tuning.estimate(f, a, p, bytes) + opt.kernel_launch_us;
+  }
+  if (a == Algo::Tree) {
+    const ChainRun run = treeRun(v.place, p, channels, bytes, opt.step);
+    return base + (m == Method::ClosedForm ? chainClosedForm(run) : chainRecurrence(run));
+  }
+  if (f == Func::Broadcast || f == Func::Reduce) {
+    const ChainRun run = chainRun(v.place, p, channels, bytes, opt.step);
+    return base + (m == Method::ClosedForm ? chainClosedForm(run) : chainRecurrence(run));
+  }
+  const RingRun run = ringRun(v.place, f, p, channels, bytes, opt.step);
+  return base + (m == Method::ClosedForm ? ringClosedForm(run) : ringRecurrence(run));
+}
+
+// One NET or NVLink transfer of `bytes` in P2P chunks (Simple protocol).
+double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes) {
+  const HopPair h = hopTiming(pl, Algo::Ring, Proto::Simple, 1, opt.step);
+  const bool net = pl.multiNode();
+  ChainRun c;
+  c.net_hops = net ? 1 : 0;
+  c.nvl_hops = net ? 0 : 1;
+  c.nvl = h.nvl;
+  c.net = h.net;
+  const double chunk = static_cast<double>(net ? nccl::kP2pNetChunk : nccl::kP2pNvlChunk);
+  c.units = std::max<long>(1, static_cast<long>(std::ceil(static_cast<double>(bytes) / chunk)));
+  c.unit_bytes = static_cast<double>(bytes) / c.units;
+  return baseLatency(Algo::Ring, Proto::Simple, opt) + chainClosedForm(c);
+}
+
+}  // namespace
+
+NcclModel::NcclModel(const ClusterConfig& cluster, const ModelConfig& model)
+    : cluster_(cluster),
+      model_(model),
+      impl_(std::make_shared<const Impl>(Impl{Topology(cluster), readModelOptions(cluster, model)})) {}
+
+Choice NcclModel::choose(Func f, std::uint64_t bytes, const CommShape& shape) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  Choice c;
+  if (shape.nranks <= 1) return c;
+  if (f == Func::AllToAll) {
+    c.time_us = allToAllTime(bytes / static_cast<std::uint64_t>(shape.nranks), shape);
+    c.channels = v.graphs.commChannels;
+    return c;
+  }
+  if (isP2p(f)) {
+    c.time_us = p2pOver(v.place, impl_->opt, bytes);
+    return c;
+  }
+  const Tuning::Pick pick = v.tuning.pick(f, bytes);
+  if (!pick.ok) {
+    throw InputError(std::string("no NCCL algorithm/protocol for ") + std::string(toString(f)) +
+                     " on " + std::to_string(shape.nranks) + " ranks");
+  }
+  c.algo = pick.algo;
+  c.proto = pick.proto;
+  c.channels = v.tuning.channels(pick.algo, pick.proto, bytes);
+  c.time_us = stepTime(v, impl_->opt, f, bytes, c.algo, c.proto, c.channels, Method::ClosedForm);
+  return c;
+}
+
+double NcclModel::time(Func f, std::uint64_t bytes, const CommShape& shape, Algo a, Proto p,
+                       int channels) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  return stepTime(v, impl_->opt, f, bytes, a, p, channels, Method::ClosedForm);
+}
+
+double NcclModel::timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                   Proto p, int channels) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  return stepTime(v, impl_->opt, f, bytes, a, p, channels, Method::Recurrence);
+}
+
+CostTable NcclModel::costTable(Func f, std::uint64_t bytes, const CommShape& shape) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  CostTable t{};
+  for (auto& row : t) row.fill(-1.0f);
+  if (shape.nranks <= 1) {
+    t[static_cast<int>(Algo::Ring)][static_cast<int>(Proto::Simple)] = 0.0f;
+    return t;
+  }
+  for (int a = 0; a < kNumAlgos; ++a) {
+    for (int p = 0; p < kNumProtos; ++p) {
+      t[a][p] = static_cast<float>(
+          v.tuning.estimate(f, static_cast<Algo>(a), static_cast<Proto>(p), bytes));
+    }
+  }
+  return t;
+}
+
+double NcclModel::p2pTime(std::uint64_t bytes, bool same_node) const {
+  const CommShape pair = same_node ? CommShape{2, 1, 2} : CommShape{2, 2, 1};
+  if (same_node && cluster_.gpus_per_node < 2) {
+    throw InputError("p2pTime: same-node transfer on a cluster with 1 GPU per node");
+  }
+  return p2pOver(impl_->topo.place(pair), impl_->opt, bytes);
+}
+
+StepTiming NcclModel::netStep(Proto p, int channels) const {
+  return netStep(p, channels, impl_->topo.worldShape());
+}
+
+StepTiming NcclModel::netStep(Proto p, int channels, const CommShape& shape) const {
+  const Placement pl = impl_->topo.place(shape);
+  const Hop h = hopTiming(pl, Algo::Ring, p, std::max(1, channels), impl_->opt.step).net;
+  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+}
+
+std::string_view NcclModel::whyUnsupported(Func f, const CommShape& shape, Algo a,
+                                           Proto p) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  return v.tuning.entry(f, a, p).reason;
+}
+
+double NcclModel::ncclEstimate(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                               Proto p) const {
+  return view(impl_->topo, impl_->opt, shape).tuning.estimate(f, a, p, bytes);
+}
+
+int NcclModel::commChannels(const CommShape& shape) const {
+  return view(impl_->topo, impl_->opt, shape).graphs.commChannels;
+}
+
+std::vector<double> NcclModel::ringFinishTimes(Func f, std::uint64_t bytes,
+                                               const CommShape& shape, Proto p, int channels,
+                                               std::span<const StartClass> starts) const {
+  long total = 0;
+  for (const StartClass& s : starts) {
+    if (s.count < 1) throw InputError("ringFinishTimes: a start class has count < 1");
+    total += s.count;
+  }
+  if (total != shape.nranks) {
+    throw InputError("ringFinishTimes: start classes cover " + std::to_string(total) +
+                     " members, communicator has " + std::to_string(shape.nranks));
+  }
+  if (f != Func::AllReduce && f != Func::AllGather && f != Func::ReduceScatter) {
+    throw InputError(std::string("ringFinishTimes: ") + std::string(toString(f)) +
+                     " is not a ring collective");
+  }
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  const RingRun run = ringRun(v.place, f, p, channels, bytes, impl_->opt.step);
+  std::vector<double> out = ringFinishByClass(run, shape.nranks, starts);
+  const double base = baseLatency(Algo::Ring, p, impl_->opt);
+  for (double& t : out) t += base;
+  return out;
+}
+
+double NcclModel::allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const {
+  if (shape.nranks <= 1) return 0.0;
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  const Placement& pl = v.place;
+  const HopPair h = hopTiming(pl, Algo::Ring, Proto::Simple, 1, impl_->opt.step);
+  const double b = static_cast<double>(bytes_per_peer);
+  // NVLink peers in the node and NET peers elsewhere proceed in parallel; the NICs of a
+  // node are shared by its members (node_net / ppn each).
+  const double nvl_us = (pl.ppn - 1) * b * h.nvl.us_per_byte;
+  const double net_us =
+      pl.multiNode() ? (pl.nranks - pl.ppn) * b / (pl.node_net_GBps / pl.ppn * 1e3) : 0.0;
+  // Peers are served in rounds of as many concurrent p2p ops as there are channels.
+  const double rounds = std::ceil((pl.nranks - 1.0) / v.graphs.commChannels);
+  const double alpha = pl.multiNode() ? h.net.alpha_us : h.nvl.alpha_us;
+  return baseLatency(Algo::Ring, Proto::Simple, impl_->opt) + rounds * alpha +
+         std::max(nvl_us, net_us);
+}
+
+}  // namespace crystal::model

@@ -1,0 +1,73 @@
+// How NCCL moves one collective as steps over links: per-channel hop timing (latency and
+// bandwidth of one step over NVLink or the NET) and the step/chunk/slice counts of
+// enqueue.cc:calcCollChunking. Shared by the step-level recurrences (pipeline.h), their
+// closed forms (closed_form.h) and the plugin's netStep, so all three agree.
+#pragma once
+
+#include <cstdint>
+
+#include "topology.h"
+
+namespace crystal::model {
+
+// One step over one link on one channel: fixed latency + bytes * us_per_byte.
+struct Hop {
+  double alpha_us = 0;
+  double us_per_byte = 0;  // per data byte (protocol wire overhead included)
+  [[nodiscard]] double tx(double bytes) const { return bytes * us_per_byte; }
+};
+
+// Calibration of the step model (ModelConfig and its free-form overrides).
+struct StepOptions {
+  int compcap = 90;
+  double proxy_overhead_us = -1;  // NET per-step overhead; < 0: derived from NCCL's hwLat
+};
+
+// Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call
+// using `channels` channels.
+struct HopPair {
+  Hop nvl;
+  Hop net;
+};
+[[nodiscard]] HopPair hopTiming(const Placement& place, Algo a, Proto p, int channels,
+                                const StepOptions& opt);
+
+// A ring collective as NCCL runs it on one channel (all channels run in parallel).
+//   period: ring positions per node (ppn; 1 on a single node, where every hop is NVLink);
+//   the last position of each node sends over the NET when the ring spans nodes.
+struct RingRun {
+  int period = 1;
+  bool has_net = false;
+  Hop nvl, net;
+  int steps = 1;         // ring steps per loop: 2(n-1) all-reduce, n-1 all-gather/r-scatter
+  long loops = 1;        // loops over the buffer (calcCollChunking nLoops)
+  int slices = 1;        // slices per chunk (Simple: chunkSteps/sliceSteps = 2)
+  double slice_bytes = 0;
+  [[nodiscard]] const Hop& hopOf(int cls) const {
+    return has_net && cls == period - 1 ? net : nvl;
+  }
+  [[nodiscard]] long units() const { return loops * steps * static_cast<long>(slices); }
+};
+[[nodiscard]] RingRun ringRun(const Placement& place, Func f, Proto p, int channels,
+                              std::uint64_t bytes, const StepOptions& opt);
+
+// A chain of hops every chunk goes through in order (tree up+down, broadcast pipeline).
+struct ChainRun {
+  int nvl_hops = 0;
+  int net_hops = 0;
+  Hop nvl, net;
+  long units = 1;         // chunks per channel
+  double unit_bytes = 0;
+  double share = 1;       // a link carries `share` units per unit (tree: up and down = 2)
+};
+// Tree all-reduce (double binary tree across nodes, chain inside a node).
+[[nodiscard]] ChainRun treeRun(const Placement& place, Proto p, int channels,
+                               std::uint64_t bytes, const StepOptions& opt);
+// Ring broadcast/reduce: a pipeline through n-1 hops.
+[[nodiscard]] ChainRun chainRun(const Placement& place, Proto p, int channels,
+                                std::uint64_t bytes, const StepOptions& opt);
+
+// Chunk (data bytes) of one step per protocol for rings, calcCollChunking facts.
+[[nodiscard]] double ringChunkBytes(Proto p);
+
+}  // namespace crystal::model
