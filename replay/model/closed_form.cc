@@ -45,14 +45,14 @@ double ringClosedForm(const RingRun& r) {
 }
 
 double chainClosedForm(const ChainRun& c) {
-  const double sv = c.share * c.nvl.tx(c.unit_bytes);
-  const double sn = c.share * c.net.tx(c.unit_bytes);
+  const double sv = c.nvl.tx(c.unit_bytes);
+  const double sn = c.net.tx(c.unit_bytes);
   if (c.nvl_hops + c.net_hops == 0) return 0;
   double max_s = 0;
   if (c.nvl_hops > 0) max_s = std::max(max_s, sv);
   if (c.net_hops > 0) max_s = std::max(max_s, sn);
   return c.nvl_hops * (sv + c.nvl.alpha_us) + c.net_hops * (sn + c.net.alpha_us) +
-         static_cast<double>(c.units - 1) * max_s;
+         static_cast<double>(c.units - 1) * c.share * max_s;
 }
 
 std::vector<double> ringFinishByClass(const RingRun& r, int n,

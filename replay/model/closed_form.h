@@ -8,8 +8,8 @@
 // and W(k) is the largest sum of w over k consecutive ring hops. With one hop type this is
 // the textbook pipelined ring: bandwidth-bound  T = U*t + a  when w <= S*t, else
 // latency-bound  T = (J+1)*w + (U-1-J*S)*t.
-// Chain (tandem line of hops, service s_h, latency a_h), C chunks:
-//   T = sum_h (s_h + a_h) + (C - 1) * max_h s_h.
+// Chain (tandem line of hops, transfer s_h, latency a_h, link busy share*s_h), C chunks:
+//   T = sum_h (s_h + a_h) + (C - 1) * share * max_h s_h.
 #pragma once
 
 #include <span>

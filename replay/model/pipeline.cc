@@ -56,10 +56,10 @@ double chainRecurrence(const ChainRun& run) {
   for (long u = 0; u < run.units; ++u) {
     double ready = 0;  // chunk u is at the source from the start
     for (std::size_t h = 0; h < hops.size(); ++h) {
-      const double service = run.share * hops[h].tx(run.unit_bytes);
+      const double tx = hops[h].tx(run.unit_bytes);
       const double start = std::max(ready, busy_until[h]);
-      busy_until[h] = start + service;
-      ready = start + service + hops[h].alpha_us;
+      busy_until[h] = start + run.share * tx;
+      ready = start + tx + hops[h].alpha_us;
     }
     last = ready;
   }

@@ -9,7 +9,8 @@
 //                     start(c-1,u-S) + tx_{c-1} + alpha_{c-1} )   data from predecessor
 // where S = slices per step and the second term exists for steps > 0 of a loop; the call
 // ends when the last unit has arrived: max_c start(c,U-1) + tx_c + alpha_c.
-// Chain (tree up+down, broadcast): a tandem of hops every chunk passes in order.
+// Chain (tree up+down, broadcast): a tandem of hops every chunk passes in order; hop h
+// takes tx_h + alpha_h per chunk and accepts the next chunk share x tx_h later.
 #pragma once
 
 #include <span>

@@ -37,9 +37,10 @@ double channelCap(const Placement& pl, Algo a, Proto p, int channels, int compca
   return 1e30;
 }
 
+// The link carries wire bytes; the GPU-side caps are in data bytes.
 Hop makeHop(double link_GBps, double cap_GBps, double alpha_us, Proto p) {
-  const double bw = std::min(link_GBps, cap_GBps);  // GB/s == 1e3 bytes/us
-  return Hop{alpha_us, wireFactor(p) / (bw * 1e3)};
+  const double data_GBps = std::min(link_GBps / wireFactor(p), cap_GBps);
+  return Hop{alpha_us, 1.0 / (data_GBps * 1e3)};  // GB/s == 1e3 bytes/us
 }
 
 }  // namespace
@@ -69,6 +70,14 @@ double ringChunkBytes(Proto p) {
   return step * nccl::kRingChunkSteps;                   // Simple: 4 steps per chunk
 }
 
+// LL and LL128 forward data line by line (flags travel with the data), so a step is
+// pipelined through the next rank at the granularity of one pass of the thread block:
+// 512 threads x 8 data bytes (LL), 640 threads x 8 bytes x 15/16 (LL128). Simple forwards
+// whole slices.
+double forwardGrain(Proto p) {
+  return p == Proto::LL ? 512.0 * 8 : p == Proto::LL128 ? 640.0 * 8 * 15 / 16 : 0.0;
+}
+
 RingRun ringRun(const Placement& pl, Func f, Proto p, int channels, std::uint64_t bytes,
                 const StepOptions& opt) {
   channels = std::max(1, channels);
@@ -80,13 +89,16 @@ RingRun ringRun(const Placement& pl, Func f, Proto p, int channels, std::uint64_
   r.net = h.net;
   const int n = pl.nranks;
   r.steps = f == Func::AllReduce ? 2 * (n - 1) : n - 1;
-  r.slices = p == Proto::Simple ? nccl::kRingChunkSteps / nccl::kRingSliceSteps : 1;
   // calcCollChunking: loopSize = nChannels * nranks * chunkSize; the kernel shrinks the
   // chunk of a short last loop. We spread the bytes evenly over the loops instead.
   const double per_channel = static_cast<double>(bytes) / channels;
   const double loop_bytes = static_cast<double>(n) * ringChunkBytes(p);
   r.loops = std::max<long>(1, static_cast<long>(std::ceil(per_channel / loop_bytes)));
-  r.slice_bytes = per_channel / (static_cast<double>(n) * r.loops * r.slices);
+  const double chunk = per_channel / (static_cast<double>(n) * r.loops);
+  r.slices = p == Proto::Simple
+                 ? nccl::kRingChunkSteps / nccl::kRingSliceSteps
+                 : std::max(1, static_cast<int>(std::ceil(chunk / forwardGrain(p))));
+  r.slice_bytes = chunk / r.slices;
   return r;
 }
 
@@ -107,13 +119,14 @@ ChainRun treeRun(const Placement& pl, Proto p, int channels, std::uint64_t bytes
   const int levels = pl.nnodes > 1 ? static_cast<int>(std::ceil(std::log2(pl.nnodes))) : 0;
   c.nvl_hops = 2 * (pl.ppn - 1);
   c.net_hops = 2 * levels;
-  // Tree chunks are one step (chunkSteps = 1 for non-ring algorithms).
+  // Tree chunks are one step (chunkSteps = 1 for non-ring algorithms); LL/LL128 forward
+  // line by line.
   const double step = static_cast<double>(nccl::kBuffSize[pi(p)]) / nccl::kSteps;
-  const double chunk = p == Proto::LL ? step / 2 : p == Proto::LL128 ? step / 16 * 15 : step;
+  const double chunk = p == Proto::Simple ? step : forwardGrain(p);
   const double per_channel = static_cast<double>(bytes) / channels;
   c.units = chunksOf(per_channel, chunk);
   c.unit_bytes = per_channel / c.units;
-  c.share = 2;  // each link carries a chunk up and (another) down per chunk of data
+  c.share = 2;  // each link carries a chunk up and another down per chunk of data
   return c;
 }
 
@@ -127,7 +140,7 @@ ChainRun chainRun(const Placement& pl, Proto p, int channels, std::uint64_t byte
   c.net_hops = pl.nnodes - 1;
   c.nvl_hops = pl.nranks - 1 - c.net_hops;
   const double step = static_cast<double>(nccl::kBuffSize[pi(p)]) / nccl::kSteps;
-  const double chunk = p == Proto::LL ? step / 2 : p == Proto::LL128 ? step / 16 * 15 : step;
+  const double chunk = p == Proto::Simple ? step : forwardGrain(p);
   const double per_channel = static_cast<double>(bytes) / channels;
   c.units = chunksOf(per_channel, chunk);
   c.unit_bytes = per_channel / c.units;

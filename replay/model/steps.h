@@ -58,7 +58,9 @@ struct ChainRun {
   Hop nvl, net;
   long units = 1;         // chunks per channel
   double unit_bytes = 0;
-  double share = 1;       // a link carries `share` units per unit (tree: up and down = 2)
+  // A link is busy share x tx per chunk (tree: it also carries the other direction's
+  // chunk, share 2) while one chunk crosses it in tx.
+  double share = 1;
 };
 // Tree all-reduce (double binary tree across nodes, chain inside a node).
 [[nodiscard]] ChainRun treeRun(const Placement& place, Proto p, int channels,
