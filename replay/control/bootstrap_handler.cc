@@ -1,0 +1,86 @@
+#include "crystal/control/bootstrap_handler.h"
+
+#include <cstring>
+
+#include "crystal/base/error.h"
+#include "crystal/base/log.h"
+#include "crystal/control/comm_hash.h"
+
+namespace crystal::control {
+
+namespace {
+host::UniqueId toHostId(const control::UniqueId& id) {
+  host::UniqueId out;
+  std::memcpy(out.bytes.data(), id.data(), id.size());
+  return out;
+}
+}  // namespace
+
+BootstrapHandler::BootstrapHandler(host::BootstrapHost& host, const Config& config,
+                                   std::vector<SplitRule> split_rules, std::uint64_t emulation_id)
+    : host_(host), config_(config), emulation_id_(emulation_id), planner_(std::move(split_rules)) {
+  host_.setSplitResolver([this](std::uint64_t parent, int index, int parent_rank) {
+    std::lock_guard lock(mu_);
+    const auto c = planner_.choose(parent, index, parent_rank);
+    return host::SplitChoice{c.color, c.key};
+  });
+}
+
+UniqueId BootstrapHandler::mintUniqueId(const PeerInfo&) {
+  const host::UniqueId id = host_.mintUniqueId();
+  UniqueId out{};
+  std::memcpy(out.data(), id.bytes.data(), out.size());
+  return out;
+}
+
+void BootstrapHandler::commInit(const PeerInfo& peer, const CommInit& req) {
+  if (req.nranks < 1 || req.rank < 0 || req.rank >= req.nranks)
+    throw InputError("pid " + std::to_string(peer.pid) + ": rank " + std::to_string(req.rank) +
+                     " of a " + std::to_string(req.nranks) + "-rank communicator");
+  const host::UniqueId id = toHostId(req.id);
+  const std::uint64_t hash = host::commHashOf(id);
+  if (hash != req.comm_hash)
+    throw ProtocolError("interposer and host disagree on NCCL's commHash (0x" +
+                        fmt::format("{:x} vs 0x{:x}", req.comm_hash, hash) + ")");
+  host::CommSpec spec;
+  spec.nranks = req.nranks;
+  spec.nccl_version = peer.nccl_version;
+  {
+    std::lock_guard lock(mu_);
+    auto& reals = real_ranks_[hash];
+    reals.insert(req.rank);
+    // The world communicator: every configured real rank is real, registered yet or not
+    // (the root must not hand a real rank's ring slot to a virtual one).
+    if (req.nranks == config_.job.world_size) {
+      spec.name = "world";
+      for (int r : config_.emulation.real_ranks)
+        if (r >= 0 && r < req.nranks) reals.insert(r);
+    }
+    spec.real_ranks.assign(reals.begin(), reals.end());
+    planner_.markRootComm(hash);
+  }
+  host_.declareComm(id, spec);
+  CRYSTAL_INFO("host: comm 0x{:x} ({} ranks) rank {} is real (pid {}, NCCL_HOSTID '{}')", hash,
+               req.nranks, req.rank, peer.pid, peer.hostid);
+}
+
+void BootstrapHandler::commSplit(const PeerInfo& peer, const CommSplit& req) {
+  if (req.parent_rank < 0 && req.parent_nranks > 0)
+    throw InputError("pid " + std::to_string(peer.pid) + ": split of comm 0x" +
+                     fmt::format("{:x}", req.parent_hash) + " without the rank it holds");
+  if (req.color >= 0 &&
+      commHashOfSplit(req.parent_hash, static_cast<int>(req.split_seq), req.color) !=
+          req.child_hash)
+    throw ProtocolError("COMM_SPLIT: child hash does not follow NCCL's rule");
+  std::lock_guard lock(mu_);
+  planner_.recordReal(req.parent_hash, static_cast<int>(req.split_seq),
+                      RealSplitChoice{req.parent_rank, req.color, req.key});
+  CRYSTAL_INFO("host: split #{} of comm 0x{:x}: real rank {} color {} key {} (pid {})",
+               req.split_seq, req.parent_hash, req.parent_rank, req.color, req.key, peer.pid);
+}
+
+void BootstrapHandler::peerGone(const PeerInfo& peer) {
+  CRYSTAL_INFO("host: real process pid {} disconnected", peer.pid);
+}
+
+}  // namespace crystal::control

@@ -1,0 +1,76 @@
+#include "crystal/control/emulation_host.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+
+#include "crystal/base/error.h"
+#include "crystal/base/log.h"
+#include "crystal/control/bootstrap_handler.h"
+#include "crystal/control/server.h"
+#include "crystal/control/socket_io.h"
+#include "crystal/host/bootstrap_host.h"
+
+namespace crystal::control {
+
+namespace {
+std::uint64_t freshEmulationId() {
+  std::random_device rd;
+  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+                           static_cast<std::uint64_t>(::getpid());
+  return id == 0 ? 1 : id;
+}
+
+host::HostOptions hostOptions(const Config& config, const std::string& listen,
+                              std::uint64_t emulation_id) {
+  host::HostOptions o;
+  // Minted ids point the real ranks at the host's own address.
+  const sockaddr_in sa = parseHostPort(listen, "emulation.host");
+  std::string ip = formatAddress(sa);
+  ip = ip.substr(0, ip.rfind(':'));
+  o.root_address = ip == "0.0.0.0" ? "127.0.0.1" : ip;
+  o.emulation_id = emulation_id;
+  o.stall_timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(config.emulation.timeout_s * 1000.0));
+  o.gpus_per_node = config.cluster.gpus_per_node;
+  return o;
+}
+}  // namespace
+
+struct EmulationHost::Impl {
+  std::uint64_t emulation_id;
+  std::atomic<std::size_t> errors{0};
+  host::BootstrapHost host;
+  BootstrapHandler handler;
+  ControlServer server;
+
+  Impl(const Config& config, const EmulationHostOptions& opts, const std::string& listen,
+       std::uint64_t id)
+      : emulation_id(id),
+        host(hostOptions(config, listen, id)),
+        handler(host, config, opts.split_rules, id),
+        server(handler, ControlServerOptions{.listen = listen}) {
+    host.onError([this](const host::HostError& e) {
+      errors.fetch_add(1);
+      CRYSTAL_ERROR("host: {}", e.message);
+    });
+    host.start();
+  }
+};
+
+EmulationHost::EmulationHost(const Config& config, EmulationHostOptions options) {
+  const std::string listen = options.listen.empty() ? config.emulation.host : options.listen;
+  impl_ = std::make_unique<Impl>(config, options, listen, freshEmulationId());
+}
+
+EmulationHost::~EmulationHost() {
+  if (impl_) impl_->host.stop();
+}
+
+std::string EmulationHost::controlAddress() const { return impl_->server.address(); }
+std::uint64_t EmulationHost::emulationId() const { return impl_->emulation_id; }
+std::size_t EmulationHost::errorCount() const { return impl_->errors.load(); }
+
+}  // namespace crystal::control

@@ -1,0 +1,79 @@
+// The real ranks' environment (launchEnvironment) and where the plugin is (findPlugin).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "crystal/base/error.h"
+#include "crystal/control/emulation_host.h"
+
+namespace crystal::control {
+
+EnvList launchEnvironment(const Config& config, const std::string& config_path,
+                          const std::string& control_address, const std::string& plugin_path,
+                          std::uint64_t emulation_id) {
+  namespace fs = std::filesystem;
+  const std::string plugin_dir = fs::path(plugin_path).parent_path().string();
+  auto prepend = [](const char* var, const std::string& value) {
+    const char* old = std::getenv(var);
+    return (old != nullptr && *old != '\0') ? value + ":" + old : value;
+  };
+  return {
+      // The interposer is the plugin library itself, preloaded; NCCL's dlopen of
+      // "libnccl-net-crystal.so" then finds the same object by its SONAME.
+      {"LD_PRELOAD", prepend("LD_PRELOAD", plugin_path)},
+      {"LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", plugin_dir)},
+      {"NCCL_NET_PLUGIN", "crystal"},
+      {"NCCL_NET", "crystal"},  // a plugin that fails to load is an error, not a fallback
+      {"NCCL_IB_DISABLE", "1"},
+      // Each real process is its own NCCL host (so virtual peers are reached over NET): the
+      // interposer sets NCCL_HOSTID=<prefix>-<pid> in every process before NCCL reads it.
+      {"CRYSTAL_HOSTID_PREFIX", fmt::format("crystal-{:x}", emulation_id)},
+      {"NCCL_RAS_ENABLE", "0"},
+      {"NCCL_MNNVL_ENABLE", "0"},
+      {"NCCL_NVLS_ENABLE", "0"},
+      {"NCCL_PXN_DISABLE", "1"},
+      {"NCCL_RUNTIME_CONNECT", "0"},
+      {"NCCL_LOCAL_REGISTER", "0"},
+      {"NCCL_GRAPH_REGISTER", "0"},
+      {"NCCL_PROTO", "Simple"},
+      {"NCCL_SOCKET_IFNAME", "lo"},
+      {"NCCL_UID_STAGGER_THRESHOLD", "100000"},
+      {"CRYSTAL_CONFIG", fs::absolute(config_path).string()},
+      {"CRYSTAL_HOST", control_address},
+      {"CRYSTAL_EMULATION_ID", std::to_string(emulation_id)},
+      {"CRYSTAL_TIMEOUT", fmt::format("{}", config.emulation.timeout_s)},
+  };
+}
+
+std::string findPlugin(const std::string& explicit_path) {
+  namespace fs = std::filesystem;
+  constexpr const char* kName = "libnccl-net-crystal.so";
+  std::vector<fs::path> tried;
+  auto ok = [&](const fs::path& p) {
+    tried.push_back(p);
+    std::error_code ec;
+    return fs::is_regular_file(p, ec);
+  };
+  if (!explicit_path.empty()) {
+    if (ok(explicit_path)) return fs::absolute(explicit_path).string();
+    throw InputError("--plugin " + explicit_path + ": no such file");
+  }
+  if (const char* env = std::getenv("CRYSTAL_PLUGIN"); env != nullptr && *env != '\0') {
+    if (ok(env)) return fs::absolute(env).string();
+    throw InputError(std::string("CRYSTAL_PLUGIN=") + env + ": no such file");
+  }
+  std::error_code ec;
+  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (const fs::path& p : {exe_dir / ".." / "plugin" / kName, exe_dir / kName,
+                            exe_dir / ".." / "lib" / kName})
+    if (ok(p)) return fs::canonical(p).string();
+  std::string where;
+  for (const auto& p : tried) where += " " + p.string();
+  throw InputError(std::string("cannot find ") + kName + " (looked at" + where +
+                   "); pass --plugin PATH or set CRYSTAL_PLUGIN");
+}
+
+}  // namespace crystal::control
