@@ -1,0 +1,162 @@
+// One communicator as the host sees it: which ranks are real, the real ranks' check-ins,
+// the host's ring endpoints next to real ranks, the all-gathers in flight, and the P2P
+// messages addressed to its virtual ranks. Everything runs on the host's loop thread.
+//
+// Split across files by job: comm_ring.cc (check-in, ring, all-gathers), comm_p2p.cc
+// (bootstrapSend/Recv answers: connection setup, syncs, barrier), comm_split.cc (split).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "crystal/host/bootstrap_host.h"
+#include "loop.h"
+#include "virtual_slices.h"
+#include "wire.h"
+
+namespace crystal::host {
+
+class Comm;
+
+// What a Comm needs from the host around it.
+struct HostContext {
+  Loop* loop = nullptr;
+  const HostOptions* options = nullptr;
+  std::uint16_t ring_port = 0;
+  std::uint16_t p2p_port = 0;
+  std::function<void(const HostError&)> report;                  // error sink
+  std::function<void(const VirtualConnection&)> on_virtual_connection;
+  const SplitResolver* resolver = nullptr;
+  // Registers a split child (magic = its hash) and returns it.
+  std::function<Comm*(std::uint64_t hash, int nranks, std::vector<int> real_ranks,
+                      std::string name)> create_child;
+};
+
+class Comm {
+ public:
+  Comm(HostContext& ctx, std::uint64_t hash, std::uint64_t magic, std::uint64_t root_magic,
+       int nranks, std::vector<int> real_ranks, std::string name);
+
+  [[nodiscard]] std::uint64_t hash() const noexcept { return hash_; }
+  [[nodiscard]] std::uint64_t magic() const noexcept { return magic_; }
+  [[nodiscard]] std::uint64_t rootMagic() const noexcept { return root_magic_; }
+  [[nodiscard]] int nranks() const noexcept { return nranks_; }
+  [[nodiscard]] bool isReal(int rank) const noexcept {
+    return rank >= 0 && rank < nranks_ && real_[static_cast<std::size_t>(rank)] != 0;
+  }
+  [[nodiscard]] CommStatus status() const;
+  [[nodiscard]] bool failed() const noexcept { return phase_ == CommPhase::Failed; }
+  void addRealRanks(const std::vector<int>& ranks);
+  void setParent(std::uint64_t parent_hash) noexcept { parent_hash_ = parent_hash; }
+
+  // ---- comm_ring.cc
+  void onCheckIn(const wire::ExtInfo& info);
+  // A real rank dialled the ring alias of virtual rank `target` (its "next").
+  void onRingAccept(StreamId stream, int target);
+  // Ring address of real rank `rank`'s ring listener (from check-in or split message).
+  void connectAsPrev(int rank, const wire::SocketAddress& ring_listen);
+  void checkStall(Clock::time_point now);
+  // Fails the comm: one error line, every socket of the comm closed (real ranks see EOF and
+  // return an NCCL error instead of hanging). Other comms are untouched.
+  void fail(int rank, const std::string& message);
+
+  // ---- comm_p2p.cc: one complete bootstrapSend message to virtual rank `target`.
+  void onP2pMessage(int target, const wire::SocketAck& ack, std::span<const std::byte> payload);
+
+ private:
+  struct AllGather {
+    int index = 0;
+    int slice_bytes = 0;
+    AllGatherKind kind = AllGatherKind::RingAddresses;
+    std::vector<std::byte> data;  // nranks * slice_bytes
+    std::vector<char> have;
+    int have_count = 0;
+    int template_rank = -1;       // first real slice received
+    bool finished = false;        // every slice known and post-processed
+  };
+  struct Endpoint {
+    int rank = -1;             // the real rank on the other end
+    bool host_is_next = true;  // host plays rank+1 (accepted) or rank-1 (dialled)
+    StreamId stream = 0;
+    int rx_ag = 0, rx_step = 0, rx_size = -1;  // rx_size -1: expecting a frame header
+    int tx_ag = 0, tx_step = 0;
+    bool tx_header_sent = false;
+    bool closed = false;
+  };
+  struct PendingReply {
+    int to = -1;
+    int from = -1;
+    std::int32_t tag = 0;
+    std::vector<std::byte> payload;
+  };
+  struct SplitRecord {
+    int index = 0;              // NCCL splitCount
+    int ag_index = -1;
+    bool computed = false;
+    std::vector<wire::SplitInfo> infos;       // per parent rank
+    std::map<int, Comm*> children;            // color -> child
+    std::map<int, std::vector<int>> members;  // color -> parent ranks in child order
+    std::set<int> ring_info_seen;             // real parent ranks whose COMMSPLIT arrived
+  };
+
+  // ring
+  void sendRootReply(int rank);
+  Endpoint* endpointFor(StreamId stream);
+  void onEndpointData(Endpoint& e, Stream& s);
+  void onEndpointClosed(Endpoint& e, const std::string& why);
+  void pump();
+  void pumpEndpoint(Endpoint& e);
+  [[nodiscard]] int rxCount(const Endpoint& e) const noexcept;
+  [[nodiscard]] int txCount(const Endpoint& e) const noexcept;
+  void storeSlice(AllGather& ag, int slice, std::span<const std::byte> bytes);
+  [[nodiscard]] bool ensureSlice(AllGather& ag, int slice);
+  void finishAllGather(AllGather& ag);
+  void updateWaiting(Endpoint& e);
+  void maybeDestroyed();
+  [[nodiscard]] VirtualRankContext virtualContext(int rank) const;
+
+  // p2p
+  void reply(int to, int from, std::int32_t tag, std::vector<std::byte> payload);
+  void flushPendingReplies();
+  void onSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
+               std::span<const std::byte> payload);
+  void onBarrier(int sender, int target);
+  void sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry);
+
+  // split
+  void onSplitAllGather(AllGather& ag);
+  void onSplitRingInfo(int sender, int target, std::span<const std::byte> payload);
+  void deliverSplitRingInfo(SplitRecord& rec, int sender, int target,
+                            const wire::RingConnectInfo& info);
+
+  HostContext& ctx_;
+  std::uint64_t hash_, magic_, root_magic_;
+  std::uint64_t parent_hash_ = 0;
+  int nranks_;
+  std::vector<char> real_;
+  std::string name_;
+  CommPhase phase_ = CommPhase::Declared;
+
+  std::map<int, wire::ExtInfo> check_ins_;
+  std::set<int> replied_;
+  Clock::time_point first_check_in_{};
+  std::deque<Endpoint> endpoints_;  // deque: references stay valid while growing
+  std::vector<AllGather> ags_;
+  std::map<int, wire::SocketAddress> p2p_addr_;  // real ranks' bootstrap P2P listeners
+  std::vector<PendingReply> pending_replies_;
+  std::set<StreamId> streams_;                   // every socket of this comm
+  std::map<int, std::uint32_t> conn_seq_;        // forged handles per virtual rank
+  std::map<int, long> barrier_msgs_;             // real rank -> barrier messages received
+  long barrier_instances_started_ = 0;
+  int split_count_ = 0;
+  std::vector<SplitRecord> splits_;
+  std::vector<std::tuple<int, int, std::vector<std::byte>>> pending_split_msgs_;
+};
+
+}  // namespace crystal::host
