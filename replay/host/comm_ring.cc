@@ -422,7 +422,9 @@ void Comm::maybeDestroyed() {
 void Comm::checkStall(Clock::time_point now) {
   if (phase_ == CommPhase::Failed || phase_ == CommPhase::Destroyed) return;
   const auto limit = ctx_.options->stall_timeout;
-  if (phase_ == CommPhase::CheckIn && now - first_check_in_ > limit) {
+  const auto real_count = static_cast<std::size_t>(std::count(real_.begin(), real_.end(), 1));
+  if (root_magic_ != 0 && !check_ins_.empty() && check_ins_.size() < real_count &&
+      now - first_check_in_ > limit) {
     for (int r = 0; r < nranks_; ++r)
       if (isReal(r) && check_ins_.count(r) == 0) {
         fail(r, fmt::format("did not check in within {} ms of the first real rank", limit.count()));

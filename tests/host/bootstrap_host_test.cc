@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -32,6 +33,7 @@ struct RankOutcome {
   std::vector<live::Hello> hellos;
   std::uint32_t first_listen_id = 0;
   wire::SocketAddress own_p2p;
+  bool ring_conn_info_ok = true;
   // child of the split (if any)
   int child_rank = -1, child_n = 0;
   std::uint64_t child_hash = 0;
@@ -55,6 +57,9 @@ RankOutcome runRank(const UniqueId& id, int rank, int n, bool split, bool prev_v
   // A virtual sender opens one data stream per channel to this rank's plugin listener.
   if (prev_virtual) out.hellos = f.acceptHellos(2);
   f.barrier();
+  // Runtime connect's 2-byte ringConnInfo all-gather: virtual ranks echo the real choice.
+  const std::array<std::byte, 2> rci{std::byte{0}, std::byte{1}};
+  for (const auto& slice : f.allGather(rci)) out.ring_conn_info_ok &= slice.size() == 2 && slice[1] == std::byte{1} && slice[0] == std::byte{0};
   if (split) {
     auto child = f.split(rank % 2, rank);
     if (child) {
@@ -138,6 +143,7 @@ class HostTest : public ::testing::Test {
         EXPECT_EQ(g.graph_info[1].n_channels, 2);
         EXPECT_EQ(g.cpu_vendor, 2);
       }
+      EXPECT_TRUE(o.ring_conn_info_ok);
       // Real peers' slices arrive intact through the host.
       for (const auto& q : outs)
         EXPECT_EQ(o.peer_info[static_cast<std::size_t>(q.rank)].host_hash,

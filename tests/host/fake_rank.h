@@ -86,6 +86,8 @@ class FakeRank {
   [[nodiscard]] std::uint64_t commHash() const { return hash_; }
   [[nodiscard]] std::uint64_t magic() const { return magic_; }
   void close();  // ncclCommDestroy: close every socket
+  // Raw bytes on the ring socket to next (fault tests).
+  void sendOnRing(std::span<const std::byte> bytes) { next_.sendAll(bytes); }
 
   std::vector<wire::RingData> ring_data;
   std::vector<wire::PeerInfo> peer_info;
