@@ -19,6 +19,7 @@ namespace crystal {
 struct LinkSpec {
   double bandwidth_GBps = 0;  // per direction
   double latency_us = 0;
+  friend bool operator==(const LinkSpec&, const LinkSpec&) = default;
 };
 
 // Scale-out fabric between nodes: NICs per node, rail-optimised fat tree.
@@ -30,6 +31,7 @@ struct FabricSpec {
   double oversubscription = 1.0;    // at the first level above the leaf (>= 1)
   double switch_latency_us = 0.25;  // per switch hop
   bool rail_optimised = true;       // GPU i of every node on rail i
+  friend bool operator==(const FabricSpec&, const FabricSpec&) = default;
 };
 
 struct GpuSpec {
@@ -39,6 +41,7 @@ struct GpuSpec {
   double hbm_GBps = 4800.0;      // memory bandwidth
   double memory_GiB = 141.0;
   double achieved_flops_fraction = 0.55;  // model FLOP utilisation for matmuls
+  friend bool operator==(const GpuSpec&, const GpuSpec&) = default;
 };
 
 struct ClusterConfig {
@@ -49,6 +52,7 @@ struct ClusterConfig {
   LinkSpec nvlink{450.0, 0.7};  // NVLink4 via NVSwitch: 18 links x 25 GB/s per direction
   FabricSpec fabric;
   int world() const { return nodes * gpus_per_node; }
+  friend bool operator==(const ClusterConfig&, const ClusterConfig&) = default;
 };
 
 // Parallel layout. world = tp*cp*dp*pp; ep divides dp (expert-parallel groups are carved
@@ -57,12 +61,14 @@ struct ClusterConfig {
 struct LayoutConfig {
   int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
   std::string order = "tp-cp-ep-dp-pp";
+  friend bool operator==(const LayoutConfig&, const LayoutConfig&) = default;
 };
 
 // An explicitly listed communicator (in addition to the layout's).
 struct ExplicitComm {
   std::string name;
   std::vector<int> ranks;
+  friend bool operator==(const ExplicitComm&, const ExplicitComm&) = default;
 };
 
 struct JobConfig {
@@ -70,6 +76,7 @@ struct JobConfig {
   LayoutConfig layout;
   std::vector<ExplicitComm> comms;
   int iterations = 1;  // iterations to replay
+  friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };
 
 enum class PipelineSchedule { OneFOneB, GPipe };
@@ -97,6 +104,13 @@ struct WorkloadConfig {
   int moe_ffn_hidden = 0;
   // Optional per-op costs in microseconds, overriding the FLOP/byte model (key = op name).
   std::vector<std::pair<std::string, double>> op_costs_us;
+  // Data-parallel gradient sync. Distributed optimizer (ZeRO-1, Megatron's default at
+  // scale): bucketed reduce-scatter of gradients + all-gather of updated parameters, and
+  // optimizer state sharded over dp. Otherwise a bucketed all-reduce, state replicated.
+  bool distributed_optimizer = true;
+  std::uint64_t dp_bucket_bytes = 80'000'000;  // gradient bytes per DP bucket (40M bf16)
+  bool overlap_grad_reduce = true;  // DP buckets start during the last backward pass
+  friend bool operator==(const WorkloadConfig&, const WorkloadConfig&) = default;
 };
 
 enum class DataPolicy { Mirror, Zero, None };
@@ -107,6 +121,7 @@ struct EmulationConfig {
   DataPolicy data = DataPolicy::Mirror;
   double timeout_s = 60.0;      // a virtual peer that cannot answer fails the real rank by then
   bool tuner = true;            // report the target's algorithm/protocol/channel choices
+  friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
 
 // Calibration constants of the NCCL/network model. Unset = the model's documented default.
@@ -115,6 +130,7 @@ struct ModelConfig {
   std::optional<double> kernel_launch_us;     // per collective
   std::optional<int> max_channels;            // cap on NCCL channels
   std::vector<std::pair<std::string, double>> overrides;  // free-form name -> value
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 struct Config {
@@ -124,6 +140,7 @@ struct Config {
   WorkloadConfig workload;
   EmulationConfig emulation;
   ModelConfig model;
+  friend bool operator==(const Config&, const Config&) = default;
 };
 
 // Parse a config file. Throws InputError naming file, line and field on any problem
@@ -131,5 +148,14 @@ struct Config {
 // Implemented in graph/config_load.cc.
 Config loadConfig(const std::string& path);
 Config parseConfig(const std::string& yaml_text, const std::string& source_name);
+
+// Semantic checks shared by the YAML loader and the graph-file reader (layout divides the
+// world, ep divides dp, pp divides layers, ranks in range, ...). Throws InputError naming
+// `config.source` and the field.
+void checkConfig(const Config& config);
+
+// The config as canonical YAML (every field, defaults included): `parseConfig` of the
+// result gives back an equal config. Graph files embed it.
+std::string toYaml(const Config& config);
 
 }  // namespace crystal

@@ -58,10 +58,27 @@ class Graph {
   virtual std::size_t opCount(std::int32_t rank) const = 0;
   virtual std::uint64_t totalOps() const = 0;  // over the whole world
   virtual std::string_view name(std::uint32_t name_index) const = 0;
+
+  // Symbolic form (added for replay/ and tools; graphs without templates return empty).
+  // The template of class `cls`: ops as materialize() gives them except that `comm` is an
+  // index into families() and, for Send/Recv, `peer` is the offset of the peer's member
+  // index from this rank's member index in that family's comm (modulo the comm size).
+  // Ranks of one class share the template; materialize(rank) resolves it.
+  virtual std::span<const Op> classTemplate(std::int32_t /*cls*/) const { return {}; }
+  virtual std::span<const std::string> families() const { return {}; }
 };
 
 // Build the graph of a config's workload (dense/moe generator or graph file).
 // Throws InputError on inconsistent input.
 std::unique_ptr<Graph> buildGraph(const Config& config);
+
+// Read a graph file written by `crystal graph expand` (binary or JSON, told apart by the
+// first bytes). The config embedded in the file comes back through Graph::config().
+// Throws InputError naming the file and the byte offset of any damage.
+std::unique_ptr<Graph> loadGraphFile(const std::string& path);
+
+// Write `g` (which must come from buildGraph/loadGraphFile) as compact binary or JSON.
+void saveGraphBinary(const Graph& g, const std::string& path);
+void saveGraphJson(const Graph& g, const std::string& path);
 
 }  // namespace crystal::graph
