@@ -93,6 +93,22 @@ void checkWorkload(const Config& c) {
   positive(c, "workload.micro_batch", w.micro_batch);
   positive(c, "workload.micro_batches", w.micro_batches);
   nonNegative(c, "workload.ffn_hidden", w.ffn_hidden);
+  // Upper bounds far above any real model keep every size product inside 64 bits.
+  auto atMost = [&](std::string_view field, long long v, long long cap) {
+    if (v > cap) fail(c, fmt::format("'{}' = {} exceeds the supported maximum {}", field, v, cap));
+  };
+  atMost("workload.layers", w.layers, 1 << 16);
+  atMost("workload.hidden", w.hidden, 1 << 20);
+  atMost("workload.ffn_hidden", w.ffn_hidden, 1 << 22);
+  atMost("workload.heads", w.heads, 1 << 16);
+  atMost("workload.kv_heads", w.kv_heads, 1 << 16);
+  atMost("workload.vocab", w.vocab, 1 << 24);
+  atMost("workload.seq_len", w.seq_len, 1 << 24);
+  atMost("workload.micro_batch", w.micro_batch, 1 << 16);
+  atMost("workload.micro_batch * workload.seq_len", 1LL * w.micro_batch * w.seq_len, 1 << 24);
+  atMost("workload.micro_batches", w.micro_batches, 1 << 16);
+  atMost("workload.experts", w.experts, 1 << 16);
+  atMost("workload.moe_ffn_hidden", w.moe_ffn_hidden, 1 << 22);
   nonNegative(c, "workload.kv_heads", w.kv_heads);
   const auto& l = c.job.layout;
   if (w.hidden % w.heads != 0)

@@ -191,7 +191,9 @@ Config parseConfig(const std::string& yaml_text, const std::string& source_name)
   }
   // Derived defaults, documented in config/README.md: whichever of world size and node
   // count is missing follows from the other; dp fills the rest of the world.
-  if (c.job.world_size == 0 && c.cluster.gpus_per_node > 0) c.job.world_size = c.cluster.world();
+  const long long cluster_world = 1LL * c.cluster.nodes * c.cluster.gpus_per_node;
+  if (c.job.world_size == 0 && c.cluster.gpus_per_node > 0 && cluster_world <= 1 << 20)
+    c.job.world_size = static_cast<int>(cluster_world);
   if (!nodes_given && c.cluster.gpus_per_node > 0 && c.job.world_size > 0)
     c.cluster.nodes = std::max(1, c.job.world_size / c.cluster.gpus_per_node);
   const auto& l = c.job.layout;

@@ -12,18 +12,18 @@ RankSummary summarizeRank(const Graph& g, std::int32_t rank) {
   s.rank = rank;
   s.cls = g.classOf(rank);
   s.ops = ops.size();
-  std::int64_t mem = 0;
+  std::uint64_t mem = 0;  // wraps only on graphs validation rejects
   bool started = false;
   for (const Op& op : ops) {
     ++s.ops_by_kind[static_cast<std::size_t>(op.kind)];
     switch (op.kind) {
       case OpKind::Compute: s.compute_us += op.duration_us; break;
       case OpKind::Alloc:
-        mem += static_cast<std::int64_t>(op.bytes);
-        s.peak_memory = std::max(s.peak_memory, static_cast<std::uint64_t>(mem));
+        mem += op.bytes;
+        s.peak_memory = std::max(s.peak_memory, mem);
         if (!started) s.static_memory += op.bytes;
         break;
-      case OpKind::Free: mem -= static_cast<std::int64_t>(op.bytes); break;
+      case OpKind::Free: mem -= std::min(mem, op.bytes); break;
       case OpKind::IterationMark: started = true; break;
       case OpKind::Collective:
       case OpKind::Send:

@@ -102,7 +102,9 @@ void TemplateGraph::materialize(std::int32_t rank, std::vector<Op>& out) const {
                                      templates_.families[static_cast<std::size_t>(op.comm)]));
       op.comm = r.comm;
       if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-        const std::int32_t idx = ((r.index + ops[i].peer) % r.size + r.size) % r.size;
+        // 64-bit: a file may hold any offset.
+        const std::int64_t size = r.size;
+        const auto idx = static_cast<std::int32_t>(((r.index + std::int64_t{ops[i].peer}) % size + size) % size);
         op.peer = table_.member(r.comm, idx);
         auto it = std::find_if(counters.begin(), counters.end(), [&](const Counter& c) {
           return c.comm == op.comm && c.peer == op.peer;

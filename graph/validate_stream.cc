@@ -1,4 +1,5 @@
 // Per-rank stream checks (shared by the naive and the symmetric validator).
+#include <cstdint>
 #include <unordered_map>
 #include <vector>
 
@@ -19,7 +20,7 @@ namespace {
 void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops) {
   const CommTable& table = g.comms();
   std::unordered_map<std::uint32_t, std::size_t> recorded;  // event -> op index
-  std::int64_t mem = 0;
+  std::uint64_t mem = 0;
   int group_stream = -1;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -52,11 +53,12 @@ void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops) {
           fail(rank, i, op, fmt::format("event {} recorded twice", op.tag));
         break;
       case OpKind::Alloc:
-        mem += static_cast<std::int64_t>(op.bytes);
+        if (op.bytes > UINT64_MAX - mem) fail(rank, i, op, "allocated memory overflows 64 bits");
+        mem += op.bytes;
         break;
       case OpKind::Free:
-        mem -= static_cast<std::int64_t>(op.bytes);
-        if (mem < 0) fail(rank, i, op, "frees more memory than is allocated");
+        if (op.bytes > mem) fail(rank, i, op, "frees more memory than is allocated");
+        mem -= op.bytes;
         break;
       default:
         break;
