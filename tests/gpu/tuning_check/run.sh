@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Captures NCCL 2.28.9's own tuning tables for 2 "nodes" x 1 GPU (two processes on the one
 # H200 with different NCCL_HOSTID, NET transport = Socket), for comparison with our model
-# (tests/model: model_tuning_table). Usage on the GPU machine: run.sh OUTDIR
+# (tests/model: model_tuning_table). Usage on the GPU machine: run.sh OUTDIR; then here:
+#   build/tests/model/model_tuning_table 2 1 1.25 1 > ours.txt   # 2 nodes x 1 GPU, 10 Gb/s, PHB
+#   tests/gpu/tuning_check/compare.py OUTDIR/rank0.log ours.txt
 set -euo pipefail
 out=${1:-${OUT:-.}}
 here=$(cd "$(dirname "$0")" && pwd)
