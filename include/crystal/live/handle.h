@@ -39,11 +39,16 @@ struct NetHandle {
   std::uint8_t family = 0;       // RealListen: 4 or 6
   std::uint8_t reserved0 = 0;
   std::uint8_t addr[16] = {};    // RealListen: IPv4 (first 4 bytes) or IPv6 address
-  std::uint8_t reserved[64] = {};
+  // Plugin-private scratch (added by plugin): token of a connect() in progress on these
+  // handle bytes (NCCL polls connect() with the same bytes until it yields a comm). Forged
+  // handles leave it 0.
+  std::uint64_t connect_token = 0;
+  std::uint8_t reserved[56] = {};
 };
 static_assert(sizeof(NetHandle) == kNcclHandleSize, "handle must fill NCCL's 128 bytes");
 static_assert(offsetof(NetHandle, comm_id) == 8 && offsetof(NetHandle, rank) == 24 &&
-              offsetof(NetHandle, addr) == 48);
+              offsetof(NetHandle, addr) == 48 &&
+              offsetof(NetHandle, connect_token) == 64);
 
 // First bytes on every stream opened to a RealListen data listener.
 enum class PeerKind : std::uint8_t { Real = 1, Virtual = 2 };

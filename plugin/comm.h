@@ -1,0 +1,98 @@
+// What the plugin hands NCCL as a listen/send/recv comm, and the per-comm bookkeeping every
+// data comm shares: memory registrations and a fixed pool of requests (NCCL's maximum
+// outstanding, never allocated on the data path).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "crystal/live/clock.h"
+#include "crystal/nccl/common.h"
+
+namespace crystal::plugin {
+
+struct NetContext;
+
+enum class CommKind : std::uint8_t { Listen, Send, Recv, PendingConnect };
+
+class Comm {
+ public:
+  Comm(CommKind kind, NetContext* ctx, int dev) : kind_(kind), ctx_(ctx), dev_(dev) {}
+  virtual ~Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  [[nodiscard]] CommKind kind() const { return kind_; }
+  [[nodiscard]] NetContext* ctx() const { return ctx_; }
+  [[nodiscard]] int dev() const { return dev_; }
+  std::mutex mu;  // NCCL's proxy and main threads may both call into one comm
+
+ private:
+  CommKind kind_;
+  NetContext* ctx_;
+  int dev_;
+};
+
+inline constexpr int kMaxGroup = 8;  // largest maxRecvs we report
+
+struct MemRegion {
+  void* base = nullptr;
+  std::size_t size = 0;
+  int type = 0;  // NCCL_PTR_*
+};
+
+struct Request {
+  bool in_use = false;
+  int n = 0;  // entries (grouped receive), 1 for sends
+  std::array<void*, kMaxGroup> data{};
+  std::array<std::size_t, kMaxGroup> sizes{};  // posted sizes (capacity for receives)
+  std::array<int, kMaxGroup> tags{};
+  std::array<std::size_t, kMaxGroup> got{};    // bytes actually received
+  std::array<bool, kMaxGroup> filled{};
+  static constexpr live::TimeNs kUnknown = INT64_MAX;
+  live::TimeNs due = kUnknown;  // modelled completion; kUnknown while not yet known
+  live::TimeNs posted = 0;
+  std::uint64_t step = 0;       // per-comm sequence number of this request
+  std::uint64_t bytes = 0;      // total posted bytes
+  std::uint64_t seq = 0;        // FIFO order among outstanding requests
+};
+
+class DataComm : public Comm {
+ public:
+  DataComm(CommKind kind, NetContext* ctx, int dev, int max_requests);
+
+  [[nodiscard]] void* regMr(void* data, std::size_t size, int type);
+  void deregMr(void* mhandle);
+  // Throws BadArgument unless [data, data+size) lies in the region `mhandle` of this comm.
+  void checkRange(void* mhandle, const void* data, std::size_t size) const;
+
+  // A free request slot, or nullptr when NCCL's maximum is outstanding (NCCL retries).
+  [[nodiscard]] Request* allocRequest() noexcept;
+  void freeRequest(Request& r) noexcept { r.in_use = false; --outstanding_; }
+  [[nodiscard]] int slotOf(const Request& r) const noexcept {
+    return static_cast<int>(&r - pool_.data());
+  }
+  [[nodiscard]] Request* slot(int i) noexcept {
+    return i >= 0 && i < static_cast<int>(pool_.size()) && pool_[i].in_use ? &pool_[i] : nullptr;
+  }
+  [[nodiscard]] int outstanding() const noexcept { return outstanding_; }
+
+  // Data path, implemented by the virtual and real comms. isend/irecv fill a fresh request.
+  virtual void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now);
+  virtual void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
+                     live::TimeNs now);
+  // Progresses and reports completion; fills sizes[0..n) when done and sizes != nullptr.
+  [[nodiscard]] virtual bool test(Request& r, live::TimeNs now, int* sizes) = 0;
+
+ private:
+  std::vector<Request> pool_;
+  int outstanding_ = 0;
+  std::uint64_t next_seq_ = 0;
+  std::vector<std::unique_ptr<MemRegion>> regions_;
+};
+
+}  // namespace crystal::plugin

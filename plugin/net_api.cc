@@ -1,0 +1,352 @@
+#include "net_api.h"
+
+#include <cstring>
+#include <mutex>
+
+#include <fmt/core.h>
+
+#include "connection.h"
+#include "crystal/base/log.h"
+#include "errors.h"
+#include "handle_table.h"
+#include "nccl_log.h"
+#include "real_comm.h"
+#include "state.h"
+#include "virtual_comm.h"
+
+namespace crystal::plugin::net {
+namespace {
+
+using nccl::ncclSuccess;
+
+template <typename T>
+T* need(T* p, const char* what) {
+  if (!p) throw PluginError(Errc::BadArgument, fmt::format("{} is null", what));
+  return p;
+}
+
+Comm& commOf(const void* token, CommKind kind, const char* entry) {
+  Comm* c = HandleTable::instance().find(token);
+  if (!c) throw PluginError(Errc::BadUsage,
+                            fmt::format("{}: comm {} is closed or was never opened", entry, token));
+  if (c->kind() != kind)
+    throw PluginError(Errc::BadUsage, fmt::format("{}: comm {} has the wrong kind", entry, token));
+  return *c;
+}
+
+DataComm& dataCommOf(const void* token, const char* entry) {
+  Comm* c = HandleTable::instance().find(token);
+  if (!c || (c->kind() != CommKind::Send && c->kind() != CommKind::Recv))
+    throw PluginError(Errc::BadUsage,
+                      fmt::format("{}: comm {} is closed or not a send/recv comm", entry, token));
+  return static_cast<DataComm&>(*c);
+}
+
+int sendCapacity() { return nccl::NCCL_NET_MAX_REQUESTS * PluginState::get().maxRecvs(); }
+
+void closeComm(void* token, CommKind kind, const char* entry) {
+  (void)commOf(token, kind, entry);
+  std::unique_ptr<Comm> c = HandleTable::instance().remove(token);
+  if (c) std::lock_guard wait_out(c->mu);  // let a call already inside finish first
+}
+
+}  // namespace
+
+ncclResult_t init(void** ctx, std::uint64_t commId, nccl::ncclNetCommConfig_v11_t*,
+                  nccl::ncclDebugLogger_t logger, nccl::ncclProfilerCallback_t) noexcept {
+  installNcclLogger(logger);
+  return guard("init", [&] {
+    PluginState& st = PluginState::get();
+    st.ensureInit();
+    NetContext* c = ctx ? st.newContext(commId) : st.defaultContext();
+    if (ctx) *ctx = c;
+    CRYSTAL_INFO("net plugin crystal ready for comm {:#x}: {} devices", commId, st.ndev());
+  });
+}
+
+ncclResult_t devices(int* ndev) noexcept {
+  return guard("devices", [&] {
+    PluginState::get().ensureInit();
+    *need(ndev, "ndev") = PluginState::get().ndev();
+  });
+}
+
+ncclResult_t getProperties(int dev, nccl::ncclNetProperties_v11_t* props) noexcept {
+  return guard("getProperties", [&] {
+    PluginState& st = PluginState::get();
+    st.ensureInit();
+    NicInfo& n = st.nic(dev);
+    need(props, "props");
+    *props = nccl::ncclNetProperties_v11_t{};
+    props->name = n.name.data();
+    props->pciPath = nullptr;
+    props->guid = n.guid;
+    // Host memory only: real peers move bytes with the CPU; no GPU memory is registered.
+    props->ptrSupport = nccl::NCCL_PTR_HOST;
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = n.speed_mbps;
+    props->port = 1;
+    props->latency = n.latency_us;
+    props->maxComms = static_cast<int>(HandleTable::kCapacity);
+    props->maxRecvs = st.maxRecvs();
+    props->netDeviceType = nccl::NCCL_NET_DEVICE_HOST;
+    props->netDeviceVersion = 0;
+    props->vProps.ndevs = 1;
+    props->vProps.devs[0] = dev;
+    props->maxP2pBytes = st.maxBytes();
+    props->maxCollBytes = st.maxBytes();
+    props->maxMultiRequestSize = 1;
+  });
+}
+
+ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) noexcept {
+  return guard("listen", [&] {
+    PluginState& st = PluginState::get();
+    st.ensureInit();
+    NetContext* c = st.checkContext(ctx);
+    (void)st.nic(dev);
+    need(handle, "handle");
+    live::NetHandle h;
+    auto lc = makeListen(c, dev, h);
+    std::memcpy(handle, &h, sizeof h);
+    *need(listenComm, "listenComm") = HandleTable::instance().insert(std::move(lc));
+  });
+}
+
+ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
+                     nccl::ncclNetDeviceHandle_v11_t** sendDevComm) noexcept {
+  return guard("connect", [&] {
+    PluginState& st = PluginState::get();
+    need(sendComm, "sendComm");
+    *sendComm = nullptr;
+    if (sendDevComm) *sendDevComm = nullptr;
+    NetContext* c = st.checkContext(ctx);
+    NicInfo& nic = st.nic(dev);
+    live::NetHandle h = decodeOrThrow(handle);
+    if (h.emulation != st.emulationId())
+      throw PluginError(Errc::BadArgument,
+                        fmt::format("handle of emulation {} (offset 16) in emulation {}",
+                                    h.emulation, st.emulationId()));
+    auto& table = HandleTable::instance();
+    if (h.kind == live::HandleKind::VirtualPeer) {
+      auto link = std::make_shared<live::VirtualLink>(st.link(), nic.out);
+      c->addVirtualSend(link);
+      *sendComm = table.insert(
+          std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank));
+      return;
+    }
+    // RealListen: non-blocking TCP connect + Hello, progressed over repeated calls.
+    void* token = reinterpret_cast<void*>(static_cast<std::uintptr_t>(h.connect_token));
+    if (h.connect_token == 0 || !table.find(token)) {
+      SockAddr to;
+      std::memcpy(to.ip, h.addr, 4);
+      to.port_be = h.port;
+      live::Hello hello;
+      hello.peer = live::PeerKind::Real;
+      hello.listen_id = h.listen_id;
+      hello.comm_id = h.comm_id;
+      token = table.insert(std::make_unique<PendingConnect>(c, dev, connectTcp(to), hello));
+      h.connect_token = reinterpret_cast<std::uintptr_t>(token);
+      std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token),
+                  &h.connect_token, sizeof h.connect_token);
+    }
+    auto& pc = static_cast<PendingConnect&>(commOf(token, CommKind::PendingConnect, "connect"));
+    if (!pc.connected && !(pc.connected = connectDone(pc.fd.get()))) return;
+    while (pc.hello_sent < sizeof pc.hello) {
+      const std::size_t n = sendSome(pc.fd.get(), reinterpret_cast<char*>(&pc.hello) + pc.hello_sent,
+                                     sizeof pc.hello - pc.hello_sent);
+      if (n == 0) return;
+      pc.hello_sent += n;
+    }
+    Fd fd = std::move(pc.fd);
+    (void)table.remove(token);
+    const std::uint64_t zero = 0;
+    std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
+                sizeof zero);
+    *sendComm = table.insert(std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd),
+                                                            st.link(), nic.out));
+  });
+}
+
+ncclResult_t accept(void* listenComm, void** recvComm,
+                    nccl::ncclNetDeviceHandle_v11_t** recvDevComm) noexcept {
+  return guard("accept", [&] {
+    PluginState& st = PluginState::get();
+    need(recvComm, "recvComm");
+    *recvComm = nullptr;
+    if (recvDevComm) *recvDevComm = nullptr;
+    auto& lc = static_cast<ListenComm&>(commOf(listenComm, CommKind::Listen, "accept"));
+    std::lock_guard lock(lc.mu);
+    if (!lc.pending.valid()) {
+      lc.pending = acceptTcp(lc.fd.get());
+      if (!lc.pending.valid()) return;
+      lc.hello_got = 0;
+    }
+    while (lc.hello_got < sizeof lc.hello) {
+      const std::size_t n = recvSome(lc.pending.get(), reinterpret_cast<char*>(&lc.hello) + lc.hello_got,
+                                     sizeof lc.hello - lc.hello_got);
+      if (n == 0) return;
+      lc.hello_got += n;
+    }
+    Fd fd = std::move(lc.pending);
+    checkHello(lc, lc.hello);
+    NicInfo& nic = st.nic(lc.dev());
+    constexpr int kRecvCapacity = nccl::NCCL_NET_MAX_REQUESTS;
+    if (lc.hello.peer == live::PeerKind::Virtual) {
+      auto link = std::make_shared<live::VirtualLink>(st.link(), nic.in);
+      lc.ctx()->addVirtualRecv(link);
+      // The stream stays with the host; nothing is read from it on the data path.
+      auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
+                                                  lc.hello.sender_rank);
+      *recvComm = HandleTable::instance().insert(std::move(vc));
+      return;
+    }
+    *recvComm = HandleTable::instance().insert(std::make_unique<RealRecvComm>(
+        lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), st.link(), st.sharedClock()));
+  });
+}
+
+ncclResult_t regMr(void* comm, void* data, std::size_t size, int type, void** mhandle) noexcept {
+  return guard("regMr", [&] {
+    DataComm& c = dataCommOf(comm, "regMr");
+    std::lock_guard lock(c.mu);
+    *need(mhandle, "mhandle") = c.regMr(data, size, type);
+  });
+}
+
+ncclResult_t regMrDmaBuf(void* comm, void* data, std::size_t size, int type, std::uint64_t,
+                         int, void** mhandle) noexcept {
+  // DMA-BUF is not advertised (ptrSupport); registering the range is all a host path needs.
+  return regMr(comm, data, size, type, mhandle);
+}
+
+ncclResult_t deregMr(void* comm, void* mhandle) noexcept {
+  return guard("deregMr", [&] {
+    DataComm& c = dataCommOf(comm, "deregMr");
+    std::lock_guard lock(c.mu);
+    c.deregMr(mhandle);
+  });
+}
+
+ncclResult_t isend(void* sendComm, void* data, std::size_t size, int tag, void* mhandle, void*,
+                   void** request) noexcept {
+  return guard("isend", [&] {
+    need(request, "request");
+    *request = nullptr;
+    auto& c = static_cast<DataComm&>(commOf(sendComm, CommKind::Send, "isend"));
+    if (size > PluginState::get().maxBytes())
+      throw PluginError(Errc::BadArgument,
+                        fmt::format("isend of {} bytes exceeds maxP2pBytes {}", size,
+                                    PluginState::get().maxBytes()));
+    std::lock_guard lock(c.mu);
+    if (size > 0) c.checkRange(mhandle, data, size);
+    Request* r = c.allocRequest();
+    if (!r) return;  // NCCL retries
+    try {
+      c.isend(*r, data, size, tag, live::nowNs());
+    } catch (...) {
+      c.freeRequest(*r);
+      throw;
+    }
+    *request = HandleTable::requestToken(sendComm, c.slotOf(*r));
+  });
+}
+
+ncclResult_t irecv(void* recvComm, int n, void** data, std::size_t* sizes, int* tags,
+                   void** mhandles, void**, void** request) noexcept {
+  return guard("irecv", [&] {
+    need(request, "request");
+    *request = nullptr;
+    auto& c = static_cast<DataComm&>(commOf(recvComm, CommKind::Recv, "irecv"));
+    if (n < 1 || n > PluginState::get().maxRecvs())
+      throw PluginError(Errc::BadArgument, fmt::format("irecv of {} buffers (maxRecvs {})", n,
+                                                       PluginState::get().maxRecvs()));
+    need(data, "data");
+    need(sizes, "sizes");
+    std::lock_guard lock(c.mu);
+    for (int i = 0; i < n; ++i)
+      if (sizes[i] > 0) c.checkRange(need(mhandles, "mhandles")[i], data[i], sizes[i]);
+    Request* r = c.allocRequest();
+    if (!r) return;
+    try {
+      c.irecv(*r, n, data, sizes, tags, live::nowNs());
+    } catch (...) {
+      c.freeRequest(*r);
+      throw;
+    }
+    *request = HandleTable::requestToken(recvComm, c.slotOf(*r));
+  });
+}
+
+ncclResult_t iflush(void* recvComm, int, void**, int*, void**, void** request) noexcept {
+  return guard("iflush", [&] {
+    (void)commOf(recvComm, CommKind::Recv, "iflush");
+    // Host memory only: received bytes are visible once test() reported them.
+    *need(request, "request") = nullptr;
+  });
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) noexcept {
+  try {
+    int slot = -1;
+    const void* comm = HandleTable::commOfRequest(request, &slot);
+    Comm* c = HandleTable::instance().find(comm);
+    if (!c || slot < 0 || (c->kind() != CommKind::Send && c->kind() != CommKind::Recv))
+      throw PluginError(Errc::BadUsage, fmt::format("test: request {} is unknown or its comm "
+                                                    "was closed", request));
+    auto& dc = static_cast<DataComm&>(*c);
+    std::lock_guard lock(dc.mu);
+    Request* r = dc.slot(slot);
+    if (!r) throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed",
+                                                          request));
+    const bool finished = dc.test(*r, live::nowNs(), sizes);
+    if (finished) dc.freeRequest(*r);
+    *need(done, "done") = finished ? 1 : 0;
+    return ncclSuccess;
+  } catch (...) {
+    return currentExceptionToNccl("test");
+  }
+}
+
+ncclResult_t closeSend(void* sendComm) noexcept {
+  return guard("closeSend", [&] { closeComm(sendComm, CommKind::Send, "closeSend"); });
+}
+
+ncclResult_t closeRecv(void* recvComm) noexcept {
+  return guard("closeRecv", [&] { closeComm(recvComm, CommKind::Recv, "closeRecv"); });
+}
+
+ncclResult_t closeListen(void* listenComm) noexcept {
+  return guard("closeListen", [&] { closeComm(listenComm, CommKind::Listen, "closeListen"); });
+}
+
+ncclResult_t getDeviceMr(void* comm, void* mhandle, void** dptr_mhandle) noexcept {
+  return guard("getDeviceMr", [&] {
+    (void)dataCommOf(comm, "getDeviceMr");
+    (void)mhandle;
+    *need(dptr_mhandle, "dptr_mhandle") = nullptr;  // host device type: nothing on the GPU
+  });
+}
+
+ncclResult_t irecvConsumed(void* recvComm, int, void*) noexcept {
+  // Buffers are never written after test() reported them, so there is nothing to release.
+  return guard("irecvConsumed", [&] { (void)commOf(recvComm, CommKind::Recv, "irecvConsumed"); });
+}
+
+ncclResult_t finalize(void* ctx) noexcept {
+  return guard("finalize", [&] {
+    PluginState& st = PluginState::get();
+    if (ctx && ctx != st.defaultContext()) st.dropContext(static_cast<NetContext*>(ctx));
+  });
+}
+
+ncclResult_t setNetAttr(void* ctx, nccl::ncclNetAttr_v11_t* attr) noexcept {
+  // Hints (flows, op, algo, proto) do not change the target's timing: accepted and ignored.
+  return guard("setNetAttr", [&] {
+    (void)PluginState::get().checkContext(ctx);
+    (void)attr;
+  });
+}
+
+}  // namespace crystal::plugin::net

@@ -1,0 +1,59 @@
+#include "params.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include <fmt/core.h>
+
+#include "crystal/base/error.h"
+
+namespace crystal::plugin {
+namespace {
+
+constexpr Param kParams[] = {
+    {"CRYSTAL_CONFIG", "",
+     "Path of the emulation config (YAML). Unset: built-in target of 8 NICs of 400 Gb/s."},
+    {"CRYSTAL_TUNER", "1",
+     "0 turns the tuner off (NCCL keeps its own choices); so does emulation.tuner: false."},
+    {"CRYSTAL_MAX_RECVS", "8", "maxRecvs reported to NCCL (grouped receives per irecv), 1..8."},
+    {"CRYSTAL_SOCKET_ADDR", "127.0.0.1",
+     "IPv4 address the data listeners bind to and advertise in handles."},
+    {"CRYSTAL_SHARED_CLOCK", "1",
+     "1: real ranks share CLOCK_MONOTONIC (one machine), so a receiver honours the sender's "
+     "modelled delivery time; 0: each side times its own post."},
+    {"CRYSTAL_EMULATION_ID", "0", "Emulation id written into handles (set by crystal emulate)."},
+};
+
+const Param& find(std::string_view name) {
+  for (const auto& p : kParams)
+    if (name == p.name) return p;
+  throw InputError(fmt::format("crystal plugin: unknown parameter {}", name));
+}
+
+}  // namespace
+
+std::span<const Param> allParams() noexcept { return kParams; }
+
+std::string paramString(std::string_view name) {
+  const Param& p = find(name);
+  const char* v = std::getenv(p.name);
+  return v ? std::string(v) : std::string(p.default_value);
+}
+
+std::int64_t paramInt(std::string_view name) {
+  const std::string v = paramString(name);
+  std::int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc{} || ptr != v.data() + v.size())
+    throw InputError(fmt::format("environment {}='{}': not an integer", name, v));
+  return out;
+}
+
+bool paramBool(std::string_view name) {
+  const std::int64_t v = paramInt(name);
+  if (v != 0 && v != 1)
+    throw InputError(fmt::format("environment {}={}: must be 0 or 1", name, v));
+  return v == 1;
+}
+
+}  // namespace crystal::plugin

@@ -1,0 +1,133 @@
+#include "real_comm.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "errors.h"
+
+namespace crystal::plugin {
+
+void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
+  r.n = 1;
+  r.data[0] = data;
+  r.sizes[0] = size;
+  r.tags[0] = tag;
+  r.posted = now;
+  r.bytes = size;
+  r.due = port_->reserve(now, link_.occupancy(size)) + link_.latency_ns;
+  queue_.push_back(slotOf(r));
+  progress();
+}
+
+void RealSendComm::progress() {
+  while (!queue_.empty()) {
+    Request& r = *slot(queue_.front());
+    if (hdr_done_ == 0 && body_done_ == 0) {
+      hdr_ = FrameHeader{};
+      hdr_.tag = r.tags[0];
+      hdr_.size = r.sizes[0];
+      hdr_.due_ns = r.due;
+    }
+    while (hdr_done_ < sizeof hdr_) {
+      const std::size_t n = sendSome(fd_.get(), reinterpret_cast<const char*>(&hdr_) + hdr_done_,
+                                     sizeof hdr_ - hdr_done_);
+      if (n == 0) return;
+      hdr_done_ += n;
+    }
+    while (body_done_ < r.sizes[0]) {
+      const std::size_t n = sendSome(fd_.get(), static_cast<const char*>(r.data[0]) + body_done_,
+                                     r.sizes[0] - body_done_);
+      if (n == 0) return;
+      body_done_ += n;
+    }
+    r.filled[0] = true;
+    hdr_done_ = body_done_ = 0;
+    queue_.pop_front();
+  }
+}
+
+bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
+  if (!r.filled[0]) progress();
+  if (!r.filled[0] || now < r.due) return false;
+  if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
+  return true;
+}
+
+void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
+                         const int* tags, live::TimeNs now) {
+  r.n = n;
+  for (int i = 0; i < n; ++i) {
+    r.data[i] = data[i];
+    r.sizes[i] = sizes[i];
+    r.tags[i] = tags ? tags[i] : 0;
+    r.bytes += sizes[i];
+  }
+  r.posted = now;
+  r.due = 0;
+  posted_.push_back(slotOf(r));
+  progress(now);
+}
+
+void RealRecvComm::progress(live::TimeNs now) {
+  for (;;) {
+    while (hdr_done_ < sizeof hdr_) {
+      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_,
+                                     sizeof hdr_ - hdr_done_);
+      if (n == 0) return;
+      hdr_done_ += n;
+    }
+    if (hdr_.magic != FrameHeader{}.magic)
+      throw PluginError(Errc::Remote, "real peer sent a corrupt frame header");
+    if (target_slot_ < 0) {
+      // Oldest posted entry with this tag that is still empty.
+      for (int s : posted_) {
+        Request& r = *slot(s);
+        for (int i = 0; i < r.n && target_slot_ < 0; ++i)
+          if (!r.filled[i] && r.tags[i] == hdr_.tag) { target_slot_ = s; target_entry_ = i; }
+        if (target_slot_ >= 0) break;
+      }
+      if (target_slot_ < 0) return;  // wait for NCCL to post a matching receive
+      const Request& r = *slot(target_slot_);
+      if (hdr_.size > r.sizes[target_entry_])
+        throw PluginError(Errc::Remote,
+                          fmt::format("real peer sent {} bytes with tag {} into a {}-byte receive",
+                                      hdr_.size, hdr_.tag, r.sizes[target_entry_]));
+    }
+    Request& r = *slot(target_slot_);
+    char* dst = static_cast<char*>(r.data[target_entry_]);
+    while (body_done_ < hdr_.size) {
+      const std::size_t n = recvSome(fd_.get(), dst + body_done_, hdr_.size - body_done_);
+      if (n == 0) return;
+      body_done_ += n;
+    }
+    r.filled[target_entry_] = true;
+    r.got[target_entry_] = hdr_.size;
+    // Released no earlier than the target would have delivered it.
+    const live::TimeNs due = shared_clock_ ? hdr_.due_ns
+                                           : r.posted + link_.occupancy(hdr_.size) + link_.latency_ns;
+    r.due = std::max({r.due, due, now});
+    hdr_done_ = body_done_ = 0;
+    target_slot_ = target_entry_ = -1;
+  }
+}
+
+bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
+  const bool all = [&] {
+    for (int i = 0; i < r.n; ++i)
+      if (!r.filled[i]) return false;
+    return true;
+  }();
+  if (!all) {
+    progress(now);
+    for (int i = 0; i < r.n; ++i)
+      if (!r.filled[i]) return false;
+  }
+  if (now < r.due) return false;
+  if (sizes)
+    for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.got[i]);
+  posted_.erase(std::find(posted_.begin(), posted_.end(), slotOf(r)));
+  return true;
+}
+
+}  // namespace crystal::plugin

@@ -1,0 +1,108 @@
+#include "tuner.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <fmt/core.h>
+
+#include "crystal/base/log.h"
+#include "errors.h"
+#include "nccl_log.h"
+#include "state.h"
+
+namespace crystal::plugin {
+
+model::CommShape targetShape(const ClusterConfig& cluster, std::size_t nRanks,
+                             std::size_t nNodes) {
+  model::CommShape s;
+  s.nranks = static_cast<int>(std::max<std::size_t>(1, nRanks));
+  const std::size_t nodes = std::max<std::size_t>(1, nNodes);
+  if (nodes == nRanks && nRanks > 1) {
+    s.ranks_per_node = std::min(std::max(1, cluster.gpus_per_node), s.nranks);
+  } else {
+    s.ranks_per_node = static_cast<int>(std::max<std::size_t>(1, nRanks / nodes));
+  }
+  s.nnodes = (s.nranks + s.ranks_per_node - 1) / s.ranks_per_node;
+  return s;
+}
+
+bool applyTargetCosts(const live::TargetModel& m, nccl::ncclFunc_t f, std::size_t bytes,
+                      const model::CommShape& shape, float* table, int numAlgo, int numProto,
+                      int* nChannels) {
+  if (f < nccl::ncclFuncBroadcast || f > nccl::ncclFuncAllReduce) return false;
+  const auto func = static_cast<model::Func>(f);
+  const model::CostTable cost = m.costTable(func, bytes, shape);
+  const int na = std::min(numAlgo, model::kNumAlgos);
+  const int np = std::min(numProto, model::kNumProtos);
+  int usable = 0;
+  for (int a = 0; a < na; ++a)
+    for (int p = 0; p < np; ++p)
+      if (table[a * numProto + p] != nccl::kAlgoProtoIgnore && cost[a][p] >= 0) ++usable;
+  if (usable == 0) return false;
+  float best = -1;
+  int best_a = -1, best_p = -1;
+  for (int a = 0; a < numAlgo; ++a)
+    for (int p = 0; p < numProto; ++p) {
+      float& e = table[a * numProto + p];
+      if (e == nccl::kAlgoProtoIgnore) continue;
+      e = (a < na && p < np && cost[a][p] >= 0) ? cost[a][p] : nccl::kAlgoProtoIgnore;
+      if (e >= 0 && (best < 0 || e < best)) { best = e; best_a = a; best_p = p; }
+    }
+  const model::Choice c = m.choose(func, bytes, shape);
+  if (nChannels && static_cast<int>(c.algo) == best_a && static_cast<int>(c.proto) == best_p)
+    *nChannels = c.channels;
+  return true;
+}
+
+namespace tuner {
+namespace {
+struct TunerContext {
+  std::uint64_t comm_id = 0;
+  model::CommShape shape;
+  bool enabled = true;
+};
+}  // namespace
+
+ncclResult_t init(void** ctx, std::uint64_t commId, std::size_t nRanks, std::size_t nNodes,
+                  nccl::ncclDebugLogger_t logger, nccl::ncclNvlDomainInfo_v5_t*,
+                  nccl::ncclTunerConstants_v5_t*) noexcept {
+  installNcclLogger(logger);
+  LogSubsystem sub(nccl::kSubsysTuning);
+  return guard("tuner init", [&] {
+    if (!ctx) throw PluginError(Errc::BadArgument, "tuner init: ctx is null");
+    PluginState& st = PluginState::get();
+    st.ensureInit();
+    auto t = std::make_unique<TunerContext>();
+    t->comm_id = commId;
+    t->shape = targetShape(st.config().cluster, nRanks, nNodes);
+    t->enabled = st.tunerEnabled();
+    CRYSTAL_INFO("tuner {} for comm {:#x}: NCCL sees {} ranks on {} nodes -> target {} ranks, "
+                 "{} nodes x {} ({})",
+                 t->enabled ? "on" : "off (CRYSTAL_TUNER=0 or emulation.tuner: false)", commId,
+                 nRanks, nNodes, t->shape.nranks, t->shape.nnodes, t->shape.ranks_per_node,
+                 st.model().name());
+    *ctx = t.release();
+  });
+}
+
+ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
+                         float** collCostTable, int numAlgo, int numProto, int,
+                         int* nChannels) noexcept {
+  LogSubsystem sub(nccl::kSubsysTuning);
+  return guard("tuner getCollInfo", [&] {
+    auto* t = static_cast<TunerContext*>(ctx);
+    if (!t || !collCostTable) throw PluginError(Errc::BadArgument, "getCollInfo: null argument");
+    if (!t->enabled) return;
+    // NCCL passes its float[numAlgo][numProto] table cast to float**.
+    auto* table = reinterpret_cast<float*>(collCostTable);
+    (void)applyTargetCosts(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo,
+                           numProto, nChannels);
+  });
+}
+
+ncclResult_t finalize(void* ctx) noexcept {
+  return guard("tuner finalize", [&] { delete static_cast<TunerContext*>(ctx); });
+}
+
+}  // namespace tuner
+}  // namespace crystal::plugin

@@ -1,0 +1,130 @@
+// Closed-form target model used when replay/model's NcclModel is not linked: NCCL's ring
+// (and tree for all-reduce) over the fabric of a ClusterConfig. Deliberately simple; the
+// NcclModel replaces it wherever it exists.
+#include <algorithm>
+#include <cmath>
+
+#include "crystal/live/target_model.h"
+
+namespace crystal::live {
+namespace {
+
+using model::Algo;
+using model::Choice;
+using model::CommShape;
+using model::CostTable;
+using model::Func;
+using model::Proto;
+using model::StepTiming;
+
+// Payload fraction of the wire bytes (LL: 8 of 16 bytes, LL128: 120 of 128) and the extra
+// per-step latency of each protocol (flag polling vs proxy round trip), in us.
+constexpr double kProtoEfficiency[3] = {0.5, 120.0 / 128.0, 1.0};
+constexpr double kProtoStepUs[3] = {0.6, 1.1, 3.0};
+constexpr double kPerChannelGBps[3] = {4.0, 16.0, 22.0};  // what one channel can move
+constexpr double kLaunchUs = 6.0;
+
+class ClusterTargetModel final : public TargetModel {
+ public:
+  explicit ClusterTargetModel(const Config& cfg)
+      : cluster_(cfg.cluster), max_channels_(cfg.model.max_channels.value_or(32)) {}
+
+  StepTiming netStep(Proto p, int channels) const override {
+    const auto& f = cluster_.fabric;
+    StepTiming t;
+    t.latency_us = f.nic.latency_us + f.switch_latency_us * (2 * f.levels - 1);
+    t.bandwidth_GBps = f.nic.bandwidth_GBps * kProtoEfficiency[static_cast<int>(p)] /
+                       std::max(1, channels);
+    return t;
+  }
+
+  CostTable costTable(Func f, std::uint64_t bytes, const CommShape& shape) const override {
+    const int ch = chooseChannels(f, bytes, shape, bestAlgoProto(f, bytes, shape));
+    CostTable t{};
+    for (int a = 0; a < model::kNumAlgos; ++a)
+      for (int p = 0; p < model::kNumProtos; ++p)
+        t[a][p] = static_cast<float>(time(f, bytes, shape, static_cast<Algo>(a),
+                                          static_cast<Proto>(p), ch));
+    return t;
+  }
+
+  Choice choose(Func f, std::uint64_t bytes, const CommShape& shape) const override {
+    auto [a, p] = bestAlgoProto(f, bytes, shape);
+    Choice c;
+    c.algo = a;
+    c.proto = p;
+    c.channels = chooseChannels(f, bytes, shape, {a, p});
+    c.time_us = time(f, bytes, shape, a, p, c.channels);
+    return c;
+  }
+
+  const char* name() const override { return "cluster closed form (NcclModel not linked)"; }
+
+ private:
+  // Time of one call; negative where NCCL would not use (algo, proto) for it.
+  double time(Func f, std::uint64_t bytes, const CommShape& s, Algo a, Proto p, int ch) const {
+    const int n = std::max(1, s.nranks);
+    if (n == 1) return kLaunchUs;
+    const int pi = static_cast<int>(p);
+    const bool inter = s.nnodes > 1;
+    const double link_GBps =
+        inter ? std::min(cluster_.fabric.nic.bandwidth_GBps, cluster_.nvlink.bandwidth_GBps)
+              : cluster_.nvlink.bandwidth_GBps;
+    const double bw = std::min(link_GBps, ch * kPerChannelGBps[pi]) * kProtoEfficiency[pi];
+    const double step_lat = (inter ? netStep(p, ch).latency_us : cluster_.nvlink.latency_us) +
+                            kProtoStepUs[pi];
+    const double b = static_cast<double>(bytes);
+    if (a == Algo::Ring) {
+      double steps = n - 1;
+      double wire = b * (n - 1) / n;  // bytes each rank sends
+      if (f == Func::AllReduce) { steps *= 2; wire *= 2; }
+      else if (f == Func::Broadcast || f == Func::Reduce) wire = b;
+      else if (f != Func::AllGather && f != Func::ReduceScatter) return -1;
+      return kLaunchUs + steps * step_lat + wire / (bw * 1e3);
+    }
+    if (a == Algo::Tree && f == Func::AllReduce) {
+      const double depth = std::ceil(std::log2(std::max(2, s.nnodes))) + s.ranks_per_node - 1;
+      return kLaunchUs + 2 * depth * step_lat + 2 * b / (bw * 1e3);
+    }
+    return -1;
+  }
+
+  std::pair<Algo, Proto> bestAlgoProto(Func f, std::uint64_t bytes, const CommShape& s) const {
+    std::pair<Algo, Proto> best{Algo::Ring, Proto::Simple};
+    double best_t = -1;
+    for (Algo a : {Algo::Ring, Algo::Tree})
+      for (Proto p : {Proto::LL, Proto::LL128, Proto::Simple}) {
+        const double t = time(f, bytes, s, a, p, max_channels_);
+        if (t >= 0 && (best_t < 0 || t < best_t)) { best_t = t; best = {a, p}; }
+      }
+    return best;
+  }
+
+  // Fewest channels (powers of two) within 5 % of the time with all channels.
+  int chooseChannels(Func f, std::uint64_t bytes, const CommShape& s,
+                     std::pair<Algo, Proto> ap) const {
+    const double t_max = time(f, bytes, s, ap.first, ap.second, max_channels_);
+    for (int c = 1; c < max_channels_; c *= 2)
+      if (time(f, bytes, s, ap.first, ap.second, c) <= 1.05 * t_max) return c;
+    return max_channels_;
+  }
+
+  ClusterConfig cluster_;
+  int max_channels_;
+};
+
+}  // namespace
+
+std::unique_ptr<TargetModel> makeClusterTargetModel(const Config& cfg) {
+  return std::make_unique<ClusterTargetModel>(cfg);
+}
+
+LinkParams linkParams(const TargetModel& m) {
+  const auto st = m.netStep(model::Proto::Simple, 1);
+  LinkParams lp;
+  lp.latency_ns = static_cast<TimeNs>(st.latency_us * 1e3 + 0.5);
+  lp.ns_per_byte = st.bandwidth_GBps > 0 ? 1.0 / st.bandwidth_GBps : 0.0;  // GB/s = bytes/ns
+  return lp;
+}
+
+}  // namespace crystal::live

@@ -1,0 +1,91 @@
+// Tuner mapping: NCCL's (nRanks, nNodes) onto the target, cost table written from the
+// target model, the switch that turns it off.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "crystal/live/target_model.h"
+#include "state.h"
+#include "tuner.h"
+
+namespace crystal::plugin {
+namespace {
+
+TEST(PluginTuner, FlatEmulationMapsOntoTargetNodes) {
+  ClusterConfig c;
+  c.gpus_per_node = 8;
+  auto s = targetShape(c, 8192, 8192);  // each real/virtual rank its own NCCL "node"
+  EXPECT_EQ(s.nranks, 8192);
+  EXPECT_EQ(s.ranks_per_node, 8);
+  EXPECT_EQ(s.nnodes, 1024);
+  s = targetShape(c, 16, 2);  // NCCL's grouping is real (8-GPU real nodes)
+  EXPECT_EQ(s.ranks_per_node, 8);
+  EXPECT_EQ(s.nnodes, 2);
+  s = targetShape(c, 4, 4);  // smaller than a node
+  EXPECT_EQ(s.ranks_per_node, 4);
+  EXPECT_EQ(s.nnodes, 1);
+}
+
+TEST(PluginTuner, CostTableComesFromTheModel) {
+  Config cfg;
+  auto m = live::makeClusterTargetModel(cfg);
+  const model::CommShape s{64, 8, 8};
+  const auto cost = m->costTable(model::Func::AllReduce, 1 << 26, s);
+  float table[7][3];
+  for (auto& r : table)
+    for (float& e : r) e = 5.0f;
+  table[2][1] = -1.0f;  // NCCL: CollNet unusable
+  int ch = 0;
+  ASSERT_TRUE(applyTargetCosts(*m, nccl::ncclFuncAllReduce, 1 << 26, s, &table[0][0], 7, 3, &ch));
+  for (int a = 0; a < 7; ++a)
+    for (int p = 0; p < 3; ++p) {
+      if (a == 2 && p == 1) {
+        EXPECT_EQ(table[a][p], -1.0f);
+      } else if (cost[a][p] >= 0) {
+        EXPECT_FLOAT_EQ(table[a][p], cost[a][p]);
+      } else {
+        EXPECT_EQ(table[a][p], -1.0f);
+      }
+    }
+  const auto choice = m->choose(model::Func::AllReduce, 1 << 26, s);
+  EXPECT_EQ(ch, choice.channels);
+  // Not a collective the model covers: table untouched.
+  float t2[7][3] = {};
+  EXPECT_FALSE(applyTargetCosts(*m, nccl::ncclFuncSendRecv, 100, s, &t2[0][0], 7, 3, &ch));
+  EXPECT_EQ(t2[1][2], 0.0f);
+}
+
+TEST(PluginTuner, LargeMessagesPickSimpleSmallPickLL) {
+  Config cfg;
+  auto m = live::makeClusterTargetModel(cfg);
+  const model::CommShape s{64, 8, 8};
+  EXPECT_EQ(m->choose(model::Func::AllReduce, 1ull << 30, s).proto, model::Proto::Simple);
+  EXPECT_EQ(m->choose(model::Func::AllReduce, 1024, s).proto, model::Proto::LL);
+}
+
+TEST(PluginTuner, SwitchTurnsItOff) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.emulation.tuner = false;
+  PluginState::get().configure(cfg);
+  EXPECT_FALSE(PluginState::get().tunerEnabled());
+  void* ctx = nullptr;
+  ASSERT_EQ(tuner::init(&ctx, 1, 16, 16, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  float table[7][3] = {};
+  int ch = 0;
+  ASSERT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllReduce, 1 << 20, 1,
+                               reinterpret_cast<float**>(table), 7, 3, 0, &ch),
+            nccl::ncclSuccess);
+  EXPECT_EQ(table[1][2], 0.0f);
+  EXPECT_EQ(ch, 0);
+  EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+  cfg.emulation.tuner = true;
+  setenv("CRYSTAL_TUNER", "0", 1);
+  PluginState::get().configure(cfg);
+  EXPECT_FALSE(PluginState::get().tunerEnabled());
+  unsetenv("CRYSTAL_TUNER");
+  PluginState::get().configure(cfg);
+  EXPECT_TRUE(PluginState::get().tunerEnabled());
+}
+
+}  // namespace
+}  // namespace crystal::plugin
