@@ -1,0 +1,237 @@
+// hybrid_nccl: a small NCCL program run as the real rank(s) of an emulated communicator
+// (tests/gpu/hybrid/run_device.sh). MPI-free:
+//   RANK          this process's rank in the communicator
+//   NRANKS        communicator size (default 64)
+//   ID_ROOT=1     this process calls ncclGetUniqueId (interposed: the host mints it) and
+//                 writes the id to ID_FILE; the others wait for the file
+//   ID_FILE       default /tmp/hybrid_nccl.id
+//   REAL_PEER     rank of another real process: send/recv with it carries a verified pattern
+// Options: --ops a,b,..  (allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall)
+//          --min BYTES --max BYTES --step F (size multiplier) --iters N --split G (also
+//          run on ncclCommSplit(color = rank / G) alternately with the world)
+// Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CUDA_OK(x)                                                                    \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "hybrid_nccl: %s: %s\n", #x, cudaGetErrorString(e_));      \
+      std::exit(3);                                                                   \
+    }                                                                                 \
+  } while (0)
+#define NCCL_OK(x)                                                                    \
+  do {                                                                                \
+    ncclResult_t r_ = (x);                                                            \
+    if (r_ != ncclSuccess) {                                                          \
+      std::fprintf(stderr, "hybrid_nccl: %s: %s (%d)\n", #x, ncclGetErrorString(r_),  \
+                   static_cast<int>(r_));                                             \
+      std::exit(4);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace {
+
+int envInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+ncclUniqueId shareId(int rank, const std::string& file) {
+  ncclUniqueId id{};
+  if (envInt("ID_ROOT", rank == 0 ? 1 : 0) == 1) {
+    NCCL_OK(ncclGetUniqueId(&id));
+    const std::string tmp = file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    std::fwrite(&id, sizeof id, 1, f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), file.c_str());  // atomic: readers never see half an id
+    return id;
+  }
+  for (int i = 0; i < 6000; ++i) {
+    if (FILE* f = std::fopen(file.c_str(), "rb")) {
+      const size_t n = std::fread(&id, sizeof id, 1, f);
+      std::fclose(f);
+      if (n == 1) return id;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr, "hybrid_nccl: rank %d: no id in %s after 60 s\n", rank, file.c_str());
+  std::exit(5);
+}
+
+struct Buffers {
+  void* send = nullptr;
+  void* recv = nullptr;
+  size_t bytes = 0;
+};
+
+// One collective of `bytes` (the larger of send/recv) on `comm`.
+void runOp(const std::string& op, ncclComm_t comm, int rank, int n, const Buffers& b,
+           size_t bytes, int peer, cudaStream_t s) {
+  const size_t floats = bytes / sizeof(float);
+  if (op == "allreduce") {
+    NCCL_OK(ncclAllReduce(b.send, b.recv, floats, ncclFloat, ncclSum, comm, s));
+  } else if (op == "allgather") {
+    NCCL_OK(ncclAllGather(b.send, b.recv, floats / n, ncclFloat, comm, s));
+  } else if (op == "reducescatter") {
+    NCCL_OK(ncclReduceScatter(b.send, b.recv, floats / n, ncclFloat, ncclSum, comm, s));
+  } else if (op == "broadcast") {
+    NCCL_OK(ncclBroadcast(b.send, b.recv, floats, ncclFloat, 0, comm, s));
+  } else if (op == "sendrecv") {
+    // Ring exchange with `peer`: send to it, receive from the rank that sends to us.
+    const int from = (2 * rank - peer + n) % n;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(b.send, floats, ncclFloat, peer, comm, s));
+    NCCL_OK(ncclRecv(b.recv, floats, ncclFloat, from, comm, s));
+    NCCL_OK(ncclGroupEnd());
+  } else if (op == "alltoall") {
+    const size_t per = floats / n;
+    NCCL_OK(ncclGroupStart());
+    for (int p = 0; p < n; ++p) {
+      NCCL_OK(ncclSend(static_cast<float*>(b.send) + p * per, per, ncclFloat, p, comm, s));
+      NCCL_OK(ncclRecv(static_cast<float*>(b.recv) + p * per, per, ncclFloat, p, comm, s));
+    }
+    NCCL_OK(ncclGroupEnd());
+  } else {
+    std::fprintf(stderr, "hybrid_nccl: unknown op '%s'\n", op.c_str());
+    std::exit(2);
+  }
+}
+
+// Real<->real bytes: send a rank-stamped pattern to the other real process and check what
+// comes back from it.
+bool verifyRealPeer(ncclComm_t comm, int rank, int peer, cudaStream_t s) {
+  const size_t count = 1 << 20;
+  std::vector<float> out(count), in(count);
+  for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(rank * 1000003 + i % 4093);
+  float *dsend = nullptr, *drecv = nullptr;
+  CUDA_OK(cudaMalloc(&dsend, count * sizeof(float)));
+  CUDA_OK(cudaMalloc(&drecv, count * sizeof(float)));
+  CUDA_OK(cudaMemcpy(dsend, out.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(dsend, count, ncclFloat, peer, comm, s));
+  NCCL_OK(ncclRecv(drecv, count, ncclFloat, peer, comm, s));
+  NCCL_OK(ncclGroupEnd());
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(in.data(), drecv, count * sizeof(float), cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i)
+    if (in[i] != static_cast<float>(peer * 1000003 + i % 4093)) ++bad;
+  std::printf("verify rank %d <-> real rank %d: %zu of %zu floats wrong\n", rank, peer, bad, count);
+  CUDA_OK(cudaFree(dsend));
+  CUDA_OK(cudaFree(drecv));
+  return bad == 0;
+}
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t c = s.find(',', pos);
+    out.push_back(s.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
+  size_t min_b = 1024, max_b = size_t{1} << 30;
+  double step = 4;
+  int iters = 20, split = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--ops") ops = v;
+    else if (a == "--min") min_b = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--max") max_b = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--step") step = std::atof(v.c_str());
+    else if (a == "--iters") iters = std::atoi(v.c_str());
+    else if (a == "--split") split = std::atoi(v.c_str());
+    else { std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str()); return 2; }
+  }
+  const int rank = envInt("RANK", 0), n = envInt("NRANKS", 64);
+  const int real_peer = envInt("REAL_PEER", -1);
+  const char* idf = std::getenv("ID_FILE");
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  std::printf("hybrid_nccl: rank %d of %d, NCCL %d, NCCL_HOSTID=%s\n", rank, n, version,
+              std::getenv("NCCL_HOSTID") ? std::getenv("NCCL_HOSTID") : "(unset)");
+  CUDA_OK(cudaSetDevice(0));
+  const ncclUniqueId id = shareId(rank, idf ? idf : "/tmp/hybrid_nccl.id");
+
+  double t0 = now();
+  ncclComm_t world = nullptr;
+  NCCL_OK(ncclCommInitRank(&world, n, id, rank));
+  std::printf("init world: %.3f s\n", now() - t0);
+  std::fflush(stdout);
+  std::vector<std::pair<std::string, ncclComm_t>> comms{{"world", world}};
+  if (split > 0) {
+    t0 = now();
+    ncclComm_t sub = nullptr;
+    NCCL_OK(ncclCommSplit(world, rank / split, rank, &sub, nullptr));
+    std::printf("init split(color=rank/%d): %.3f s\n", split, now() - t0);
+    comms.push_back({"split", sub});
+  }
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  Buffers b;
+  b.bytes = max_b;
+  CUDA_OK(cudaMalloc(&b.send, max_b));
+  CUDA_OK(cudaMalloc(&b.recv, max_b));
+  CUDA_OK(cudaMemset(b.send, 0, max_b));
+  bool ok = true;
+  if (real_peer >= 0) ok = verifyRealPeer(world, rank, real_peer, s);
+
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::printf("%-6s %-14s %12s %12s %10s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps");
+  for (const std::string& op : splitList(ops)) {
+    for (double sz = static_cast<double>(min_b); sz <= static_cast<double>(max_b) * 1.0001;
+         sz *= step) {
+      // Alternate the communicators at every size: both stay in use.
+      for (const auto& [name, comm] : comms) {
+        int cn = 0, cr = 0;
+        NCCL_OK(ncclCommCount(comm, &cn));
+        NCCL_OK(ncclCommUserRank(comm, &cr));
+        const size_t bytes = static_cast<size_t>(sz) / (sizeof(float) * cn) * sizeof(float) * cn;
+        if (bytes == 0) continue;
+        const int peer = real_peer >= 0 && name == "world" ? real_peer : (cr + 1) % cn;
+        for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, s);
+        CUDA_OK(cudaEventRecord(e0, s));
+        for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, s);
+        CUDA_OK(cudaEventRecord(e1, s));
+        CUDA_OK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = 1000.0 * ms / iters;
+        std::printf("%-6s %-14s %12zu %12.1f %10.2f\n", name.c_str(), op.c_str(), bytes, us,
+                    bytes / us / 1000.0);
+        std::fflush(stdout);
+      }
+    }
+  }
+  for (auto& [name, comm] : comms) NCCL_OK(ncclCommDestroy(comm));
+  std::printf("hybrid_nccl: rank %d done (%s)\n", rank, ok ? "ok" : "VERIFY FAILED");
+  return ok ? 0 : 1;
+}
