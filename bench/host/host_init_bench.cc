@@ -1,0 +1,57 @@
+// Issue 5 target: the host serves an 8192-rank communicator's creation (check-in, ring, the
+// three init all-gathers) for one real rank in < 15 s (stretch) / < 60 s (must). Counters:
+//   init_s       check-in to end of allGatherInfo, as the real rank sees it
+//   allgather_s  the three all-gathers alone
+//   split_s      8-byte split all-gather + child ring + child's three all-gathers (2 colors)
+//   target_s     15
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "crystal/host/bootstrap_host.h"
+#include "fake_rank.h"
+
+namespace crystal::host {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+void BM_CommInit(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int real = static_cast<int>(state.range(1));
+  HostOptions o;
+  BootstrapHost host(o);
+  host.setSplitResolver([](std::uint64_t, int, int r) { return SplitChoice{r % 2, r}; });
+  host.start();
+  double init_s = 0, ag_s = 0, split_s = 0;
+  for (auto _ : state) {
+    const UniqueId id = host.mintUniqueId();
+    (void)host.declareComm(id, {n, {real}, kSupportedNcclVersion, "bench"});
+    const auto t0 = std::chrono::steady_clock::now();
+    test::FakeRank f(id, real, n);
+    f.init();
+    const auto t1 = std::chrono::steady_clock::now();
+    f.initAllGathers();
+    const auto t2 = std::chrono::steady_clock::now();
+    auto child = f.split(real % 2, real);
+    child->initAllGathers();
+    const auto t3 = std::chrono::steady_clock::now();
+    child->close();
+    f.close();
+    init_s = Seconds(t2 - t0).count();
+    ag_s = Seconds(t2 - t1).count();
+    split_s = Seconds(t3 - t2).count();
+    state.SetIterationTime(init_s);
+  }
+  state.counters["init_s"] = init_s;
+  state.counters["allgather_s"] = ag_s;
+  state.counters["split_s"] = split_s;
+  state.counters["target_s"] = 15;
+}
+BENCHMARK(BM_CommInit)->Args({1024, 0})->Args({8192, 0})->Args({8192, 4097})
+    ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace crystal::host
+
+BENCHMARK_MAIN();
