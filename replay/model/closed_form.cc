@@ -23,8 +23,8 @@ double ringPathCost(const RingRun& r, long j) {
   for (long cn : counts) {
     const long cv = k - cn;
     const double t_max = std::max(cn > 0 ? r.net.tx(ts) : 0.0, cv > 0 ? r.nvl.tx(ts) : 0.0);
-    best = std::max(best, static_cast<double>(cn) * wn + static_cast<double>(cv) * wv +
-                              tail * t_max);
+    best =
+        std::max(best, static_cast<double>(cn) * wn + static_cast<double>(cv) * wv + tail * t_max);
   }
   return best;
 }

@@ -32,8 +32,7 @@ namespace crystal::model {
 // Textbook alpha-beta forms (no pipelining), for documentation and sanity tests:
 // ring all-reduce 2(n-1)(a + b*m/n), all-gather / reduce-scatter (n-1)(a + b*m/n),
 // tree all-reduce 2*depth*a + 2*b*m (m = bytes, b = us per byte of the bottleneck link).
-[[nodiscard]] double textbookRing(Func f, int n, double bytes, double alpha_us,
-                                  double us_per_byte);
+[[nodiscard]] double textbookRing(Func f, int n, double bytes, double alpha_us, double us_per_byte);
 [[nodiscard]] double textbookTree(int depth, double bytes, double alpha_us, double us_per_byte);
 
 }  // namespace crystal::model

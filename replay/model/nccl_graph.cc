@@ -43,10 +43,10 @@ void dupChannels(NcclGraph& g, int compcap) {
 
 CommGraphs searchGraphs(const Placement& place, const GraphOptions& opt) {
   const bool sm90 = opt.compcap >= 90;
-  const std::span<const double> intra =
-      sm90 ? std::span<const double>(nccl::kSm90SpeedIntra) : std::span<const double>(nccl::kSpeedIntra);
-  const std::span<const double> inter =
-      sm90 ? std::span<const double>(nccl::kSm90SpeedInter) : std::span<const double>(nccl::kSpeedInter);
+  const std::span<const double> intra = sm90 ? std::span<const double>(nccl::kSm90SpeedIntra)
+                                             : std::span<const double>(nccl::kSpeedIntra);
+  const std::span<const double> inter = sm90 ? std::span<const double>(nccl::kSm90SpeedInter)
+                                             : std::span<const double>(nccl::kSpeedInter);
   CommGraphs out;
   NcclGraph ring;
   ring.pattern = kPatternRing;
@@ -55,8 +55,8 @@ CommGraphs searchGraphs(const Placement& place, const GraphOptions& opt) {
     // One node: rings over NVLink only; every channel crosses each GPU's NVLink once.
     const double s = speedAtMost(intra, place.nvlink_GBps);
     ring.bwIntra = ring.bwInter = s;
-    ring.nChannels = std::clamp(static_cast<int>(place.nvlink_GBps / s + 1e-9), 1,
-                                nccl::kMaxChannels / 2);
+    ring.nChannels =
+        std::clamp(static_cast<int>(place.nvlink_GBps / s + 1e-9), 1, nccl::kMaxChannels / 2);
     ring.typeInter = 0;
   } else {
     // Several nodes: each channel enters and leaves the node through one NIC; a NIC
@@ -73,8 +73,7 @@ CommGraphs searchGraphs(const Placement& place, const GraphOptions& opt) {
   // 1 GPU per node: search.cc turns every non-ring pattern into PATTERN_TREE.
   tree.pattern = place.ppn == 1 ? kPatternTree : kPatternBalancedTree;
   if (place.multiNode()) {
-    const double intra_cap =
-        place.ppn > 1 ? place.nvlink_GBps / ring.nChannels : 2 * ring.bwInter;
+    const double intra_cap = place.ppn > 1 ? place.nvlink_GBps / ring.nChannels : 2 * ring.bwInter;
     tree.bwIntra = treeIntraSpeed(inter, ring.bwInter, intra_cap);
   }
   dupChannels(ring, opt.compcap);

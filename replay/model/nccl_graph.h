@@ -25,15 +25,15 @@ struct NcclGraph {
   int nChannels = 1;
   double bwIntra = 0;  // GB/s per channel
   double bwInter = 0;
-  int typeIntra = 0;   // PATH_* inside a node
-  int typeInter = 0;   // PATH_* GPU <-> NIC
+  int typeIntra = 0;  // PATH_* inside a node
+  int typeInter = 0;  // PATH_* GPU <-> NIC
   int pattern = kPatternRing;
   double latencyInter = 0;  // net plugin's reported latency (IB and Socket report 0)
 };
 
 struct CommGraphs {
   NcclGraph ring;
-  NcclGraph tree;      // also used by PAT (graphs[NCCL_ALGO_PAT] is the tree graph)
+  NcclGraph tree;        // also used by PAT (graphs[NCCL_ALGO_PAT] is the tree graph)
   int commChannels = 1;  // comm->nChannels
 };
 

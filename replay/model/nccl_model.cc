@@ -46,8 +46,8 @@ double baseLatency(Algo a, Proto p, const ModelOptions& opt) {
 
 enum class Method { ClosedForm, Recurrence };
 
-double stepTime(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes,
-                Algo a, Proto p, int channels, Method m) {
+double stepTime(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes, Algo a,
+                Proto p, int channels, Method m) {
   if (v.place.nranks <= 1) return 0.0;
   if (isP2p(f)) return -1.0;
   if (v.tuning.entry(f, a, p).bw_GBps <= 0) return -1.0;
@@ -89,7 +89,9 @@ double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes
 NcclModel::NcclModel(const ClusterConfig& cluster, const ModelConfig& model)
     : cluster_(cluster),
       model_(model),
-      impl_(std::make_shared<const Impl>(Impl{Topology(cluster), readModelOptions(cluster, model)})) {}
+      impl_(
+          std::make_shared<const Impl>(Impl{Topology(cluster), readModelOptions(cluster, model)})) {
+}
 
 Choice NcclModel::choose(Func f, std::uint64_t bytes, const CommShape& shape) const {
   const CommView v = view(impl_->topo, impl_->opt, shape);
@@ -163,8 +165,7 @@ StepTiming NcclModel::netStep(Proto p, int channels, const CommShape& shape) con
   return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
 }
 
-std::string_view NcclModel::whyUnsupported(Func f, const CommShape& shape, Algo a,
-                                           Proto p) const {
+std::string_view NcclModel::whyUnsupported(Func f, const CommShape& shape, Algo a, Proto p) const {
   const CommView v = view(impl_->topo, impl_->opt, shape);
   return v.tuning.entry(f, a, p).reason;
 }
@@ -178,8 +179,8 @@ int NcclModel::commChannels(const CommShape& shape) const {
   return view(impl_->topo, impl_->opt, shape).graphs.commChannels;
 }
 
-std::vector<double> NcclModel::ringFinishTimes(Func f, std::uint64_t bytes,
-                                               const CommShape& shape, Proto p, int channels,
+std::vector<double> NcclModel::ringFinishTimes(Func f, std::uint64_t bytes, const CommShape& shape,
+                                               Proto p, int channels,
                                                std::span<const StartClass> starts) const {
   long total = 0;
   for (const StartClass& s : starts) {

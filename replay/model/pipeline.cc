@@ -44,7 +44,8 @@ double chainRecurrence(const ChainRun& run) {
   // Hops in path order: NVLink chain up, NET levels up, NET levels down, NVLink down. The
   // order does not change the result of a tandem line; we keep the physical one.
   std::vector<Hop> hops;
-  hops.insert(hops.end(), static_cast<std::size_t>(run.nvl_hops / (run.share > 1 ? 2 : 1)), run.nvl);
+  hops.insert(hops.end(), static_cast<std::size_t>(run.nvl_hops / (run.share > 1 ? 2 : 1)),
+              run.nvl);
   hops.insert(hops.end(), static_cast<std::size_t>(run.net_hops), run.net);
   if (run.share > 1) {
     hops.insert(hops.end(), static_cast<std::size_t>(run.nvl_hops - run.nvl_hops / 2), run.nvl);

@@ -51,10 +51,10 @@ HopPair hopTiming(const Placement& pl, Algo a, Proto p, int channels, const Step
   const double cap = channelCap(pl, row, p, channels, opt.compcap);
   const double nvl_over =
       std::max(0.0, nccl::kHwLat[nccl::kNvlink][ai(row)][pi(p)] - kRefNvlLatencyUs);
-  const double net_over = opt.proxy_overhead_us >= 0
-                              ? opt.proxy_overhead_us
-                              : std::max(0.0, nccl::kHwLat[nccl::kNet][ai(row)][pi(p)] -
-                                                  kRefNetLatencyUs);
+  const double net_over =
+      opt.proxy_overhead_us >= 0
+          ? opt.proxy_overhead_us
+          : std::max(0.0, nccl::kHwLat[nccl::kNet][ai(row)][pi(p)] - kRefNetLatencyUs);
   HopPair h;
   // Every channel's ring/tree crosses each GPU's NVLink (NVSwitch) once per step.
   h.nvl = makeHop(pl.nvlink_GBps / channels, cap, pl.nvlink_lat_us + nvl_over, p);
@@ -65,9 +65,9 @@ HopPair hopTiming(const Placement& pl, Algo a, Proto p, int channels, const Step
 
 double ringChunkBytes(Proto p) {
   const double step = static_cast<double>(nccl::kBuffSize[pi(p)]) / nccl::kSteps;
-  if (p == Proto::LL) return step / 2;                   // half of each line is flags
-  if (p == Proto::LL128) return step / 16 * 15;          // 15 of 16 words carry data
-  return step * nccl::kRingChunkSteps;                   // Simple: 4 steps per chunk
+  if (p == Proto::LL) return step / 2;           // half of each line is flags
+  if (p == Proto::LL128) return step / 16 * 15;  // 15 of 16 words carry data
+  return step * nccl::kRingChunkSteps;           // Simple: 4 steps per chunk
 }
 
 // LL and LL128 forward data line by line (flags travel with the data), so a step is
@@ -95,9 +95,8 @@ RingRun ringRun(const Placement& pl, Func f, Proto p, int channels, std::uint64_
   const double loop_bytes = static_cast<double>(n) * ringChunkBytes(p);
   r.loops = std::max<long>(1, static_cast<long>(std::ceil(per_channel / loop_bytes)));
   const double chunk = per_channel / (static_cast<double>(n) * r.loops);
-  r.slices = p == Proto::Simple
-                 ? nccl::kRingChunkSteps / nccl::kRingSliceSteps
-                 : std::max(1, static_cast<int>(std::ceil(chunk / forwardGrain(p))));
+  r.slices = p == Proto::Simple ? nccl::kRingChunkSteps / nccl::kRingSliceSteps
+                                : std::max(1, static_cast<int>(std::ceil(chunk / forwardGrain(p))));
   r.slice_bytes = chunk / r.slices;
   return r;
 }

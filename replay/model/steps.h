@@ -39,13 +39,11 @@ struct RingRun {
   int period = 1;
   bool has_net = false;
   Hop nvl, net;
-  int steps = 1;         // ring steps per loop: 2(n-1) all-reduce, n-1 all-gather/r-scatter
-  long loops = 1;        // loops over the buffer (calcCollChunking nLoops)
-  int slices = 1;        // slices per chunk (Simple: chunkSteps/sliceSteps = 2)
+  int steps = 1;   // ring steps per loop: 2(n-1) all-reduce, n-1 all-gather/r-scatter
+  long loops = 1;  // loops over the buffer (calcCollChunking nLoops)
+  int slices = 1;  // slices per chunk (Simple: chunkSteps/sliceSteps = 2)
   double slice_bytes = 0;
-  [[nodiscard]] const Hop& hopOf(int cls) const {
-    return has_net && cls == period - 1 ? net : nvl;
-  }
+  [[nodiscard]] const Hop& hopOf(int cls) const { return has_net && cls == period - 1 ? net : nvl; }
   [[nodiscard]] long units() const { return loops * steps * static_cast<long>(slices); }
 };
 [[nodiscard]] RingRun ringRun(const Placement& place, Func f, Proto p, int channels,
@@ -56,18 +54,18 @@ struct ChainRun {
   int nvl_hops = 0;
   int net_hops = 0;
   Hop nvl, net;
-  long units = 1;         // chunks per channel
+  long units = 1;  // chunks per channel
   double unit_bytes = 0;
   // A link is busy share x tx per chunk (tree: it also carries the other direction's
   // chunk, share 2) while one chunk crosses it in tx.
   double share = 1;
 };
 // Tree all-reduce (double binary tree across nodes, chain inside a node).
-[[nodiscard]] ChainRun treeRun(const Placement& place, Proto p, int channels,
-                               std::uint64_t bytes, const StepOptions& opt);
+[[nodiscard]] ChainRun treeRun(const Placement& place, Proto p, int channels, std::uint64_t bytes,
+                               const StepOptions& opt);
 // Ring broadcast/reduce: a pipeline through n-1 hops.
-[[nodiscard]] ChainRun chainRun(const Placement& place, Proto p, int channels,
-                                std::uint64_t bytes, const StepOptions& opt);
+[[nodiscard]] ChainRun chainRun(const Placement& place, Proto p, int channels, std::uint64_t bytes,
+                                const StepOptions& opt);
 
 // Chunk (data bytes) of one step per protocol for rings, calcCollChunking facts.
 [[nodiscard]] double ringChunkBytes(Proto p);

@@ -66,14 +66,13 @@ CommShape Topology::worldShape() const {
 Placement Topology::place(const CommShape& shape) const {
   if (shape.nranks < 1 || shape.nnodes < 1 || shape.ranks_per_node < 1 ||
       shape.nnodes * shape.ranks_per_node != shape.nranks) {
-    throw InputError("communicator shape: nranks " + std::to_string(shape.nranks) +
-                     " != nnodes " + std::to_string(shape.nnodes) + " x ranks_per_node " +
+    throw InputError("communicator shape: nranks " + std::to_string(shape.nranks) + " != nnodes " +
+                     std::to_string(shape.nnodes) + " x ranks_per_node " +
                      std::to_string(shape.ranks_per_node));
   }
   if (shape.ranks_per_node > cluster_.gpus_per_node) {
-    throw InputError("communicator shape: ranks_per_node " +
-                     std::to_string(shape.ranks_per_node) + " > cluster.gpus_per_node " +
-                     std::to_string(cluster_.gpus_per_node));
+    throw InputError("communicator shape: ranks_per_node " + std::to_string(shape.ranks_per_node) +
+                     " > cluster.gpus_per_node " + std::to_string(cluster_.gpus_per_node));
   }
   const FabricSpec& f = cluster_.fabric;
   Placement p;
@@ -86,8 +85,8 @@ Placement Topology::place(const CommShape& shape) const {
   // Rail-optimised nodes give every GPU its own NIC(s); a communicator with fewer members
   // per node than GPUs only drives its members' rails (no PXN in the model).
   const double nics_per_gpu = static_cast<double>(f.nics_per_node) / cluster_.gpus_per_node;
-  p.nics_used = std::clamp(static_cast<int>(std::ceil(nics_per_gpu * p.ppn - 1e-9)), 1,
-                           f.nics_per_node);
+  p.nics_used =
+      std::clamp(static_cast<int>(std::ceil(nics_per_gpu * p.ppn - 1e-9)), 1, f.nics_per_node);
   if (p.multiNode()) {
     if (p.nnodes <= nodesPerLeaf()) {
       p.switch_hops = 1;

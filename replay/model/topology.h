@@ -11,15 +11,15 @@ namespace crystal::model {
 struct Placement {
   int nranks = 1;
   int nnodes = 1;
-  int ppn = 1;                 // members per node
-  double nvlink_GBps = 0;      // one GPU's NVLink bandwidth (NVSwitch: to any peer)
+  int ppn = 1;             // members per node
+  double nvlink_GBps = 0;  // one GPU's NVLink bandwidth (NVSwitch: to any peer)
   double nvlink_lat_us = 0;
-  int nics_used = 0;           // NICs per node the members drive (rail-optimised: their own)
-  double nic_GBps = 0;         // one NIC port
-  double node_net_GBps = 0;    // nics_used * nic_GBps * fabric_factor
-  double fabric_factor = 1;    // 1/oversubscription once traffic leaves the leaf switch
-  int switch_hops = 0;         // switches crossed between two nodes of the communicator
-  double net_lat_us = 0;       // one way: NIC latency + switch hops
+  int nics_used = 0;         // NICs per node the members drive (rail-optimised: their own)
+  double nic_GBps = 0;       // one NIC port
+  double node_net_GBps = 0;  // nics_used * nic_GBps * fabric_factor
+  double fabric_factor = 1;  // 1/oversubscription once traffic leaves the leaf switch
+  int switch_hops = 0;       // switches crossed between two nodes of the communicator
+  double net_lat_us = 0;     // one way: NIC latency + switch hops
   [[nodiscard]] bool multiNode() const { return nnodes > 1; }
 };
 

@@ -28,7 +28,7 @@ int Tuning::maxThreads(Algo a, Proto p) const {
   if (p == Proto::LL128) return nccl::kLl128MaxThreads;
   if (a == Algo::Ring) {
     return graphs_.ring.bwIntra * graphs_.ring.nChannels <= nccl::kPciBw ? 256
-                                                                        : nccl::kSimpleMaxThreads;
+                                                                         : nccl::kSimpleMaxThreads;
   }
   if (a == Algo::Tree) return nccl::kSimpleMaxThreads;
   return nccl::kMaxThreads;
@@ -107,7 +107,9 @@ TuneEntry Tuning::entry(Func f, Algo a, Proto p) const {
         if (p == Proto::Simple) net_overhead *= 3;
       }
       intra_lat = std::max(intra_lat, net_overhead);
-      const int inter_steps = nnodes == 1 ? 0 : f == Func::AllReduce ? 2 * (nnodes - 1) : nnodes - 1;
+      const int inter_steps = nnodes == 1            ? 0
+                              : f == Func::AllReduce ? 2 * (nnodes - 1)
+                                                     : nnodes - 1;
       lat += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
     }
   } else if (a == Algo::Tree) {
@@ -119,12 +121,15 @@ TuneEntry Tuning::entry(Func f, Algo a, Proto p) const {
   // filled: NCCL still prints the latency of a disabled cell.
   std::string_view off;
   if (p == Proto::LL128) {
-    const bool inter_ok =
-        opt_.compcap >= 90 ? g.typeInter <= kPathPxn : g.typeInter <= kPathPxb;
-    if (!opt_.ll128) off = "LL128 disabled by the model config";
-    else if (!inter_ok) off = "LL128 off: GPU-NIC path beyond PXN";
-    else if (g.typeIntra > kPathNvb) off = "LL128 off: intra-node path beyond NVB";
-    else if (opt_.compcap < 70) off = "LL128 needs sm70+";
+    const bool inter_ok = opt_.compcap >= 90 ? g.typeInter <= kPathPxn : g.typeInter <= kPathPxb;
+    if (!opt_.ll128)
+      off = "LL128 disabled by the model config";
+    else if (!inter_ok)
+      off = "LL128 off: GPU-NIC path beyond PXN";
+    else if (g.typeIntra > kPathNvb)
+      off = "LL128 off: intra-node path beyond NVB";
+    else if (opt_.compcap < 70)
+      off = "LL128 needs sm70+";
   }
   if (!off.empty()) return {lat, 0, off};
   if (!(bus > 0)) return {lat, 0, "zero bandwidth on this topology"};

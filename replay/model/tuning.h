@@ -12,8 +12,8 @@ namespace crystal::model {
 
 struct TuneOptions {
   int compcap = 90;
-  bool ll128 = true;        // NCCL_PROTO could disable it; default NCCL enable rules apply
-  bool amd_cpu = false;     // llMaxBw row and net overhead (tuning.cc:getNetOverhead)
+  bool ll128 = true;     // NCCL_PROTO could disable it; default NCCL enable rules apply
+  bool amd_cpu = false;  // llMaxBw row and net overhead (tuning.cc:getNetOverhead)
 };
 
 // One cell of NCCL's table. bw == 0 means NCCL will not use it (time -1).

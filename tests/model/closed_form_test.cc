@@ -2,13 +2,14 @@
 // (closed_form.h), over the ranks and sizes the issue names: n = 2, 3, 8, 64, 1024, 8192
 // and 1 KiB .. 8 GiB, for every ring collective, tree all-reduce, and each protocol
 // (LL/LL128 up to 256 MiB).
+#include "model/closed_form.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "crystal/model/nccl_model.h"
-#include "model/closed_form.h"
 #include "model/pipeline.h"
 
 namespace crystal::model {
@@ -21,8 +22,8 @@ struct Case {
 
 // Shapes on DGX-like nodes: 1 GPU per node for n = 2, 3; otherwise 8 per node.
 std::vector<Case> shapes() {
-  return {{{2, 2, 1}, 2},        {{3, 3, 1}, 3},          {{8, 1, 8}, 1},
-          {{64, 8, 8}, 8},       {{1024, 128, 8}, 128},   {{8192, 1024, 8}, 1024}};
+  return {{{2, 2, 1}, 2},  {{3, 3, 1}, 3},        {{8, 1, 8}, 1},
+          {{64, 8, 8}, 8}, {{1024, 128, 8}, 128}, {{8192, 1024, 8}, 1024}};
 }
 
 NcclModel modelFor(int nodes) {
@@ -48,9 +49,8 @@ TEST(ClosedForm, RecurrenceMatchesWithinOnePercent) {
           const double closed = m.time(f, bytes, cs.shape, Algo::Ring, p, ch);
           const double rec = m.timeByRecurrence(f, bytes, cs.shape, Algo::Ring, p, ch);
           ASSERT_GT(closed, 0);
-          EXPECT_NEAR(closed, rec, 0.01 * rec)
-              << toString(f) << " n=" << cs.shape.nranks << " bytes=" << bytes << " "
-              << toString(p);
+          EXPECT_NEAR(closed, rec, 0.01 * rec) << toString(f) << " n=" << cs.shape.nranks
+                                               << " bytes=" << bytes << " " << toString(p);
           ++checked;
         }
         const double closed = m.time(Func::AllReduce, bytes, cs.shape, Algo::Tree, p, ch);
@@ -115,8 +115,7 @@ TEST(ClosedForm, StartOffsetsMatchPerRankRecurrence) {
     r.slices = 2;
     r.loops = 1;
     r.slice_bytes = 4096;  // t = 4.1 us
-    const std::vector<StartClass> classes = {{0.0, 3}, {50.0, 2}, {5.0, 4}, {120.0, 1},
-                                             {0.0, 2}};
+    const std::vector<StartClass> classes = {{0.0, 3}, {50.0, 2}, {5.0, 4}, {120.0, 1}, {0.0, 2}};
     std::vector<double> starts;
     for (const StartClass& c : classes) starts.insert(starts.end(), c.count, c.offset_us);
     const std::vector<double> per_rank = ringRecurrencePerRank(r, 12, starts);

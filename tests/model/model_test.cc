@@ -64,7 +64,8 @@ TEST(WhatIf, MoreNicBandwidthIsFaster) {
   const NcclModel base(dgx(16), {}), quick(fast, {});
   for (std::uint64_t bytes : {1ULL << 26, 1ULL << 32}) {
     EXPECT_LT(quick.choose(Func::AllReduce, bytes, full(16)).time_us,
-              base.choose(Func::AllReduce, bytes, full(16)).time_us) << bytes;
+              base.choose(Func::AllReduce, bytes, full(16)).time_us)
+        << bytes;
   }
   // At 1 MiB NCCL's choice on the faster NICs (32 channels) is not faster in the step
   // model than the old one; the same algorithm/protocol/channels always is.
@@ -78,7 +79,8 @@ TEST(WhatIf, MoreNicsIsFasterAcrossNodes) {
   ClusterConfig four = dgx(16);
   four.fabric.nics_per_node = 4;
   const NcclModel fewer(four, {}), more(dgx(16), {});
-  const double t4 = fewer.time(Func::AllGather, 1ULL << 30, full(16), Algo::Ring, Proto::Simple, 16);
+  const double t4 =
+      fewer.time(Func::AllGather, 1ULL << 30, full(16), Algo::Ring, Proto::Simple, 16);
   const double t8 = more.time(Func::AllGather, 1ULL << 30, full(16), Algo::Ring, Proto::Simple, 16);
   EXPECT_LT(t8, t4);
   EXPECT_NEAR(t4 / t8, 2.0, 0.1);  // NIC-bound: half the NICs, twice the time
@@ -157,11 +159,13 @@ TEST(StartOffsets, EqualStartsMatchTimeAndLateMemberDelays) {
   const std::uint64_t bytes = 1ULL << 30;
   const std::vector<StartClass> same = {{0.0, 128}};
   const double t = m.time(Func::AllReduce, bytes, s, Algo::Ring, Proto::Simple, 16);
-  const std::vector<double> f = m.ringFinishTimes(Func::AllReduce, bytes, s, Proto::Simple, 16, same);
+  const std::vector<double> f =
+      m.ringFinishTimes(Func::AllReduce, bytes, s, Proto::Simple, 16, same);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_NEAR(f[0], t, 0.01 * t);
   const std::vector<StartClass> late = {{0.0, 64}, {500.0, 64}};
-  const std::vector<double> g = m.ringFinishTimes(Func::AllReduce, bytes, s, Proto::Simple, 16, late);
+  const std::vector<double> g =
+      m.ringFinishTimes(Func::AllReduce, bytes, s, Proto::Simple, 16, late);
   ASSERT_EQ(g.size(), 2u);
   for (double x : g) {
     EXPECT_GT(x, f[0]);

@@ -1,8 +1,9 @@
+#include "model/topology.h"
+
 #include <gtest/gtest.h>
 
 #include "crystal/base/error.h"
 #include "model/nccl_graph.h"
-#include "model/topology.h"
 
 namespace crystal::model {
 namespace {
@@ -58,8 +59,8 @@ TEST(Topology, BadInputNamesTheField) {
   ClusterConfig o = dgx(2);
   o.fabric.oversubscription = 0.5;
   EXPECT_THROW(Topology{o}, InputError);
-  EXPECT_THROW((void)Topology(dgx(2)).place({16, 2, 7}), InputError);   // 2 x 7 != 16
-  EXPECT_THROW((void)Topology(dgx(2)).place({18, 2, 9}), InputError);   // 9 > 8 GPUs per node
+  EXPECT_THROW((void)Topology(dgx(2)).place({16, 2, 7}), InputError);  // 2 x 7 != 16
+  EXPECT_THROW((void)Topology(dgx(2)).place({18, 2, 9}), InputError);  // 9 > 8 GPUs per node
 }
 
 // Outcome of NCCL's graph search (search.cc / connect.cc) for the node kinds we model.
@@ -87,9 +88,9 @@ TEST(NcclGraph, TwoHostsOneGpuSocketMatchesNcclLog) {
 TEST(NcclGraph, DgxEightRailNics) {
   const Placement p = Topology(dgx(4)).place({32, 4, 8});
   const CommGraphs g = searchGraphs(p, GraphOptions{});
-  EXPECT_EQ(g.ring.nChannels, 8);   // one 48 GB/s channel per 50 GB/s NIC, no dup (sm90)
+  EXPECT_EQ(g.ring.nChannels, 8);  // one 48 GB/s channel per 50 GB/s NIC, no dup (sm90)
   EXPECT_DOUBLE_EQ(g.ring.bwInter, 48.0);
-  EXPECT_EQ(g.commChannels, 16);    // connect.cc doubles
+  EXPECT_EQ(g.commChannels, 16);  // connect.cc doubles
   GraphOptions capped;
   capped.max_channels = 4;
   EXPECT_EQ(searchGraphs(p, capped).commChannels, 4);

@@ -18,12 +18,27 @@
 namespace crystal::model {
 
 // Numbering follows NCCL (NCCL_ALGO_*, NCCL_PROTO_*, ncclFunc_t) so tables index directly.
-enum class Algo : int { Tree = 0, Ring = 1, CollNetDirect = 2, CollNetChain = 3, Nvls = 4,
-                        NvlsTree = 5, Pat = 6 };
+enum class Algo : int {
+  Tree = 0,
+  Ring = 1,
+  CollNetDirect = 2,
+  CollNetChain = 3,
+  Nvls = 4,
+  NvlsTree = 5,
+  Pat = 6
+};
 enum class Proto : int { LL = 0, LL128 = 1, Simple = 2 };
-enum class Func : int { Broadcast = 0, Reduce = 1, AllGather = 2, ReduceScatter = 3,
-                        AllReduce = 4, SendRecv = 5, Send = 6, Recv = 7,
-                        AllToAll = 8 /* crystal: grouped p2p to all members */ };
+enum class Func : int {
+  Broadcast = 0,
+  Reduce = 1,
+  AllGather = 2,
+  ReduceScatter = 3,
+  AllReduce = 4,
+  SendRecv = 5,
+  Send = 6,
+  Recv = 7,
+  AllToAll = 8 /* crystal: grouped p2p to all members */
+};
 inline constexpr int kNumAlgos = 7;
 inline constexpr int kNumProtos = 3;
 
@@ -47,7 +62,7 @@ struct Choice {
 
 // Per-step timing of one NET connection, used for timed completions of virtual peers.
 struct StepTiming {
-  double latency_us = 0;    // one-way, per step (NIC + fabric + proxy)
+  double latency_us = 0;      // one-way, per step (NIC + fabric + proxy)
   double bandwidth_GBps = 0;  // per channel on this connection
 };
 
@@ -89,15 +104,14 @@ class NcclModel {
   [[nodiscard]] std::string_view whyUnsupported(Func f, const CommShape& shape, Algo a,
                                                 Proto p) const;
   // NCCL's own estimate (ncclTopoGetAlgoTime: latency + bytes / bandwidth), us; -1 if off.
-  [[nodiscard]] double ncclEstimate(Func f, std::uint64_t bytes, const CommShape& shape,
-                                    Algo a, Proto p) const;
+  [[nodiscard]] double ncclEstimate(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                    Proto p) const;
   // Channels NCCL builds for this communicator (comm->nChannels after connect.cc).
   [[nodiscard]] int commChannels(const CommShape& shape) const;
   // Ring collective whose members arrive at different times: finish time of each class
   // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
-                                                    const CommShape& shape, Proto p,
-                                                    int channels,
+                                                    const CommShape& shape, Proto p, int channels,
                                                     std::span<const StartClass> starts) const;
   // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others
   // (grouped p2p), NVLink inside a node, NICs shared across nodes.
@@ -106,8 +120,8 @@ class NcclModel {
   [[nodiscard]] StepTiming netStep(Proto p, int channels, const CommShape& shape) const;
   // Same as time(), computed by running the step-level max-plus recurrence instead of its
   // closed form (O(ranks per node x steps)); for validation and benchmarks.
-  [[nodiscard]] double timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape,
-                                        Algo a, Proto p, int channels) const;
+  [[nodiscard]] double timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                        Proto p, int channels) const;
 
  private:
   struct Impl;  // topology + parsed options (replay/model/nccl_model.cc)
