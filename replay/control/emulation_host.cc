@@ -18,9 +18,11 @@ namespace crystal::control {
 namespace {
 std::uint64_t freshEmulationId() {
   std::random_device rd;
-  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-                           static_cast<std::uint64_t>(::getpid());
-  return id == 0 ? 1 : id;
+  const std::uint64_t raw = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+                            static_cast<std::uint64_t>(::getpid());
+  // 63 bits: the plugin reads CRYSTAL_EMULATION_ID as a signed 64-bit integer.
+  const std::uint64_t id63 = raw & 0x7fffffffffffffffull;
+  return id63 == 0 ? 1 : id63;
 }
 
 host::HostOptions hostOptions(const Config& config, const std::string& listen,
