@@ -58,8 +58,9 @@ HopPair hopTiming(const Placement& pl, Algo a, Proto p, int channels, const Step
   HopPair h;
   // Every channel's ring/tree crosses each GPU's NVLink (NVSwitch) once per step.
   h.nvl = makeHop(pl.nvlink_GBps / channels, cap, pl.nvlink_lat_us + nvl_over, p);
-  // Channels are spread over the NICs the members drive (one NIC per channel, rails).
-  h.net = makeHop(pl.node_net_GBps / channels, cap, pl.net_lat_us + net_over, p);
+  // Channels are spread over the NICs the members drive; one channel uses one NIC.
+  const double net_GBps = std::min(pl.node_net_GBps / channels, pl.nic_GBps * pl.fabric_factor);
+  h.net = makeHop(net_GBps, cap, pl.net_lat_us + net_over, p);
   return h;
 }
 

@@ -64,11 +64,14 @@ CommShape Topology::worldShape() const {
 }
 
 Placement Topology::place(const CommShape& shape) const {
+  // Members may be spread unevenly (the engine passes the largest count per node); the
+  // model then treats every node as holding ranks_per_node members.
   if (shape.nranks < 1 || shape.nnodes < 1 || shape.ranks_per_node < 1 ||
-      shape.nnodes * shape.ranks_per_node != shape.nranks) {
-    throw InputError("communicator shape: nranks " + std::to_string(shape.nranks) + " != nnodes " +
-                     std::to_string(shape.nnodes) + " x ranks_per_node " +
-                     std::to_string(shape.ranks_per_node));
+      shape.nranks < shape.nnodes ||
+      static_cast<long>(shape.nnodes) * shape.ranks_per_node < shape.nranks) {
+    throw InputError("communicator shape: nranks " + std::to_string(shape.nranks) +
+                     " cannot sit on nnodes " + std::to_string(shape.nnodes) +
+                     " with at most ranks_per_node " + std::to_string(shape.ranks_per_node));
   }
   if (shape.ranks_per_node > cluster_.gpus_per_node) {
     throw InputError("communicator shape: ranks_per_node " + std::to_string(shape.ranks_per_node) +

@@ -31,6 +31,9 @@ int Tuning::maxThreads(Algo a, Proto p) const {
                                                                          : nccl::kSimpleMaxThreads;
   }
   if (a == Algo::Tree) return nccl::kSimpleMaxThreads;
+  // PAT's maxThreads stays 0 in ncclTopoTuneModel (NCCL prints "Max NThreads 0"), so the
+  // channel-reduction loop of topoGetAlgoInfo never shrinks PAT's channels.
+  if (a == Algo::Pat) return 0;
   return nccl::kMaxThreads;
 }
 

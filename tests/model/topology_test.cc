@@ -47,6 +47,13 @@ TEST(Topology, LeafSpineHopsAndOversubscription) {
   EXPECT_DOUBLE_EQ(across.net_lat_us, 2.0 + 3 * 0.25);
 }
 
+TEST(Topology, UnevenMembersPerNodeAreAccepted) {
+  // The engine passes the largest member count per node: 3 members as 2 + 1.
+  const Placement p = Topology(dgx(2)).place({3, 2, 2});
+  EXPECT_EQ(p.ppn, 2);
+  EXPECT_EQ(p.nics_used, 2);
+}
+
 TEST(Topology, BadInputNamesTheField) {
   ClusterConfig c = dgx(2);
   c.fabric.nic.bandwidth_GBps = 0;
@@ -59,7 +66,8 @@ TEST(Topology, BadInputNamesTheField) {
   ClusterConfig o = dgx(2);
   o.fabric.oversubscription = 0.5;
   EXPECT_THROW(Topology{o}, InputError);
-  EXPECT_THROW((void)Topology(dgx(2)).place({16, 2, 7}), InputError);  // 2 x 7 != 16
+  EXPECT_THROW((void)Topology(dgx(2)).place({16, 2, 7}), InputError);  // 2 x 7 < 16
+  EXPECT_THROW((void)Topology(dgx(2)).place({1, 2, 1}), InputError);   // 2 nodes, 1 rank
   EXPECT_THROW((void)Topology(dgx(2)).place({18, 2, 9}), InputError);  // 9 > 8 GPUs per node
 }
 
