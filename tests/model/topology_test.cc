@@ -104,5 +104,17 @@ TEST(NcclGraph, DgxEightRailNics) {
   EXPECT_EQ(searchGraphs(p, capped).commChannels, 4);
 }
 
+// Public NCCL logs of H100 clusters: NVIDIA/nccl issue #1453 (3 nodes x 8 H100, 8 NICs:
+// "Channel 05/16") and #1357 (2 nodes x 8 H100, 4 NICs: channels 00..15).
+TEST(NcclGraph, ChannelCountsSeenInPublicH100Logs) {
+  EXPECT_EQ(searchGraphs(Topology(dgx(3)).place({24, 3, 8}), GraphOptions{}).commChannels, 16);
+  ClusterConfig four = dgx(2);
+  four.fabric.nics_per_node = 4;
+  const CommGraphs g = searchGraphs(Topology(four).place({16, 2, 8}), GraphOptions{});
+  EXPECT_EQ(g.ring.nChannels, 8);  // 4 NICs x 48 GB/s, duplicated to 8 x 24 GB/s
+  EXPECT_DOUBLE_EQ(g.ring.bwInter, 24.0);
+  EXPECT_EQ(g.commChannels, 16);
+}
+
 }  // namespace
 }  // namespace crystal::model
