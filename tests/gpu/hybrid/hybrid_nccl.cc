@@ -9,6 +9,7 @@
 // Options: --ops a,b,..  (allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall)
 //          --min BYTES --max BYTES --step F (size multiplier) --iters N --split G (also
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
+//          --init-only 1 (create the communicators, destroy them, exit)
 // Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;
-  int iters = 20, split = 0;
+  int iters = 20, split = 0, init_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--ops") ops = v;
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--step") step = std::atof(v.c_str());
     else if (a == "--iters") iters = std::atoi(v.c_str());
     else if (a == "--split") split = std::atoi(v.c_str());
+    else if (a == "--init-only") init_only = std::atoi(v.c_str());
     else { std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str()); return 2; }
   }
   const int rank = envInt("RANK", 0), n = envInt("NRANKS", 64);
@@ -192,6 +194,13 @@ int main(int argc, char** argv) {
     std::printf("init split(color=rank/%d): %.3f s\n", split, now() - t0);
     comms.push_back({"split", sub});
   }
+  std::fflush(stdout);
+  if (init_only != 0) {
+    t0 = now();
+    for (auto& [name, comm] : comms) NCCL_OK(ncclCommDestroy(comm));
+    std::printf("destroy: %.3f s\nhybrid_nccl: rank %d done (init only)\n", now() - t0, rank);
+    return 0;
+  }
   cudaStream_t s;
   CUDA_OK(cudaStreamCreate(&s));
   Buffers b;
@@ -206,6 +215,7 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
   std::printf("%-6s %-14s %12s %12s %10s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps");
+  std::fflush(stdout);
   for (const std::string& op : splitList(ops)) {
     for (double sz = static_cast<double>(min_b); sz <= static_cast<double>(max_b) * 1.0001;
          sz *= step) {

@@ -2,7 +2,8 @@
 # GPU proof of hybrid emulation, run on the GPU machine from the repository root:
 #   tests/gpu/hybrid/run_device.sh CASE [hybrid_nccl options...]
 # CASE: build | one (rank 0 real, 63 virtual) | two (ranks 0,1 real, verified bytes) |
-#       rank5 (only rank 5 real) | split (world + 8 groups of 8, alternately)
+#       rank5 (only rank 5 real) | split (world + 8 groups of 8, alternately) |
+#       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast)
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -31,7 +32,9 @@ build() {
 
 # config with the given real ranks
 config() {
-  sed "s/real_ranks: \[0\]/real_ranks: [$1]/" tests/gpu/hybrid/hybrid64.yaml >"$OUT/config-$case_name.yaml"
+  sed "s/real_ranks: \[0\]/real_ranks: [$1]/" tests/gpu/hybrid/hybrid64.yaml |
+    if [ "$case_name" = big ]; then sed "s/nodes: 8/nodes: 1024/; s/world_size: 64/world_size: 8192/; s/dp: 8/dp: 1024/"; else cat; fi \
+    >"$OUT/config-$case_name.yaml"
   echo "$OUT/config-$case_name.yaml"
 }
 
@@ -58,6 +61,11 @@ case "$case_name" in
   build) build ;;
   one)   emulate "$(config 0)" "" -- env RANK=0 NRANKS=64 "$P" "$@" ;;
   rank5) emulate "$(config 5)" "" -- env RANK=5 NRANKS=64 ID_ROOT=1 "$P" "$@" ;;
+  big)   emulate "$(config 0)" "" -- env RANK=0 NRANKS=8192 "$P" "$@" ;;
+  nohost) t0=$(date +%s%N)
+         CRYSTAL_HOST=127.0.0.1:1 CRYSTAL_TIMEOUT=3 LD_PRELOAD=$PWD/$B/plugin/libnccl-net-crystal.so \
+           NCCL_NET_PLUGIN=crystal NCCL_NET=crystal RANK=0 NRANKS=64 timeout 60 "$P" "$@"
+         echo "nohost: rc=$? after $(( ($(date +%s%N) - t0) / 1000000 )) ms" ;;
   split) emulate "$(config 0)" block:8 -- env RANK=0 NRANKS=64 "$P" --split 8 "$@" ;;
   two)   emulate "$(config 0,1)" "" -- bash -c "
            RANK=0 NRANKS=64 ID_ROOT=1 REAL_PEER=1 $P $* > $OUT/two-rank0.txt 2>&1 & a=\$!
