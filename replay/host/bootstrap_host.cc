@@ -108,12 +108,9 @@ struct BootstrapHost::Impl {
           *magic = hs.magic;
           *got_hs = true;
         }
-        auto rx = st.rx();
-        if (rx.size() < 4) return;
-        const int size = wire::decodeFrameSize(rx, wire::kMaxMessageBytes, "root check-in");
-        if (rx.size() < 4 + static_cast<std::size_t>(size)) return;
-        const auto info = wire::decodeExact<wire::ExtInfo>(rx.subspan(4, static_cast<std::size_t>(size)),
-                                                           "extInfo check-in");
+        const auto frame = wire::tryParseFrame(st.rx(), wire::kMaxMessageBytes, "root check-in");
+        if (!frame) return;
+        const auto info = wire::decodeExact<wire::ExtInfo>(*frame, "extInfo check-in");
         loop.close(st.id());
         auto it = by_root_magic.find(*magic);
         if (it == by_root_magic.end()) early_check_ins[*magic].push_back(info);
@@ -154,17 +151,11 @@ struct BootstrapHost::Impl {
     const StreamId id = loop.adopt(std::move(fd), false, "in:p2p");
     Stream* s = loop.find(id);
     s->setWaiting(true);
-    struct State {
-      Comm* comm = nullptr;
-      int target = -1;
-      bool have_ack = false;
-      wire::SocketAck ack;
-    };
-    auto st_ptr = std::make_shared<State>();
-    s->on_data = [this, st_ptr](Stream& st) {
-      State& p = *st_ptr;
+    auto comm = std::make_shared<Comm*>(nullptr);
+    auto target = std::make_shared<int>(-1);
+    s->on_data = [this, comm, target](Stream& st) {
       try {
-        if (p.comm == nullptr) {
+        if (*comm == nullptr) {
           wire::Handshake hs;
           if (!readHandshake(st, hs)) return;
           auto it = by_magic.find(hs.magic);
@@ -172,29 +163,18 @@ struct BootstrapHost::Impl {
             loop.close(st.id());
             return;
           }
-          p.comm = it->second;
-          p.target = aliasRank(localAddress(st.fd()));
+          *comm = it->second;
+          *target = aliasRank(localAddress(st.fd()));
         }
-        if (!p.have_ack) {
-          auto rx = st.rx();
-          if (rx.size() < 4) return;
-          const int size = wire::decodeFrameSize(rx, wire::kMaxMessageBytes, "socketAckInfo");
-          if (rx.size() < 4 + static_cast<std::size_t>(size)) return;
-          p.ack = wire::decodeExact<wire::SocketAck>(rx.subspan(4, static_cast<std::size_t>(size)),
-                                                     "socketAckInfo");
-          st.consume(4 + static_cast<std::size_t>(size));
-          p.have_ack = true;
-        }
-        auto rx = st.rx();
-        if (rx.size() < 4) return;
-        const int size = wire::decodeFrameSize(rx, wire::kMaxMessageBytes, "bootstrap message");
-        if (rx.size() < 4 + static_cast<std::size_t>(size)) return;
-        std::vector<std::byte> payload(rx.begin() + 4, rx.begin() + 4 + size);
-        loop.close(st.id());
-        p.comm->onP2pMessage(p.target, p.ack, payload);
+        const auto msg = wire::tryParseBootstrapMessage(st.rx());
+        if (!msg) return;
+        const std::vector<std::byte> payload(msg->payload.begin(), msg->payload.end());
+        const wire::SocketAck ack = msg->ack;
+        loop.close(st.id());  // the sender closes after one message; nothing else comes
+        (*comm)->onP2pMessage(*target, ack, payload);
       } catch (const ProtocolError& e) {
         loop.close(st.id());
-        if (p.comm != nullptr) p.comm->fail(p.have_ack ? p.ack.rank : -1, fmt::format("bootstrap message: {}", e.what()));
+        if (*comm != nullptr) (*comm)->fail(-1, fmt::format("bootstrap message: {}", e.what()));
         else report(0, fmt::format("bootstrap message: {}", e.what()));
       }
     };

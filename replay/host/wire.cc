@@ -148,6 +148,27 @@ std::int32_t decodeFrameSize(std::span<const std::byte> bytes, std::int32_t max,
   return size;
 }
 
+std::optional<std::span<const std::byte>> tryParseFrame(std::span<const std::byte> bytes,
+                                                        std::int32_t max, const char* what) {
+  if (bytes.size() < 4) return std::nullopt;
+  const auto size = static_cast<std::size_t>(decodeFrameSize(bytes, max, what));
+  if (bytes.size() - 4 < size) return std::nullopt;
+  return bytes.subspan(4, size);
+}
+
+std::optional<BootstrapMessage> tryParseBootstrapMessage(std::span<const std::byte> bytes) {
+  const auto ack = tryParseFrame(bytes, kMaxMessageBytes, "socketAckInfo");
+  if (!ack) return std::nullopt;
+  BootstrapMessage m;
+  m.ack = decodeExact<SocketAck>(*ack, "socketAckInfo");
+  const auto rest = bytes.subspan(4 + ack->size());
+  const auto payload = tryParseFrame(rest, kMaxMessageBytes, "bootstrap message");
+  if (!payload) return std::nullopt;
+  m.payload = *payload;
+  m.consumed = 4 + ack->size() + 4 + payload->size();
+  return m;
+}
+
 std::vector<ConnectEntry> decodeConnectEntries(std::span<const std::byte> payload) {
   if (payload.empty() || payload.size() % kConnectEntryBytes != 0 ||
       payload.size() > static_cast<std::size_t>(kMaxMessageBytes))

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -215,6 +216,19 @@ void appendFrame(std::vector<std::byte>& out, std::span<const std::byte> payload
 // Reads an int32 frame size at the start of `bytes`; throws if negative or > max.
 [[nodiscard]] std::int32_t decodeFrameSize(std::span<const std::byte> bytes, std::int32_t max,
                                            const char* what);
+// One complete [int32 size][payload] frame at the start of `bytes` (size <= max): its
+// payload, or nullopt while bytes are missing. Throws ProtocolError on a bad size.
+[[nodiscard]] std::optional<std::span<const std::byte>> tryParseFrame(
+    std::span<const std::byte> bytes, std::int32_t max, const char* what);
+
+// A bootstrapSend message after the handshake: [int32 8][socketAckInfo][int32 n][n bytes].
+struct BootstrapMessage {
+  SocketAck ack;
+  std::span<const std::byte> payload;  // points into the parsed bytes
+  std::size_t consumed = 0;
+};
+[[nodiscard]] std::optional<BootstrapMessage> tryParseBootstrapMessage(std::span<const std::byte> bytes);
+
 // Splits a connection-setup payload into entries; throws unless a non-zero multiple of 256.
 [[nodiscard]] std::vector<ConnectEntry> decodeConnectEntries(std::span<const std::byte> payload);
 
