@@ -32,6 +32,13 @@ void Comm::addRealRanks(const std::vector<int>& ranks) {
   for (int r : ranks) {
     if (r < 0 || r >= nranks_)
       throw InputError(fmt::format("comm {}: real rank {} outside [0, {})", name_, r, nranks_));
+    if (real_[static_cast<std::size_t>(r)] != 0) continue;
+    // The root may already have given this rank's ring slot to the host's virtual stand-in.
+    if (!check_ins_.empty()) {
+      fail(r, "declared real after the comm's first check-in; declare every real rank of a "
+              "communicator before any of them calls ncclCommInitRank");
+      return;
+    }
     real_[static_cast<std::size_t>(r)] = 1;
   }
 }

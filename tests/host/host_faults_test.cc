@@ -195,3 +195,18 @@ TEST_F(HostFaults, WrongAllGatherSizeFailsTheComm) {
 
 }  // namespace
 }  // namespace crystal::host
+
+namespace crystal::host {
+namespace {
+TEST_F(HostFaults, RealRankDeclaredAfterCheckInFailsTheComm) {
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {4, {0}, kSupportedNcclVersion, "w"});
+  test::Sock a = test::listenLoopback(), b = test::listenLoopback();
+  rawCheckIn(id, 0, 4, a, b);
+  for (int i = 0; i < 100 && host->comms().front().phase == CommPhase::Declared; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  (void)host->declareComm(id, {4, {0, 1}, kSupportedNcclVersion, "w"});
+  EXPECT_NE(waitError("declared real after").find("rank 1"), std::string::npos);
+}
+}  // namespace
+}  // namespace crystal::host
