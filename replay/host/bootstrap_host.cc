@@ -261,13 +261,18 @@ std::uint64_t BootstrapHost::declareComm(const UniqueId& id, const CommSpec& spe
     throw InputError(fmt::format("comm '{}': unique id (magic {:#x}) was not minted by this host",
                                  spec.name, h.magic));
   const std::uint64_t hash = commHashOf(id);
-  auto& slot = impl_->comms[hash];
-  if (slot) {
-    slot->addRealRanks(spec.real_ranks);
+  if (auto it = impl_->comms.find(hash); it != impl_->comms.end()) {
+    if (it->second->nranks() != spec.nranks)
+      throw InputError(fmt::format("comm '{}' declared again with {} ranks instead of {}", spec.name,
+                                   spec.nranks, it->second->nranks()));
+    it->second->addRealRanks(spec.real_ranks);
     return hash;
   }
-  slot = std::make_unique<Comm>(impl_->ctx, hash, h.magic, h.magic, spec.nranks, spec.real_ranks,
-                                spec.name.empty() ? fmt::format("{:#x}", hash) : spec.name);
+  auto comm = std::make_unique<Comm>(impl_->ctx, hash, h.magic, h.magic, spec.nranks,
+                                     spec.real_ranks,
+                                     spec.name.empty() ? fmt::format("{:#x}", hash) : spec.name);
+  auto& slot = impl_->comms[hash];
+  slot = std::move(comm);
   impl_->by_magic[h.magic] = slot.get();
   impl_->by_root_magic[h.magic] = slot.get();
   auto early = impl_->early_check_ins.find(h.magic);

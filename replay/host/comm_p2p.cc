@@ -39,6 +39,10 @@ void Comm::onP2pMessage(int target, const wire::SocketAck& ack, std::span<const 
       if (payload.size() != 4)
         throw ProtocolError(fmt::format("barrier message of {} bytes, expected 4", payload.size()));
       onBarrier(sender, target);
+    } else if (ack.tag == wire::kTagIntraNodeAllGather) {
+      throw ProtocolError(
+          "intra-node all-gather with a virtual rank: the real rank shares its host hash with "
+          "virtual ranks (set a unique NCCL_HOSTID per real process)");
     } else if (wire::decodeSetupTag(ack.tag, nranks_, setup)) {
       onSetup(sender, target, setup, ack.tag, payload);
     } else {

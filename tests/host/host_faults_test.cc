@@ -81,6 +81,21 @@ TEST_F(HostFaults, DeclaringAnotherNcclVersionIsRefused) {
   }
   EXPECT_THROW((void)host->declareComm(UniqueId{}, {4, {0}, 22809, "w"}), InputError);
   EXPECT_THROW((void)host->declareComm(id, {4, {4}, 22809, "w"}), InputError);
+  EXPECT_TRUE(host->comms().empty());  // a refused declaration leaves nothing behind
+  (void)host->declareComm(id, {4, {0}, 22809, "w"});
+  EXPECT_THROW((void)host->declareComm(id, {8, {0}, 22809, "w"}), InputError);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a stall-check round
+  EXPECT_EQ(host->comms().size(), 1u);
+}
+
+TEST_F(HostFaults, IntraNodeExchangeWithAVirtualRankNamesTheHostId) {
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {4, {0}, kSupportedNcclVersion, "w"});
+  FakeRank f(id, 0, 4);
+  f.init();
+  f.initAllGathers();
+  f.bootstrapSend(1, wire::kTagIntraNodeAllGather, {});
+  EXPECT_NE(waitError("intra-node").find("NCCL_HOSTID"), std::string::npos);
 }
 
 TEST_F(HostFaults, PeerInfoWithAnotherVersionFailsTheComm) {
