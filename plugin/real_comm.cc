@@ -71,6 +71,16 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
 
 void RealRecvComm::progress(live::TimeNs now) {
   for (;;) {
+    // Read only what a posted receive still waits for: the peer may have sent everything
+    // and closed, and an end of stream is an error only if we still need bytes.
+    if (hdr_done_ == 0 && target_slot_ < 0) {
+      bool waiting = false;
+      for (int s : posted_) {
+        const Request& r = *slot(s);
+        for (int i = 0; i < r.n; ++i) waiting = waiting || !r.filled[i];
+      }
+      if (!waiting) return;
+    }
     while (hdr_done_ < sizeof hdr_) {
       const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_,
                                      sizeof hdr_ - hdr_done_);

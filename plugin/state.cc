@@ -84,7 +84,7 @@ void PluginState::applyLocked(const Config& cfg) {
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
   cfg_ = cfg;
   model_ = live::makeTargetModel(cfg_);
-  link_ = live::linkParams(*model_);
+  link_ = live::linkParams(*model_, cfg_.cluster);
   nics_.clear();
   for (int i = 0; i < fab.nics_per_node; ++i) {
     NicInfo n;

@@ -119,11 +119,14 @@ std::unique_ptr<TargetModel> makeClusterTargetModel(const Config& cfg) {
   return std::make_unique<ClusterTargetModel>(cfg);
 }
 
-LinkParams linkParams(const TargetModel& m) {
+LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster) {
   const auto st = m.netStep(model::Proto::Simple, 1);
+  double bw = st.bandwidth_GBps;  // GB/s = bytes/ns
+  const double line = cluster.fabric.nic.bandwidth_GBps;
+  if (line > 0 && (bw <= 0 || bw > line)) bw = line;
   LinkParams lp;
   lp.latency_ns = static_cast<TimeNs>(st.latency_us * 1e3 + 0.5);
-  lp.ns_per_byte = st.bandwidth_GBps > 0 ? 1.0 / st.bandwidth_GBps : 0.0;  // GB/s = bytes/ns
+  lp.ns_per_byte = bw > 0 ? 1.0 / bw : 0.0;
   return lp;
 }
 

@@ -86,7 +86,7 @@ struct Plugin {
 inline const live::LinkParams& targetLink() {
   static const live::LinkParams lp = [] {
     Config cfg;
-    return live::linkParams(*live::makeTargetModel(cfg));
+    return live::linkParams(*live::makeTargetModel(cfg), cfg.cluster);
   }();
   return lp;
 }

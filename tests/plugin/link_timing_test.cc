@@ -32,9 +32,11 @@ TEST(LinkTiming, ReceiveWaitsForSymmetricSender) {
 TEST(LinkTiming, BuiltInTargetLinkOfTheClosedFormModel) {
   Config cfg;
   auto m = makeClusterTargetModel(cfg);
-  const LinkParams lp = linkParams(*m);
+  const LinkParams lp = linkParams(*m, cfg.cluster);
   EXPECT_EQ(lp.latency_ns, 2750);  // 2 us NIC + 3 hops x 0.25 us
   EXPECT_DOUBLE_EQ(lp.ns_per_byte, 1.0 / 50.0);
+  cfg.cluster.fabric.nic.bandwidth_GBps = 25.0;  // the port's line rate caps the model
+  EXPECT_DOUBLE_EQ(linkParams(*makeTargetModel(cfg), cfg.cluster).ns_per_byte, 1.0 / 25.0);
 }
 
 }  // namespace

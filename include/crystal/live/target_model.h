@@ -25,8 +25,9 @@ class TargetModel {
   [[nodiscard]] virtual const char* name() const = 0;
 };
 
-// Link parameters of one NIC port from netStep(Simple, 1).
-[[nodiscard]] LinkParams linkParams(const TargetModel& m);
+// Link parameters of one NIC port from netStep(Simple, 1), never faster than the port's
+// line rate in `cluster.fabric.nic` (netStep may describe a node's aggregate of NICs).
+[[nodiscard]] LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster);
 
 // Closed-form stand-in: ring (and tree for all-reduce) over the scale-out fabric, NIC
 // bandwidth shared by the channels; latency = NIC latency + switch hops.
