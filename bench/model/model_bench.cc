@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "crystal/model/nccl_model.h"
 
@@ -72,6 +73,22 @@ void BM_TreeRecurrence(benchmark::State& state) {
   state.counters["ranks"] = n;
 }
 BENCHMARK(BM_TreeRecurrence)->Arg(1024)->Arg(8192)->Arg(16384)->Unit(benchmark::kMicrosecond);
+
+// Members arriving in range(0) blocks (e.g. pipeline stages reaching a DP all-reduce at
+// different times), 8192 ranks: cost grows with blocks, not ranks.
+void BM_RingFinishTimes(benchmark::State& state) {
+  const NcclModel m = dgx(1024);
+  const CommShape s{8192, 1024, 8};
+  std::vector<StartClass> blocks;
+  const int k = static_cast<int>(state.range(0));
+  for (int i = 0; i < k; ++i) blocks.push_back({10.0 * i, 8192 / k});
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        m.ringFinishTimes(Func::AllReduce, 1ULL << 28, s, Proto::Simple, 16, blocks));
+  }
+  state.counters["blocks"] = k;
+}
+BENCHMARK(BM_RingFinishTimes)->Arg(2)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

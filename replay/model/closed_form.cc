@@ -55,50 +55,71 @@ double chainClosedForm(const ChainRun& c) {
          static_cast<double>(c.units - 1) * c.share * max_s;
 }
 
-std::vector<double> ringFinishByClass(const RingRun& r, int n,
-                                      std::span<const StartClass> classes) {
+namespace {
+
+// Longest path from unit 0 at rank s (arriving at `offset`) to the delivery of the last unit
+// to rank s+d+1: j dependency edges (j = d + k*n <= jmax), serial sends on the slowest
+// sender visited. Senders s..s+j; position q % period == period-1 sends over the NET.
+double pathFrom(const RingRun& r, long n, long jmax, long s, long d, double offset) {
+  if (d > jmax) return -1;
   const double ts = r.slice_bytes;
-  // One hop type (or the ring's average hop when NVLink and NET hops alternate).
-  double w = 0;
-  double tx = 0;
-  if (!r.has_net || r.period == 1) {
-    const Hop& h = r.has_net ? r.net : r.nvl;
-    w = h.alpha_us + h.tx(ts);
-    tx = h.tx(ts);
-  } else {
-    w = ((r.net.alpha_us + r.net.tx(ts)) + (r.period - 1) * (r.nvl.alpha_us + r.nvl.tx(ts))) /
-        r.period;
-    tx = std::max(r.net.tx(ts), r.nvl.tx(ts));
-  }
-  const long jmax = r.loops * static_cast<long>(r.steps - 1);
-  const double kappa = w - r.slices * tx;  // gain of a dependency edge over S serial sends
-  const double base = w + static_cast<double>(r.units() - 1) * tx;
-  // Cross edges a source at distance d (d+1 hops upstream of the receiver) can take.
-  auto edges = [&](long d) -> long {
-    if (d > jmax) return -1;
-    if (kappa <= 0) return d;
-    return d + static_cast<long>(n) * ((jmax - d) / n);
+  const bool mixed = r.has_net && r.period > 1;
+  const Hop& only = r.has_net ? r.net : r.nvl;
+  auto cost = [&](long j) {
+    const double tail = static_cast<double>(r.units() - 1 - j * r.slices);
+    if (!mixed) return (j + 1) * (only.alpha_us + only.tx(ts)) + tail * only.tx(ts);
+    const long p = r.period;
+    // Multiples of p shifted by p-1 in [s, s+j]: NET senders on the path.
+    auto upto = [&](long x) { return x < p - 1 ? 0 : (x - (p - 1)) / p + 1; };
+    const long cn = upto(s + j) - upto(s - 1);
+    const long cv = j + 1 - cn;
+    const double t_max = std::max(cn > 0 ? r.net.tx(ts) : 0.0, cv > 0 ? r.nvl.tx(ts) : 0.0);
+    return cn * (r.net.alpha_us + r.net.tx(ts)) + cv * (r.nvl.alpha_us + r.nvl.tx(ts)) +
+           tail * t_max;
   };
+  const long j_hi = d + n * ((jmax - d) / n);
+  return offset + std::max(cost(d), cost(j_hi));
+}
+
+}  // namespace
+
+std::vector<double> ringFinishByClass(const RingRun& r, int nranks,
+                                      std::span<const StartClass> classes) {
+  const long n = nranks;
+  const long jmax = r.loops * static_cast<long>(r.steps - 1);
+  // The path cost is linear in the distance plus a term periodic in the ring position, so
+  // the extremes over a block of equal arrivals lie within one period of its ends: we
+  // visit the first and last period+1 members of every block.
+  const long win = r.period + 1;
   std::vector<long> first(classes.size());
   long pos = 0;
   for (std::size_t i = 0; i < classes.size(); ++i) {
     first[i] = pos;
     pos += classes[i].count;
   }
+  auto members = [&](std::size_t i) {
+    std::vector<long> out;
+    const long c = classes[i].count;
+    for (long k = 0; k < std::min(c, win); ++k) out.push_back(first[i] + k);
+    for (long k = std::max(win, c - win); k < c; ++k) out.push_back(first[i] + k);
+    return out;
+  };
+  std::vector<std::vector<long>> edge(classes.size());
+  for (std::size_t i = 0; i < classes.size(); ++i) edge[i] = members(i);
   std::vector<double> finish(classes.size(), 0.0);
   for (std::size_t dst = 0; dst < classes.size(); ++dst) {
     double best = 0;
-    for (std::size_t src = 0; src < classes.size(); ++src) {
-      // d = r - s - 1 (mod n) over the two blocks: an interval of len residues from a.
-      const long len = std::min<long>(n, classes[dst].count + classes[src].count - 1);
-      const long a = (((first[dst] - first[src] - classes[src].count) % n) + n) % n;
-      auto inside = [&](long x) { return ((x - a) % n + n) % n < len; };
-      const std::array<long, 5> cand = {a, (a + len - 1) % n, jmax % n, 0, n - 1};
-      for (long d : cand) {
-        if (!inside(d)) continue;
-        const long j = edges(d);
-        if (j < 0) continue;
-        best = std::max(best, classes[src].offset_us + base + static_cast<double>(j) * kappa);
+    for (long rank : edge[dst]) {
+      for (std::size_t src = 0; src < classes.size(); ++src) {
+        for (long s : edge[src]) {
+          const long d = (((rank - s - 1) % n) + n) % n;
+          best = std::max(best, pathFrom(r, n, jmax, s, d, classes[src].offset_us));
+        }
+        // The source just upstream of this rank, if it lies inside the block.
+        const long up = ((rank - 1) % n + n) % n;
+        if (up >= first[src] && up < first[src] + classes[src].count) {
+          best = std::max(best, pathFrom(r, n, jmax, up, 0, classes[src].offset_us));
+        }
       }
     }
     finish[dst] = best;

@@ -24,8 +24,8 @@ namespace crystal::model {
 [[nodiscard]] double chainClosedForm(const ChainRun& run);
 
 // Members in contiguous ring blocks arriving at `offset_us`: when each block has received
-// everything (us after the earliest arrival). Exact for rings with one hop type; rings
-// mixing NVLink and NET hops use their average hop (documented in docs/model.md).
+// everything (us after the earliest arrival): the longest path of the recurrence from
+// every block's arrival, evaluated at the block edges, O(blocks^2 x period^2).
 [[nodiscard]] std::vector<double> ringFinishByClass(const RingRun& run, int nranks,
                                                     std::span<const StartClass> classes);
 

@@ -72,16 +72,16 @@ std::vector<double> ringRecurrencePerRank(const RingRun& run, int nranks,
   const int s = run.slices;
   const long units = run.units();
   const long per_loop = static_cast<long>(run.steps) * s;
-  const Hop& hop = run.hopOf(0);
-  const double tx = hop.tx(run.slice_bytes);
+  // Rank r sits at position r % period of its node; its hop is that position's.
+  auto hop = [&](int r) -> const Hop& { return run.hopOf(r % run.period); };
   std::vector<std::vector<double>> st(nranks, std::vector<double>(units, 0.0));
   for (long u = 0; u < units; ++u) {
     for (int r = 0; r < nranks; ++r) {
       double t = start_us[r];
-      if (u > 0) t = std::max(t, st[r][u - 1] + tx);
+      if (u > 0) t = std::max(t, st[r][u - 1] + hop(r).tx(run.slice_bytes));
       if ((u % per_loop) >= s) {
         const int pred = (r + nranks - 1) % nranks;
-        t = std::max(t, st[pred][u - s] + tx + hop.alpha_us);
+        t = std::max(t, st[pred][u - s] + hop(pred).tx(run.slice_bytes) + hop(pred).alpha_us);
       }
       st[r][u] = t;
     }
@@ -89,7 +89,7 @@ std::vector<double> ringRecurrencePerRank(const RingRun& run, int nranks,
   std::vector<double> finish(nranks);
   for (int r = 0; r < nranks; ++r) {
     const int pred = (r + nranks - 1) % nranks;
-    finish[r] = st[pred][units - 1] + tx + hop.alpha_us;
+    finish[r] = st[pred][units - 1] + hop(pred).tx(run.slice_bytes) + hop(pred).alpha_us;
   }
   return finish;
 }

@@ -23,8 +23,8 @@ namespace crystal::model {
 [[nodiscard]] double ringRecurrence(const RingRun& run);
 [[nodiscard]] double chainRecurrence(const ChainRun& run);
 
-// Ring of n single-hop-type members that arrive at different times: brute-force per-rank
-// recurrence, O(n x units). Reference for ringFinishByClass (tests only use it).
+// Ring of n members (position r % period in its node) that arrive at different times:
+// brute-force per-rank recurrence, O(n x units). Reference for ringFinishByClass (tests).
 [[nodiscard]] std::vector<double> ringRecurrencePerRank(const RingRun& run, int nranks,
                                                         std::span<const double> start_us);
 

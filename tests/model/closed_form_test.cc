@@ -132,5 +132,73 @@ TEST(ClosedForm, StartOffsetsMatchPerRankRecurrence) {
   }
 }
 
+// Rings mixing NVLink and NET hops (4 nodes x 4), bandwidth- and latency-bound.
+TEST(ClosedForm, StartOffsetsOnMixedRing) {
+  RingRun r;
+  r.period = 4;
+  r.has_net = true;
+  r.nvl = Hop{1.0, 1.0 / 28e3};
+  r.net = Hop{14.0, 1.0 / 12.5e3};
+  r.steps = 2 * (16 - 1);
+  r.slices = 2;
+  r.loops = 3;
+  r.slice_bytes = 1 << 18;
+  const std::vector<StartClass> classes = {{0.0, 4}, {300.0, 4}, {40.0, 8}};
+  std::vector<double> starts;
+  for (const StartClass& c : classes) starts.insert(starts.end(), c.count, c.offset_us);
+  const std::vector<double> per_rank = ringRecurrencePerRank(r, 16, starts);
+  const std::vector<double> by_class = ringFinishByClass(r, 16, classes);
+  int rank = 0;
+  for (std::size_t k = 0; k < classes.size(); ++k) {
+    double worst = 0;
+    for (int i = 0; i < classes[k].count; ++i) worst = std::max(worst, per_rank[rank++]);
+    EXPECT_NEAR(by_class[k], worst, 1e-6 * worst) << "class " << k;
+  }
+  // With equal starts the per-rank recurrence is the per-position one.
+  const std::vector<double> zero(16, 0.0);
+  double end = 0;
+  for (double f : ringRecurrencePerRank(r, 16, zero)) end = std::max(end, f);
+  EXPECT_NEAR(end, ringRecurrence(r), 1e-6);
+}
+
+// Random arrival blocks (not aligned to nodes, some shorter than a node) on mixed rings:
+// within 1 % (the path bound ignores where loop boundaries force serial sends).
+TEST(ClosedForm, StartOffsetsRandomBlocks) {
+  std::uint64_t seed = 12345;
+  auto next = [&](int mod) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((seed >> 33) % static_cast<std::uint64_t>(mod));
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    RingRun r;
+    r.period = trial % 2 == 0 ? 4 : 8;
+    const int n = r.period * (2 + next(3));
+    r.has_net = true;
+    r.nvl = Hop{0.7 + next(3), 1.0 / 28e3};
+    r.net = Hop{2.0 + next(20), 1.0 / (5e3 + 1e3 * next(40))};
+    r.steps = trial % 3 == 0 ? n - 1 : 2 * (n - 1);
+    r.slices = 1 + next(2);
+    r.loops = 1 + next(3);
+    r.slice_bytes = 64.0 * (1 << next(14));
+    std::vector<StartClass> classes;
+    for (int left = n; left > 0;) {
+      const int c = std::min(left, 1 + next(n / 2));
+      classes.push_back({static_cast<double>(next(400)), c});
+      left -= c;
+    }
+    std::vector<double> starts;
+    for (const StartClass& c : classes) starts.insert(starts.end(), c.count, c.offset_us);
+    const std::vector<double> per_rank = ringRecurrencePerRank(r, n, starts);
+    const std::vector<double> by_class = ringFinishByClass(r, n, classes);
+    int rank = 0;
+    for (std::size_t k = 0; k < classes.size(); ++k) {
+      double worst = 0;
+      for (int i = 0; i < classes[k].count; ++i) worst = std::max(worst, per_rank[rank++]);
+      EXPECT_NEAR(by_class[k], worst, 0.01 * worst) << "trial " << trial << " class " << k;
+      EXPECT_GE(by_class[k], worst - 1e-6 * worst);  // never optimistic
+    }
+  }
+}
+
 }  // namespace
 }  // namespace crystal::model
