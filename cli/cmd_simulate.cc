@@ -117,11 +117,15 @@ int simulate(std::span<const std::string> args) {
   opts.trace_ranks = ranks;
   // A progress line once the run has taken a few seconds (stderr keeps stdout clean).
   bool progress_shown = false;
-  opts.progress = [&](std::size_t done, std::size_t units) {
+  double last_shown = 0;
+  opts.progress = [&](std::uint64_t done, std::uint64_t total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s < 3.0) return;
+    if (s < 3.0 || s - last_shown < 1.0) return;
     progress_shown = true;
-    fmt::print(stderr, "\rcrystal: simulate: {:.0f} s, {}/{} units finished", s, done, units);
+    last_shown = s;
+    fmt::print(stderr, "\rcrystal: simulate: {:.0f} s, {:.1f}% of {} ops", s,
+               total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total),
+               total);
   };
   const replay::ReplayResult r = replay::runReplay(*g, cost, opts);
   if (progress_shown) fmt::print(stderr, "\n");

@@ -14,7 +14,7 @@ CommIndex::CommIndex(const graph::Graph& g, ReplayMode mode)
 std::int32_t CommIndex::intern(std::string_view family) {
   for (std::size_t i = 0; i < families_.size(); ++i)
     if (families_[i] == family) return static_cast<std::int32_t>(i);
-  families_.emplace_back(family);
+  families_.push_back(family);
   return static_cast<std::int32_t>(families_.size() - 1);
 }
 

@@ -45,7 +45,7 @@ class CommIndex {
   ReplayMode mode_;
   std::int32_t gpus_per_node_;
   std::unordered_map<std::int32_t, CommView> views_;
-  std::vector<std::string> families_;
+  std::vector<std::string_view> families_;  // views into the graph (it outlives results)
 };
 
 }  // namespace crystal::replay::detail

@@ -141,7 +141,11 @@ void Engine::step(UnitState& u) {
         }
         break;
     }
-    if (op.kind != OpKind::IterationMark) u.ops_since_mark = true;
+    // Only work that takes time opens an iteration: allocations before the first
+    // IterationMark (weights) belong to the iteration that follows.
+    if (op.kind == OpKind::Compute || op.kind == OpKind::Collective || op.kind == OpKind::Send ||
+        op.kind == OpKind::Recv)
+      u.ops_since_mark = true;
     ++u.pc;
     ++u.executed;
   }

@@ -112,7 +112,8 @@ ReplayResult Engine::run() {
     queue_.push(0, u.unit);
   }
   std::size_t done = 0;
-  std::uint64_t since_progress = 0;
+  std::uint64_t since_progress = 0, total_ops = 0;
+  for (const UnitState& u : units_) total_ops += u.ops.size() * static_cast<std::uint64_t>(opts_.iterations);
   for (;;) {
     while (!queue_.empty()) {
       const auto e = queue_.pop();
@@ -124,7 +125,9 @@ ReplayResult Engine::run() {
       if (u.done) ++done;
       if (opts_.progress && ++since_progress >= opts_.progress_every) {
         since_progress = 0;
-        opts_.progress(done, units_.size());
+        std::uint64_t executed = 0;
+        for (const UnitState& v : units_) executed += v.executed;
+        opts_.progress(executed, total_ops);
       }
     }
     if (done == units_.size()) break;

@@ -152,8 +152,8 @@ TEST(Replay, IterationsRepeatTheStream) {
 
 TEST(Replay, IterationMarkSplitsIterations) {
   TinyGraph g(1);
-  g.ops(0) = {simple(OpKind::IterationMark, 0), compute(10), simple(OpKind::IterationMark, 1),
-              compute(5, 1)};
+  g.ops(0) = {simple(OpKind::Alloc, 0, 0, 64), simple(OpKind::IterationMark, 0), compute(10),
+              simple(OpKind::IterationMark, 1), compute(5, 1)};
   const auto res = run(g);
   ASSERT_EQ(res.units[0].iterations.size(), 2u);
   EXPECT_EQ(res.units[0].iterations[0].time, us(10));

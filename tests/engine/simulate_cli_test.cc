@@ -14,14 +14,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct CliRun {
   int code = -1;
   std::string out;
 };
 
-Run crystal(const std::string& args) {
+CliRun crystal(const std::string& args) {
   const std::string cmd = std::string(CRYSTAL_BIN) + " " + args + " 2>&1";
-  Run r;
+  CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -41,7 +41,7 @@ const std::string kSmall = std::string(CRYSTAL_SOURCE_DIR) + "/config/examples/d
 
 TEST(SimulateCli, PrintsOneRowPerClassAndWritesJsonAndTrace) {
   const fs::path d = tempDir();
-  const Run r = crystal("simulate " + kSmall + " --json " + (d / "s.json").string() +
+  const CliRun r = crystal("simulate " + kSmall + " --json " + (d / "s.json").string() +
                         " --trace " + (d / "t.json").string() + " --ranks 0,5");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("iter (ms)"), std::string::npos) << r.out;
@@ -87,7 +87,7 @@ TEST(SimulateCli, BadInputExitsWithTwo) {
     f << "cluster: {nodes: 1}\njob:\n  layout: {tp: 3, pp: 2, dp: 2}\n"
          "workload: {kind: dense, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\n";
   }
-  const Run r = crystal("simulate " + (d / "bad.yaml").string());
+  const CliRun r = crystal("simulate " + (d / "bad.yaml").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("bad.yaml"), std::string::npos) << r.out;  // names the file
   fs::remove_all(d);

@@ -25,6 +25,14 @@ class CostModel {
 };
 
 // NcclModel behind the seam (links crystal_model).
+//
+// NIC sharing: NcclModel prices one communicator alone, and a communicator with k members
+// per node drives only their k rail NICs. In a training job every GPU of a node runs its own
+// copy of that communicator at the same time (8 DP rings, 8 pipeline sends), so with fewer
+// NICs than GPUs they share them. Where nics_per_node < gpus_per_node, a communicator with
+// fewer members per node than GPUs is timed on a cluster with one NIC per GPU of the
+// fair-share bandwidth (nic bandwidth x nics / gpus), with the algorithm, protocol and
+// channels NCCL picks on the real cluster.
 class NcclCostModel final : public CostModel {
  public:
   NcclCostModel(const ClusterConfig& cluster, const ModelConfig& model);
@@ -35,6 +43,8 @@ class NcclCostModel final : public CostModel {
 
  private:
   std::unique_ptr<model::NcclModel> model_;
+  std::unique_ptr<model::NcclModel> shared_;  // fair-share NICs; null when every GPU has one
+  int gpus_per_node_ = 1;
 };
 
 }  // namespace crystal::replay

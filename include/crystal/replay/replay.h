@@ -32,9 +32,9 @@ struct ReplayOptions {
   ReplayMode mode = ReplayMode::Symmetric;
   int iterations = 1;                     // the graph's stream is replayed this many times
   std::vector<std::int32_t> trace_ranks;  // global ranks whose timeline is recorded
-  // Called about every `progress_every` events with (units finished, units).
-  std::function<void(std::size_t, std::size_t)> progress;
-  std::uint64_t progress_every = 1u << 16;
+  // Called about every `progress_every` unit runs with (ops executed, ops to execute).
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+  std::uint64_t progress_every = 1u << 10;
 };
 
 // One iteration of one unit. compute: time any compute op runs; exposed_comm: time a
