@@ -4,6 +4,7 @@
 //   allgather_s  the three all-gathers alone
 //   split_s      8-byte split all-gather + child ring + child's three all-gathers (2 colors)
 //   target_s     15
+//   alltoall_s   (BM_AllToAllSetup) connection setup with every peer of one real rank
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -50,6 +51,35 @@ void BM_CommInit(benchmark::State& state) {
 }
 BENCHMARK(BM_CommInit)->Args({1024, 0})->Args({8192, 0})->Args({8192, 4097})
     ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// All-to-all setup from one real rank: send and recv NET connections with every virtual peer
+// (2 setup + 2 sync messages per peer, one Hello per virtual sender). Counter: alltoall_s.
+void BM_AllToAllSetup(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  BootstrapHost host{HostOptions{}};
+  host.start();
+  double secs = 0;
+  for (auto _ : state) {
+    const UniqueId id = host.mintUniqueId();
+    (void)host.declareComm(id, {n, {0}, kSupportedNcclVersion, "a2a"});
+    test::FakeRank f(id, 0, n);
+    f.init();
+    f.initAllGathers();
+    std::vector<int> peers;
+    for (int p = 1; p < n; ++p) peers.push_back(p);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto res = f.p2pSetup(peers, peers);
+    const auto hellos = f.acceptHellos(n - 1);
+    secs = Seconds(std::chrono::steady_clock::now() - t0).count();
+    if (res.recv_entry_of.size() != peers.size() || hellos.size() != peers.size())
+      state.SkipWithError("incomplete all-to-all setup");
+    f.close();
+    state.SetIterationTime(secs);
+  }
+  state.counters["alltoall_s"] = secs;
+}
+BENCHMARK(BM_AllToAllSetup)->Arg(1024)->Arg(8192)->Iterations(1)->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace crystal::host

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fmt/core.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -99,6 +101,8 @@ void Loop::addListener(int listen_fd, AcceptFn on_accept) {
 StreamId Loop::adopt(Fd fd, bool connecting, std::string label) {
   const StreamId id = next_id_++;
   const int raw = fd.get();
+  int one = 1;  // small frames, latency bound: never let Nagle hold a step's header
+  (void)setsockopt(raw, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto s = std::unique_ptr<Stream>(new Stream(*this, id, std::move(fd), connecting, std::move(label)));
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | (connecting ? static_cast<std::uint32_t>(EPOLLOUT) : 0u);

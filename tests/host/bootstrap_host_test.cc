@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "crystal/host/bootstrap_host.h"
@@ -207,6 +208,45 @@ class HostTest : public ::testing::Test {
     EXPECT_TRUE(waitPhase(hash, CommPhase::Destroyed)) << "comm not released after destroy";
   }
 };
+
+// All-to-all from one real rank: a NET connection each way with every virtual peer (send/recv
+// setup, graph NULL, tags (i<<8)), plus one Hello per virtual sender.
+TEST_F(HostTest, AllToAllFromOneRealRank) {
+  const int n = 64, me = 5;
+  const UniqueId id = host->mintUniqueId();
+  const std::uint64_t hash = host->declareComm(id, {n, {me}, kSupportedNcclVersion, "world"});
+  FakeRank f(id, me, n);
+  f.init();
+  f.initAllGathers();
+  std::vector<int> peers;
+  for (int p = 0; p < n; ++p)
+    if (p != me) peers.push_back(p);
+  const auto res = f.p2pSetup(peers, peers);
+  ASSERT_EQ(res.recv_entry_of.size(), peers.size());
+  ASSERT_EQ(res.send_entry_of.size(), peers.size());
+  for (int p : peers) {
+    live::NetHandle h;
+    ASSERT_TRUE(live::decodeHandle(res.recv_entry_of.at(p).bytes, h));
+    EXPECT_EQ(h.kind, live::HandleKind::VirtualPeer);
+    EXPECT_EQ(h.rank, p);
+    EXPECT_EQ(h.conn_seq, 0u);  // first connection forged for (comm, p)
+    std::int32_t proxy_rank = -1;
+    std::memcpy(&proxy_rank, res.send_entry_of.at(p).bytes, 4);
+    EXPECT_EQ(proxy_rank, p);
+  }
+  const auto hellos = f.acceptHellos(static_cast<int>(peers.size()));
+  std::set<int> senders;
+  for (const auto& h : hellos) {
+    EXPECT_EQ(h.peer, live::PeerKind::Virtual);
+    EXPECT_EQ(h.comm_id, hash);
+    senders.insert(h.sender_rank);
+  }
+  EXPECT_EQ(senders, std::set<int>(peers.begin(), peers.end()));
+  f.barrier();
+  f.close();
+  EXPECT_TRUE(host->errors().empty());
+  EXPECT_TRUE(waitPhase(hash, CommPhase::Destroyed));
+}
 
 TEST_F(HostTest, TwoRanksOneReal) { scenario(2, {0}, false); }
 TEST_F(HostTest, ThreeRanksOneReal) { scenario(3, {1}, true); }

@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -23,6 +25,8 @@ void setTimeouts(int fd) {
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  const int one = 1;  // NCCL's socketSetFlags sets TCP_NODELAY on every bootstrap socket
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 }  // namespace
 
@@ -351,6 +355,56 @@ FakeRank::SetupResult FakeRank::ringSetup(int channels) {
   } else {
     bootstrapSend(send_peer, sync, {});
     if (!bootstrapRecv(send_peer, sync).empty()) throw std::runtime_error("fake rank: non-empty sync");
+  }
+  return out;
+}
+
+FakeRank::P2pResult FakeRank::p2pSetup(const std::vector<int>& send_to,
+                                       const std::vector<int>& recv_from) {
+  const int n = nranks_;
+  auto has = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  P2pResult out;
+  for (int i = 1; i < n; ++i) {
+    const int tag = i << 8;  // graph NULL
+    const int recv_peer = (rank_ - i + n) % n, send_peer = (rank_ + i) % n;
+    const bool rc = has(recv_from, recv_peer), sc = has(send_to, send_peer);
+    if (send_peer == recv_peer) {
+      if (!rc && !sc) continue;
+      std::vector<wire::ConnectEntry> all;
+      if (rc) all.push_back(recvEntry());
+      if (sc) all.push_back(sendEntry());
+      bootstrapSend(recv_peer, tag, std::as_bytes(std::span(all)));
+      const auto reply = wire::decodeConnectEntries(bootstrapRecv(recv_peer, tag));
+      if (reply.size() != all.size()) throw std::runtime_error("fake rank: p2p reply count");
+      std::size_t k = 0;
+      if (sc) out.recv_entry_of[send_peer] = reply[k++];
+      if (rc) out.send_entry_of[recv_peer] = reply[k++];
+      continue;
+    }
+    if (rc) {
+      const auto e = recvEntry();
+      bootstrapSend(recv_peer, tag, wire::bytesOf(e));
+    }
+    if (sc) {
+      const auto e = sendEntry();
+      bootstrapSend(send_peer, tag, wire::bytesOf(e));
+    }
+    if (sc) out.recv_entry_of[send_peer] = wire::decodeConnectEntries(bootstrapRecv(send_peer, tag)).at(0);
+    if (rc) out.send_entry_of[recv_peer] = wire::decodeConnectEntries(bootstrapRecv(recv_peer, tag)).at(0);
+  }
+  for (int i = 1; i < n; ++i) {
+    const int tag = (i << 8) + (1 << 7);
+    const int recv_peer = (rank_ - i + n) % n, send_peer = (rank_ + i) % n;
+    const bool rc = has(recv_from, recv_peer), sc = has(send_to, send_peer);
+    if (send_peer != recv_peer) {
+      if (sc) bootstrapSend(send_peer, tag, {});
+      if (rc) bootstrapSend(recv_peer, tag, {});
+      if (sc) (void)bootstrapRecv(send_peer, tag);
+      if (rc) (void)bootstrapRecv(recv_peer, tag);
+    } else if (sc || rc) {
+      bootstrapSend(send_peer, tag, {});
+      (void)bootstrapRecv(send_peer, tag);
+    }
   }
   return out;
 }

@@ -70,6 +70,13 @@ class FakeRank {
     std::vector<wire::ConnectEntry> from_send_peer, from_recv_peer;
   };
   SetupResult ringSetup(int channels);
+  // ncclTransportP2pSetup(graph = NULL, connIndex 1) after send/recv calls: one channel per
+  // peer. Returns, per peer, the entries it replied (recv entries for our sends, send entries
+  // for our receives).
+  struct P2pResult {
+    std::map<int, wire::ConnectEntry> recv_entry_of, send_entry_of;
+  };
+  P2pResult p2pSetup(const std::vector<int>& send_to, const std::vector<int>& recv_from);
   void barrier();
   // Accepts `n` data streams on the plugin data listener; returns their Hellos.
   std::vector<live::Hello> acceptHellos(int n);
