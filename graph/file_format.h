@@ -21,8 +21,10 @@ struct DecodedGraph {
 
 [[nodiscard]] std::string encodeBinary(const Config& config, const Templates& t);
 [[nodiscard]] bool looksBinary(std::string_view data);
-// Throws InputError naming `file` and the byte offset of the damage.
-[[nodiscard]] DecodedGraph decodeBinary(std::string_view data, const std::string& file);
+// Throws InputError naming `file` and the byte offset of the damage. The fuzzer turns the
+// checksum off to reach the decoder behind it.
+[[nodiscard]] DecodedGraph decodeBinary(std::string_view data, const std::string& file,
+                                        bool verify_checksum = true);
 
 [[nodiscard]] std::string encodeJson(const Config& config, const Templates& t);
 [[nodiscard]] DecodedGraph decodeJson(std::string_view data, const std::string& file);

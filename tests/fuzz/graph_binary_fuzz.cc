@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   try {
-    auto d = crystal::graph::looksBinary(in) ? crystal::graph::decodeBinary(in, "fuzz.bin")
+    auto d = crystal::graph::looksBinary(in) ? crystal::graph::decodeBinary(in, "fuzz.bin", false)
                                              : crystal::graph::decodeJson(in, "fuzz.json");
     if (d.config.workload.kind != "graph") {
       crystal::graph::TemplateGraph g(std::move(d.config), std::move(d.templates));
