@@ -49,8 +49,13 @@ void BM_CommInit(benchmark::State& state) {
   state.counters["split_s"] = split_s;
   state.counters["target_s"] = 15;
 }
-BENCHMARK(BM_CommInit)->Args({1024, 0})->Args({8192, 0})->Args({8192, 4097})
-    ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CommInit)
+    ->Args({1024, 0})
+    ->Args({8192, 0})
+    ->Args({8192, 4097})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // All-to-all setup from one real rank: send and recv NET connections with every virtual peer
 // (2 setup + 2 sync messages per peer, one Hello per virtual sender). Counter: alltoall_s.
@@ -78,7 +83,11 @@ void BM_AllToAllSetup(benchmark::State& state) {
   }
   state.counters["alltoall_s"] = secs;
 }
-BENCHMARK(BM_AllToAllSetup)->Arg(1024)->Arg(8192)->Iterations(1)->UseManualTime()
+BENCHMARK(BM_AllToAllSetup)
+    ->Arg(1024)
+    ->Arg(8192)
+    ->Iterations(1)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

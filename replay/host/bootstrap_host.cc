@@ -2,6 +2,7 @@
 // each accepted connection to its communicator by handshake magic.
 #include "crystal/host/bootstrap_host.h"
 
+#include <arpa/inet.h>
 #include <fmt/core.h>
 
 #include <atomic>
@@ -10,8 +11,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <arpa/inet.h>
 
 #include "comm.h"
 #include "crystal/base/error.h"
@@ -67,7 +66,8 @@ struct BootstrapHost::Impl {
     ctx.create_child = [this](std::uint64_t hash, int nranks, std::vector<int> real,
                               std::string name) -> Comm* {
       auto& slot = comms[hash];
-      if (!slot) slot = std::make_unique<Comm>(ctx, hash, hash, 0, nranks, std::move(real), std::move(name));
+      if (!slot)
+        slot = std::make_unique<Comm>(ctx, hash, hash, 0, nranks, std::move(real), std::move(name));
       by_magic[hash] = slot.get();
       return slot.get();
     };
@@ -113,13 +113,17 @@ struct BootstrapHost::Impl {
         const auto info = wire::decodeExact<wire::ExtInfo>(*frame, "extInfo check-in");
         loop.close(st.id());
         auto it = by_root_magic.find(*magic);
-        if (it == by_root_magic.end()) early_check_ins[*magic].push_back(info);
-        else it->second->onCheckIn(info);
+        if (it == by_root_magic.end())
+          early_check_ins[*magic].push_back(info);
+        else
+          it->second->onCheckIn(info);
       } catch (const ProtocolError& e) {
         loop.close(st.id());
         auto it = by_root_magic.find(*magic);
-        if (it != by_root_magic.end()) it->second->fail(-1, fmt::format("root check-in: {}", e.what()));
-        else report(0, fmt::format("root check-in: {}", e.what()));
+        if (it != by_root_magic.end())
+          it->second->fail(-1, fmt::format("root check-in: {}", e.what()));
+        else
+          report(0, fmt::format("root check-in: {}", e.what()));
       }
     };
   }
@@ -174,8 +178,10 @@ struct BootstrapHost::Impl {
         (*comm)->onP2pMessage(*target, ack, payload);
       } catch (const ProtocolError& e) {
         loop.close(st.id());
-        if (*comm != nullptr) (*comm)->fail(-1, fmt::format("bootstrap message: {}", e.what()));
-        else report(0, fmt::format("bootstrap message: {}", e.what()));
+        if (*comm != nullptr)
+          (*comm)->fail(-1, fmt::format("bootstrap message: {}", e.what()));
+        else
+          report(0, fmt::format("bootstrap message: {}", e.what()));
       }
     };
   }
@@ -213,7 +219,8 @@ struct BootstrapHost::Impl {
   }
 };
 
-BootstrapHost::BootstrapHost(HostOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+BootstrapHost::BootstrapHost(HostOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 BootstrapHost::~BootstrapHost() { stop(); }
 
@@ -232,8 +239,8 @@ UniqueId BootstrapHost::mintUniqueId() {
   std::lock_guard lock(impl_->mu);
   in_addr ip{};
   if (inet_pton(AF_INET, impl_->options.root_address.c_str(), &ip) != 1)
-    throw InputError(fmt::format("host root address '{}' is not an IPv4 address",
-                                 impl_->options.root_address));
+    throw InputError(
+        fmt::format("host root address '{}' is not an IPv4 address", impl_->options.root_address));
   wire::BootstrapHandle h;
   do {
     h.magic = impl_->rng();
@@ -252,8 +259,8 @@ std::uint64_t BootstrapHost::declareComm(const UniqueId& id, const CommSpec& spe
         "NCCL 2.28.9 ({})",
         spec.name, spec.nccl_version, kSupportedNcclVersion));
   if (spec.nranks < 1 || spec.nranks > kMaxAliasRank)
-    throw InputError(fmt::format("comm '{}': nranks {} outside [1, {}]", spec.name, spec.nranks,
-                                 kMaxAliasRank));
+    throw InputError(
+        fmt::format("comm '{}': nranks {} outside [1, {}]", spec.name, spec.nranks, kMaxAliasRank));
   wire::BootstrapHandle h;
   std::memcpy(&h, id.bytes.data(), sizeof h);
   std::lock_guard lock(impl_->mu);
@@ -263,14 +270,14 @@ std::uint64_t BootstrapHost::declareComm(const UniqueId& id, const CommSpec& spe
   const std::uint64_t hash = commHashOf(id);
   if (auto it = impl_->comms.find(hash); it != impl_->comms.end()) {
     if (it->second->nranks() != spec.nranks)
-      throw InputError(fmt::format("comm '{}' declared again with {} ranks instead of {}", spec.name,
-                                   spec.nranks, it->second->nranks()));
+      throw InputError(fmt::format("comm '{}' declared again with {} ranks instead of {}",
+                                   spec.name, spec.nranks, it->second->nranks()));
     it->second->addRealRanks(spec.real_ranks);
     return hash;
   }
-  auto comm = std::make_unique<Comm>(impl_->ctx, hash, h.magic, h.magic, spec.nranks,
-                                     spec.real_ranks,
-                                     spec.name.empty() ? fmt::format("{:#x}", hash) : spec.name);
+  auto comm =
+      std::make_unique<Comm>(impl_->ctx, hash, h.magic, h.magic, spec.nranks, spec.real_ranks,
+                             spec.name.empty() ? fmt::format("{:#x}", hash) : spec.name);
   auto& slot = impl_->comms[hash];
   slot = std::move(comm);
   impl_->by_magic[h.magic] = slot.get();

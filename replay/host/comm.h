@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -30,12 +30,13 @@ struct HostContext {
   const HostOptions* options = nullptr;
   std::uint16_t ring_port = 0;
   std::uint16_t p2p_port = 0;
-  std::function<void(const HostError&)> report;                  // error sink
+  std::function<void(const HostError&)> report;  // error sink
   std::function<void(const VirtualConnection&)> on_virtual_connection;
   const SplitResolver* resolver = nullptr;
   // Registers a split child (magic = its hash) and returns it.
   std::function<Comm*(std::uint64_t hash, int nranks, std::vector<int> real_ranks,
-                      std::string name)> create_child;
+                      std::string name)>
+      create_child;
 };
 
 class Comm {
@@ -77,8 +78,8 @@ class Comm {
     std::vector<std::byte> data;  // nranks * slice_bytes
     std::vector<char> have;
     int have_count = 0;
-    int template_rank = -1;       // first real slice received
-    bool finished = false;        // every slice known and post-processed
+    int template_rank = -1;  // first real slice received
+    bool finished = false;   // every slice known and post-processed
   };
   struct Endpoint {
     int rank = -1;             // the real rank on the other end
@@ -96,7 +97,7 @@ class Comm {
     std::vector<std::byte> payload;
   };
   struct SplitRecord {
-    int index = 0;              // NCCL splitCount
+    int index = 0;  // NCCL splitCount
     int ag_index = -1;
     bool computed = false;
     std::vector<wire::SplitInfo> infos;       // per parent rank
@@ -150,9 +151,9 @@ class Comm {
   std::vector<AllGather> ags_;
   std::map<int, wire::SocketAddress> p2p_addr_;  // real ranks' bootstrap P2P listeners
   std::vector<PendingReply> pending_replies_;
-  std::set<StreamId> streams_;                   // every socket of this comm
-  std::map<int, std::uint32_t> conn_seq_;        // forged handles per virtual rank
-  std::map<int, long> barrier_msgs_;             // real rank -> barrier messages received
+  std::set<StreamId> streams_;             // every socket of this comm
+  std::map<int, std::uint32_t> conn_seq_;  // forged handles per virtual rank
+  std::map<int, long> barrier_msgs_;       // real rank -> barrier messages received
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

@@ -18,7 +18,8 @@
 
 namespace crystal::host {
 
-void Comm::onP2pMessage(int target, const wire::SocketAck& ack, std::span<const std::byte> payload) {
+void Comm::onP2pMessage(int target, const wire::SocketAck& ack,
+                        std::span<const std::byte> payload) {
   if (phase_ == CommPhase::Failed || phase_ == CommPhase::Destroyed) return;
   const int sender = ack.rank;
   if (!isReal(sender)) {
@@ -27,8 +28,8 @@ void Comm::onP2pMessage(int target, const wire::SocketAck& ack, std::span<const 
     return;
   }
   if (target < 0 || target >= nranks_ || isReal(target)) {
-    fail(sender, fmt::format("bootstrap message (tag {:#x}) to rank {}, which is not virtual", ack.tag,
-                             target));
+    fail(sender, fmt::format("bootstrap message (tag {:#x}) to rank {}, which is not virtual",
+                             ack.tag, target));
     return;
   }
   try {
@@ -51,7 +52,8 @@ void Comm::onP2pMessage(int target, const wire::SocketAck& ack, std::span<const 
                    name_, sender, payload.size(), ack.tag, target);
     }
   } catch (const ProtocolError& e) {
-    fail(sender, fmt::format("message (tag {:#x}) to virtual rank {}: {}", ack.tag, target, e.what()));
+    fail(sender,
+         fmt::format("message (tag {:#x}) to virtual rank {}: {}", ack.tag, target, e.what()));
   }
 }
 
@@ -100,11 +102,11 @@ bool isRealListenHandle(const wire::ConnectEntry& e) {
 void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
                    std::span<const std::byte> payload) {
   const int i = tag.distance;
-  const bool is_send_peer = (sender + i) % nranks_ == target;           // sender sends to target
+  const bool is_send_peer = (sender + i) % nranks_ == target;            // sender sends to target
   const bool is_recv_peer = (sender - i + nranks_) % nranks_ == target;  // sender receives from it
   if (!is_send_peer && !is_recv_peer)
-    throw ProtocolError(fmt::format("setup tag distance {} does not lead from rank {} to rank {}", i,
-                                    sender, target));
+    throw ProtocolError(fmt::format("setup tag distance {} does not lead from rank {} to rank {}",
+                                    i, sender, target));
   if (tag.sync) {
     if (!payload.empty())
       throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));
@@ -122,7 +124,8 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
   for (std::size_t k = 0; k < nrecv; ++k)
     if (!isRealListenHandle(entries[k]))
       throw ProtocolError(fmt::format(
-          "receive entry {} is not a crystal RealListen handle: is NCCL_NET_PLUGIN=crystal loaded?", k));
+          "receive entry {} is not a crystal RealListen handle: is NCCL_NET_PLUGIN=crystal loaded?",
+          k));
   const std::size_t nsend = entries.size() - nrecv;
 
   // Reply = target's recv entries (one per sender send entry), then its send entries.
@@ -161,7 +164,8 @@ void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry
   live::NetHandle h;
   (void)live::decodeHandle(entry.bytes, h);
   if (h.family != 4)
-    throw ProtocolError(fmt::format("RealListen handle with address family {} (only IPv4)", h.family));
+    throw ProtocolError(
+        fmt::format("RealListen handle with address family {} (only IPv4)", h.family));
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_port = h.port;  // network order in the handle
@@ -181,7 +185,8 @@ void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry
   s->on_closed = [this, real_rank, to](Stream& st, const std::string& why) {
     streams_.erase(st.id());
     if (phase_ != CommPhase::Ready)
-      CRYSTAL_WARN("comm {}: data stream to rank {} at {} ended: {}", name_, real_rank, to.str(), why);
+      CRYSTAL_WARN("comm {}: data stream to rank {} at {} ended: {}", name_, real_rank, to.str(),
+                   why);
   };
   s->send(std::as_bytes(std::span<const live::Hello, 1>(&hello, 1)));
   if (ctx_.on_virtual_connection)
@@ -195,7 +200,8 @@ void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry
 void Comm::onBarrier(int sender, int target) {
   const int mask = (target - sender + nranks_) % nranks_;
   if (mask == 0 || (mask & (mask - 1)) != 0)
-    throw ProtocolError(fmt::format("barrier message to rank {} is not at a power-of-two distance", target));
+    throw ProtocolError(
+        fmt::format("barrier message to rank {} is not at a power-of-two distance", target));
   long to_virtual = 0;
   for (int m = 1; m < nranks_; m <<= 1)
     if (!isReal((sender + m) % nranks_)) ++to_virtual;

@@ -23,8 +23,13 @@ namespace crystal::host {
 
 Comm::Comm(HostContext& ctx, std::uint64_t hash, std::uint64_t magic, std::uint64_t root_magic,
            int nranks, std::vector<int> real_ranks, std::string name)
-    : ctx_(ctx), hash_(hash), magic_(magic), root_magic_(root_magic), nranks_(nranks),
-      real_(static_cast<std::size_t>(nranks), 0), name_(std::move(name)) {
+    : ctx_(ctx),
+      hash_(hash),
+      magic_(magic),
+      root_magic_(root_magic),
+      nranks_(nranks),
+      real_(static_cast<std::size_t>(nranks), 0),
+      name_(std::move(name)) {
   addRealRanks(real_ranks);
 }
 
@@ -35,8 +40,9 @@ void Comm::addRealRanks(const std::vector<int>& ranks) {
     if (real_[static_cast<std::size_t>(r)] != 0) continue;
     // The root may already have given this rank's ring slot to the host's virtual stand-in.
     if (!check_ins_.empty()) {
-      fail(r, "declared real after the comm's first check-in; declare every real rank of a "
-              "communicator before any of them calls ncclCommInitRank");
+      fail(r,
+           "declared real after the comm's first check-in; declare every real rank of a "
+           "communicator before any of them calls ncclCommInitRank");
       return;
     }
     real_[static_cast<std::size_t>(r)] = 1;
@@ -147,7 +153,8 @@ void Comm::connectAsPrev(int rank, const wire::SocketAddress& ring_listen) {
   wire::appendHandshake(hs, magic_, wire::kSocketTypeBootstrap);
   StreamId id = 0;
   try {
-    id = ctx_.loop->adopt(connectTcp(ring_listen), true, fmt::format("ring {}->{}", rank - 1, rank));
+    id =
+        ctx_.loop->adopt(connectTcp(ring_listen), true, fmt::format("ring {}->{}", rank - 1, rank));
   } catch (const ProtocolError& e) {
     fail(rank, fmt::format("ring connect to {}: {}", ring_listen.str(), e.what()));
     return;
@@ -244,7 +251,8 @@ void Comm::onEndpointData(Endpoint& e, Stream& s) {
                         ags_.back().index, kindName(ags_.back().kind), size, r);
         } else if (ags_[static_cast<std::size_t>(e.rx_ag)].slice_bytes != size) {
           throw ProtocolError(fmt::format("all-gather #{} frame of {} bytes, expected {}", e.rx_ag,
-                                          size, ags_[static_cast<std::size_t>(e.rx_ag)].slice_bytes));
+                                          size,
+                                          ags_[static_cast<std::size_t>(e.rx_ag)].slice_bytes));
         }
         if (rxCount(e) == 0)
           throw ProtocolError("sent on ring 1 of a 2-rank comm, which NCCL never does");
@@ -267,7 +275,8 @@ void Comm::onEndpointData(Endpoint& e, Stream& s) {
       pump();
     }
   } catch (const ProtocolError& err) {
-    fail(r, fmt::format("ring from {} {}: {}", host_is_next ? "rank" : "prev of rank", r, err.what()));
+    fail(r,
+         fmt::format("ring from {} {}: {}", host_is_next ? "rank" : "prev of rank", r, err.what()));
     return;
   }
   if (Endpoint* ep = endpointFor(s.id())) updateWaiting(*ep);
@@ -287,9 +296,9 @@ void Comm::storeSlice(AllGather& ag, int slice, std::span<const std::byte> bytes
     if (ag.kind == AllGatherKind::PeerInfo) {
       const auto info = wire::decodeExact<wire::PeerInfo>(bytes, "ncclPeerInfo");
       if (info.version != kSupportedNcclVersion)
-        throw ProtocolError(fmt::format(
-            "rank {} runs NCCL version code {}; the host speaks only NCCL 2.28.9 ({})", slice,
-            info.version, kSupportedNcclVersion));
+        throw ProtocolError(
+            fmt::format("rank {} runs NCCL version code {}; the host speaks only NCCL 2.28.9 ({})",
+                        slice, info.version, kSupportedNcclVersion));
       if (info.rank != slice)
         throw ProtocolError(fmt::format("peerInfo slice {} says rank {}", slice, info.rank));
     }
@@ -299,8 +308,9 @@ void Comm::storeSlice(AllGather& ag, int slice, std::span<const std::byte> bytes
     }
     if (ag.template_rank < 0) ag.template_rank = slice;
   }
-  std::memcpy(ag.data.data() + static_cast<std::size_t>(slice) * static_cast<std::size_t>(ag.slice_bytes),
-              bytes.data(), bytes.size());
+  std::memcpy(
+      ag.data.data() + static_cast<std::size_t>(slice) * static_cast<std::size_t>(ag.slice_bytes),
+      bytes.data(), bytes.size());
   ag.have[static_cast<std::size_t>(slice)] = 1;
   if (++ag.have_count == nranks_) finishAllGather(ag);
   if (ag.kind == AllGatherKind::RingAddresses && isReal(slice)) flushPendingReplies();
@@ -406,9 +416,9 @@ void Comm::onEndpointClosed(Endpoint& e, const std::string& why) {
   const bool busy = e.rx_size >= 0 || (rxCount(e) > 0 && e.rx_ag < static_cast<int>(ags_.size())) ||
                     e.tx_ag < static_cast<int>(ags_.size()) || phase_ != CommPhase::Ready;
   if (busy) {
-    fail(e.rank, fmt::format("ring connection closed during {}: {}",
-                             phase_ == CommPhase::Ready ? "an all-gather" : "communicator creation",
-                             why));
+    fail(e.rank,
+         fmt::format("ring connection closed during {}: {}",
+                     phase_ == CommPhase::Ready ? "an all-gather" : "communicator creation", why));
     return;
   }
   maybeDestroyed();
@@ -442,8 +452,8 @@ void Comm::checkStall(Clock::time_point now) {
     if (e.closed) continue;
     Stream* s = ctx_.loop->find(e.stream);
     if (s != nullptr && s->waiting() && now - s->since() > limit) {
-      fail(e.rank, fmt::format("silent for {} ms in all-gather #{} step {} (ring {})", limit.count(),
-                               e.rx_ag, e.rx_step, e.host_is_next ? 0 : 1));
+      fail(e.rank, fmt::format("silent for {} ms in all-gather #{} step {} (ring {})",
+                               limit.count(), e.rx_ag, e.rx_step, e.host_is_next ? 0 : 1));
       return;
     }
   }

@@ -35,7 +35,8 @@ void Comm::onSplitAllGather(AllGather& ag) {
   }
   for (auto& [color, members] : rec.members)
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-      return rec.infos[static_cast<std::size_t>(a)].key < rec.infos[static_cast<std::size_t>(b)].key;
+      return rec.infos[static_cast<std::size_t>(a)].key <
+             rec.infos[static_cast<std::size_t>(b)].key;
     });
   rec.computed = true;
   for (auto& [color, members] : rec.members) {
@@ -85,11 +86,13 @@ void Comm::deliverSplitRingInfo(SplitRecord& rec, int sender, int target,
   const int color = rec.infos[static_cast<std::size_t>(sender)].color;
   const auto& members = rec.members.at(color);
   const int cn = static_cast<int>(members.size());
-  const int c = static_cast<int>(std::find(members.begin(), members.end(), sender) - members.begin());
+  const int c =
+      static_cast<int>(std::find(members.begin(), members.end(), sender) - members.begin());
   const int prev_parent = members[static_cast<std::size_t>((c - 1 + cn) % cn)];
   if (prev_parent != target)
-    throw ProtocolError(fmt::format("split #{} ring info sent to rank {}, but its child-prev is rank {}",
-                                    rec.index, target, prev_parent));
+    throw ProtocolError(
+        fmt::format("split #{} ring info sent to rank {}, but its child-prev is rank {}", rec.index,
+                    target, prev_parent));
   rec.ring_info_seen.insert(sender);
   rec.children.at(color)->connectAsPrev(c, info.addr());
 }

@@ -103,7 +103,8 @@ StreamId Loop::adopt(Fd fd, bool connecting, std::string label) {
   const int raw = fd.get();
   int one = 1;  // small frames, latency bound: never let Nagle hold a step's header
   (void)setsockopt(raw, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  auto s = std::unique_ptr<Stream>(new Stream(*this, id, std::move(fd), connecting, std::move(label)));
+  auto s =
+      std::unique_ptr<Stream>(new Stream(*this, id, std::move(fd), connecting, std::move(label)));
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | (connecting ? static_cast<std::uint32_t>(EPOLLOUT) : 0u);
   ev.data.u64 = id;
@@ -180,8 +181,10 @@ void Loop::onStreamEvent(Stream& s, std::uint32_t events) {
     }
     if (s.rx_off_ < s.rx_.size() && s.on_data) s.on_data(s);
     if (s.dead_) return;
-    if (!err.empty()) fail(s, "recv: " + err);
-    else if (eof) fail(s, "peer closed the connection");
+    if (!err.empty())
+      fail(s, "recv: " + err);
+    else if (eof)
+      fail(s, "peer closed the connection");
   }
 }
 

@@ -50,7 +50,11 @@ class Stream {
  private:
   friend class Loop;
   Stream(class Loop& loop, StreamId id, Fd fd, bool connecting, std::string label)
-      : loop_(loop), id_(id), fd_(std::move(fd)), connecting_(connecting), label_(std::move(label)) {}
+      : loop_(loop),
+        id_(id),
+        fd_(std::move(fd)),
+        connecting_(connecting),
+        label_(std::move(label)) {}
   void flush();
   class Loop& loop_;
   StreamId id_;

@@ -40,8 +40,7 @@ Fd listenTcp(const std::string& bind_address, std::uint16_t port) {
   sin.sin_port = htons(port);
   sin.sin_addr = ip;
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0)
-    throw ProtocolError(
-        fmt::format("bind {}:{}: {}", bind_address, port, std::strerror(errno)));
+    throw ProtocolError(fmt::format("bind {}:{}: {}", bind_address, port, std::strerror(errno)));
   if (::listen(fd.get(), 16384) != 0)  // capped by somaxconn, like NCCL's own listeners
     throw ProtocolError(fmt::format("listen {}:{}: {}", bind_address, port, std::strerror(errno)));
   setNonBlocking(fd.get());

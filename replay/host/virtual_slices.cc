@@ -11,11 +11,16 @@ namespace crystal::host {
 
 const char* kindName(AllGatherKind k) noexcept {
   switch (k) {
-    case AllGatherKind::RingAddresses: return "ringAllInfo";
-    case AllGatherKind::PeerInfo: return "peerInfo";
-    case AllGatherKind::GraphInfo: return "allGatherInfo";
-    case AllGatherKind::RingConnInfo: return "ringConnInfo";
-    case AllGatherKind::SplitInfo: return "commSplitInfo";
+    case AllGatherKind::RingAddresses:
+      return "ringAllInfo";
+    case AllGatherKind::PeerInfo:
+      return "peerInfo";
+    case AllGatherKind::GraphInfo:
+      return "allGatherInfo";
+    case AllGatherKind::RingConnInfo:
+      return "ringConnInfo";
+    case AllGatherKind::SplitInfo:
+      return "commSplitInfo";
   }
   return "?";
 }
@@ -37,9 +42,10 @@ AllGatherKind classifyAllGather(int index, int slice_bytes, int nranks) {
   }
   if (slice_bytes == sizeof(wire::RingConnInfo)) return AllGatherKind::RingConnInfo;
   if (slice_bytes == sizeof(wire::SplitInfo)) return AllGatherKind::SplitInfo;
-  throw ProtocolError(fmt::format(
-      "all-gather #{} has {}-byte slices: not a ringConnInfo (2) or commSplitInfo (8) of NCCL 2.28.9",
-      index, slice_bytes));
+  throw ProtocolError(
+      fmt::format("all-gather #{} has {}-byte slices: not a ringConnInfo (2) or commSplitInfo (8) "
+                  "of NCCL 2.28.9",
+                  index, slice_bytes));
 }
 
 std::uint64_t virtualHostHash(std::uint64_t comm_hash, int rank) noexcept {

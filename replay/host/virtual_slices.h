@@ -30,7 +30,8 @@ struct VirtualRankContext {
 // bootstrapRingData of virtual rank: P2P (and proxy) address = its loopback alias.
 [[nodiscard]] wire::RingData virtualRingData(const VirtualRankContext& v);
 // ncclPeerInfo: version 22809, own host hash, GPU properties copied from `real`.
-[[nodiscard]] wire::PeerInfo virtualPeerInfo(const VirtualRankContext& v, const wire::PeerInfo& real);
+[[nodiscard]] wire::PeerInfo virtualPeerInfo(const VirtualRankContext& v,
+                                             const wire::PeerInfo& real);
 // allGatherInfo: graphInfo and cpu copied from `real` (copying never moves a min/max);
 // "flat" topoRanks: the rank is its own 1-GPU node on all 64 channels.
 [[nodiscard]] wire::AllGatherInfo virtualGraphInfo(const VirtualRankContext& v,

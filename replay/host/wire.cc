@@ -117,8 +117,8 @@ template RingConnectInfo decodeExact<RingConnectInfo>(std::span<const std::byte>
 
 Handshake decodeHandshake(std::span<const std::byte> bytes) {
   if (bytes.size() < kHandshakeBytes)
-    throw ProtocolError(fmt::format("socket handshake: {} bytes, expected {}", bytes.size(),
-                                    kHandshakeBytes));
+    throw ProtocolError(
+        fmt::format("socket handshake: {} bytes, expected {}", bytes.size(), kHandshakeBytes));
   Handshake h;
   std::memcpy(&h.magic, bytes.data(), 8);
   std::memcpy(&h.type, bytes.data() + 8, 4);

@@ -7,14 +7,14 @@
 // crystal::ProtocolError on any size mismatch: no read ever leaves the given span.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <netinet/in.h>
 
 namespace crystal::host::wire {
 
@@ -42,8 +42,8 @@ struct alignas(4) SocketAddress {
   [[nodiscard]] static SocketAddress fromIpv4(std::uint32_t host_order_ip, std::uint16_t port);
   [[nodiscard]] bool isZero() const noexcept;
   [[nodiscard]] int family() const noexcept;
-  [[nodiscard]] std::uint16_t port() const noexcept;          // host order
-  [[nodiscard]] std::uint32_t ipv4() const noexcept;          // host order (family AF_INET)
+  [[nodiscard]] std::uint16_t port() const noexcept;  // host order
+  [[nodiscard]] std::uint32_t ipv4() const noexcept;  // host order (family AF_INET)
   // Fills a sockaddr_storage for connect(); throws ProtocolError on a family other than
   // AF_INET/AF_INET6.
   [[nodiscard]] socklen_t toSockaddr(sockaddr_storage& out) const;
@@ -109,7 +109,7 @@ struct PeerInfo {
   std::uint64_t pid_hash = 0;
   std::uint64_t shm_dev = 0;  // dev_t
   std::int64_t bus_id = 0;
-  std::uint64_t comm = 0;     // struct ncclComm* of the sender's process
+  std::uint64_t comm = 0;  // struct ncclComm* of the sender's process
   std::int32_t cuda_comp_cap = 0;
   std::uint32_t pad0 = 0;
   std::uint64_t total_global_mem = 0;
@@ -150,7 +150,8 @@ struct TopoRanks {
   std::int32_t nvls_head_num = 0;
 };
 static_assert(sizeof(TopoRanks) == 2056 && offsetof(TopoRanks, ring_send) == 260 &&
-              offsetof(TopoRanks, tree_to_parent) == 1028 && offsetof(TopoRanks, nvls_head_num) == 2052);
+              offsetof(TopoRanks, tree_to_parent) == 1028 &&
+              offsetof(TopoRanks, nvls_head_num) == 2052);
 
 // init.cc: struct allGatherInfo (all-gather #3).
 struct AllGatherInfo {
@@ -161,7 +162,8 @@ struct AllGatherInfo {
   std::int32_t local_ranks = 0;
 };
 static_assert(sizeof(AllGatherInfo) == 2292 && offsetof(AllGatherInfo, topo_ranks) == 224 &&
-              offsetof(AllGatherInfo, cpu_arch) == 2280 && offsetof(AllGatherInfo, local_ranks) == 2288);
+              offsetof(AllGatherInfo, cpu_arch) == 2280 &&
+              offsetof(AllGatherInfo, local_ranks) == 2288);
 
 // transport/generic.cc ringConnInfo {bool useNetPXN; bool useGdr}.
 struct RingConnInfo {
@@ -227,7 +229,8 @@ struct BootstrapMessage {
   std::span<const std::byte> payload;  // points into the parsed bytes
   std::size_t consumed = 0;
 };
-[[nodiscard]] std::optional<BootstrapMessage> tryParseBootstrapMessage(std::span<const std::byte> bytes);
+[[nodiscard]] std::optional<BootstrapMessage> tryParseBootstrapMessage(
+    std::span<const std::byte> bytes);
 
 // Splits a connection-setup payload into entries; throws unless a non-zero multiple of 256.
 [[nodiscard]] std::vector<ConnectEntry> decodeConnectEntries(std::span<const std::byte> payload);
@@ -236,7 +239,7 @@ struct BootstrapMessage {
 struct SetupTag {
   int distance = 0;  // i
   bool sync = false;
-  int graph = 0;     // graph id + 1 (0 = p2p)
+  int graph = 0;  // graph id + 1 (0 = p2p)
 };
 // Returns false if `tag` is not a setup/sync tag of a comm with `nranks` ranks.
 [[nodiscard]] bool decodeSetupTag(std::int32_t tag, int nranks, SetupTag& out) noexcept;

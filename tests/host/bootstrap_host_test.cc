@@ -2,9 +2,10 @@
 // the three init all-gathers, ring connection exchange over 2 channels with syncs, barrier,
 // split into 2 colors, destroy — for 2..1024 ranks with 1 or 2 real ones. Asserts the exact
 // bytes the real ranks receive for their virtual peers.
-#include <gtest/gtest.h>
+#include "crystal/host/bootstrap_host.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 
 #include <array>
 #include <chrono>
@@ -13,7 +14,6 @@
 #include <set>
 #include <thread>
 
-#include "crystal/host/bootstrap_host.h"
 #include "crystal/live/handle.h"
 #include "fake_rank.h"
 #include "net.h"
@@ -60,7 +60,9 @@ RankOutcome runRank(const UniqueId& id, int rank, int n, bool split, bool prev_v
   f.barrier();
   // Runtime connect's 2-byte ringConnInfo all-gather: virtual ranks echo the real choice.
   const std::array<std::byte, 2> rci{std::byte{0}, std::byte{1}};
-  for (const auto& slice : f.allGather(rci)) out.ring_conn_info_ok &= slice.size() == 2 && slice[1] == std::byte{1} && slice[0] == std::byte{0};
+  for (const auto& slice : f.allGather(rci))
+    out.ring_conn_info_ok &=
+        slice.size() == 2 && slice[1] == std::byte{1} && slice[0] == std::byte{0};
   if (split) {
     auto child = f.split(rank % 2, rank);
     if (child) {
@@ -111,7 +113,8 @@ class HostTest : public ::testing::Test {
     std::vector<std::future<RankOutcome>> futs;
     auto isReal = [&](int r) { return std::find(real.begin(), real.end(), r) != real.end(); };
     for (int r : real)
-      futs.push_back(std::async(std::launch::async, runRank, id, r, n, split, !isReal((r - 1 + n) % n)));
+      futs.push_back(
+          std::async(std::launch::async, runRank, id, r, n, split, !isReal((r - 1 + n) % n)));
     std::vector<RankOutcome> outs;
     for (auto& f : futs) outs.push_back(f.get());
     const std::uint16_t ring_port = host->ringPort(), p2p_port = host->p2pPort();

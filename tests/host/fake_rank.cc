@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fmt/core.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,8 +13,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <thread>
-
-#include <fmt/core.h>
 
 namespace crystal::host::test {
 
@@ -197,7 +196,8 @@ std::vector<std::vector<std::byte>> FakeRank::allGather(std::span<const std::byt
     if (prev_.recvValue<std::int32_t>() != size) throw std::runtime_error("fake rank: ring0 size");
     if (!last_uni) {
       prev_.sendValue(size);
-      if (next_.recvValue<std::int32_t>() != size) throw std::runtime_error("fake rank: ring1 size");
+      if (next_.recvValue<std::int32_t>() != size)
+        throw std::runtime_error("fake rank: ring1 size");
     }
     next_.sendAll(data[static_cast<std::size_t>(s0)]);
     if (!last_uni) prev_.sendAll(data[static_cast<std::size_t>(s1)]);
@@ -354,7 +354,8 @@ FakeRank::SetupResult FakeRank::ringSetup(int channels) {
       throw std::runtime_error("fake rank: non-empty sync");
   } else {
     bootstrapSend(send_peer, sync, {});
-    if (!bootstrapRecv(send_peer, sync).empty()) throw std::runtime_error("fake rank: non-empty sync");
+    if (!bootstrapRecv(send_peer, sync).empty())
+      throw std::runtime_error("fake rank: non-empty sync");
   }
   return out;
 }
@@ -362,7 +363,9 @@ FakeRank::SetupResult FakeRank::ringSetup(int channels) {
 FakeRank::P2pResult FakeRank::p2pSetup(const std::vector<int>& send_to,
                                        const std::vector<int>& recv_from) {
   const int n = nranks_;
-  auto has = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  auto has = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
   P2pResult out;
   for (int i = 1; i < n; ++i) {
     const int tag = i << 8;  // graph NULL
@@ -389,8 +392,12 @@ FakeRank::P2pResult FakeRank::p2pSetup(const std::vector<int>& send_to,
       const auto e = sendEntry();
       bootstrapSend(send_peer, tag, wire::bytesOf(e));
     }
-    if (sc) out.recv_entry_of[send_peer] = wire::decodeConnectEntries(bootstrapRecv(send_peer, tag)).at(0);
-    if (rc) out.send_entry_of[recv_peer] = wire::decodeConnectEntries(bootstrapRecv(recv_peer, tag)).at(0);
+    if (sc)
+      out.recv_entry_of[send_peer] =
+          wire::decodeConnectEntries(bootstrapRecv(send_peer, tag)).at(0);
+    if (rc)
+      out.send_entry_of[recv_peer] =
+          wire::decodeConnectEntries(bootstrapRecv(recv_peer, tag)).at(0);
   }
   for (int i = 1; i < n; ++i) {
     const int tag = (i << 8) + (1 << 7);
@@ -439,7 +446,9 @@ std::unique_ptr<FakeRank> FakeRank::split(int color, int key) {
   for (int i = 0; i < nranks_; ++i) {
     if (infos[static_cast<std::size_t>(i)].color != color) continue;
     std::size_t at = 0;
-    while (at < members.size() && infos[static_cast<std::size_t>(members[at])].key <= infos[static_cast<std::size_t>(i)].key) ++at;
+    while (at < members.size() && infos[static_cast<std::size_t>(members[at])].key <=
+                                      infos[static_cast<std::size_t>(i)].key)
+      ++at;
     members.insert(members.begin() + static_cast<std::ptrdiff_t>(at), i);
   }
   const int cn = static_cast<int>(members.size());

@@ -29,7 +29,9 @@ class Sock {
   void sendAll(std::span<const std::byte> b) const;
   void recvAll(std::span<std::byte> b) const;
   template <typename T>
-  void sendValue(const T& v) const { sendAll(std::as_bytes(std::span<const T, 1>(&v, 1))); }
+  void sendValue(const T& v) const {
+    sendAll(std::as_bytes(std::span<const T, 1>(&v, 1)));
+  }
   template <typename T>
   T recvValue() const {
     T v;
@@ -43,7 +45,7 @@ class Sock {
   int fd_ = -1;
 };
 
-Sock listenLoopback();                          // 127.0.0.1, ephemeral port
+Sock listenLoopback();                           // 127.0.0.1, ephemeral port
 wire::SocketAddress sockAddress(const Sock& s);  // getsockname
 Sock acceptOne(const Sock& listener, int timeout_ms = 10000);
 Sock connectTo(const wire::SocketAddress& a, std::uint64_t magic, std::int32_t type = 1);

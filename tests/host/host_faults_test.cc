@@ -154,7 +154,8 @@ TEST_F(HostFaults, MalformedP2pMessageFailsOnlyItsComm) {
     s.sendValue(wire::SocketAck{0, (1 << 8) + 1});
     s.sendValue(static_cast<std::int32_t>(1 << 30));
   }
-  EXPECT_NE(waitError("bootstrap message: bootstrap message").find("1073741824"), std::string::npos);
+  EXPECT_NE(waitError("bootstrap message: bootstrap message").find("1073741824"),
+            std::string::npos);
   {  // unknown magic: dropped silently, like NCCL's own listeners
     test::Sock s = test::connectTo(aliasAddress(1, host->p2pPort()), 0x1234);
     s.sendValue(static_cast<std::int32_t>(8));

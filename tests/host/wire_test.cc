@@ -1,5 +1,7 @@
 // Wire layer: NCCL's hash against values computed with NCCL 2.28.9's own bitops.h, struct
 // layouts, bounds-checked decoders, setup-tag decoding, alias addressing, virtual slices.
+#include "wire.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -11,7 +13,6 @@
 #include "nccl_hash.h"
 #include "net.h"
 #include "virtual_slices.h"
-#include "wire.h"
 
 namespace crystal::host {
 namespace {
@@ -76,7 +77,7 @@ TEST(Wire, SetupTags) {
   EXPECT_EQ(t.graph, 2);
   ASSERT_TRUE(wire::decodeSetupTag(5 << 8, 8, t));  // p2p (graph NULL)
   EXPECT_EQ(t.graph, 0);
-  EXPECT_FALSE(wire::decodeSetupTag(8 << 8, 8, t));   // distance >= nranks
+  EXPECT_FALSE(wire::decodeSetupTag(8 << 8, 8, t));  // distance >= nranks
   EXPECT_FALSE(wire::decodeSetupTag(wire::kTagBarrier, 1 << 20, t));
   EXPECT_FALSE(wire::decodeSetupTag(wire::kTagCommSplit, 1 << 20, t));
   EXPECT_FALSE(wire::decodeSetupTag(0, 8, t));

@@ -50,25 +50,25 @@ inline constexpr int kSupportedNcclVersion = 22809;
 inline constexpr int kSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
 
 struct HostOptions {
-  std::string bind_address = "0.0.0.0";     // listeners bind here (INADDR_ANY covers aliases)
-  std::string root_address = "127.0.0.1";   // written into minted unique ids
-  std::uint16_t root_port = 0;              // 0 = ephemeral
+  std::string bind_address = "0.0.0.0";    // listeners bind here (INADDR_ANY covers aliases)
+  std::string root_address = "127.0.0.1";  // written into minted unique ids
+  std::uint16_t root_port = 0;             // 0 = ephemeral
   std::uint16_t ring_port = 0;
   std::uint16_t p2p_port = 0;
-  std::uint64_t emulation_id = 0;           // copied into forged handles (NetHandle::emulation)
+  std::uint64_t emulation_id = 0;  // copied into forged handles (NetHandle::emulation)
   // A real rank that leaves a started exchange silent this long fails its communicator:
   // the host logs one error line naming comm/rank/step and closes the comm's sockets, so the
   // real rank's NCCL call returns an error instead of hanging.
   std::chrono::milliseconds stall_timeout{120000};
-  int gpus_per_node = 8;                    // virtual peerInfo cudaDev/nvmlDev = v % this
+  int gpus_per_node = 8;  // virtual peerInfo cudaDev/nvmlDev = v % this
 };
 
 // One real rank's declaration, as the interposer learns it before calling NCCL.
 struct CommSpec {
   int nranks = 0;
-  std::vector<int> real_ranks;       // comm ranks that are real processes (any order)
+  std::vector<int> real_ranks;               // comm ranks that are real processes (any order)
   int nccl_version = kSupportedNcclVersion;  // ncclGetVersion() in the real rank
-  std::string name;                  // for messages ("world", "tp", ...)
+  std::string name;                          // for messages ("world", "tp", ...)
 };
 
 // key/color of a virtual rank for a split of a communicator. `split_index` counts the
@@ -77,15 +77,15 @@ struct SplitChoice {
   int color = kSplitNoColor;
   int key = 0;
 };
-using SplitResolver = std::function<SplitChoice(std::uint64_t parent_hash, int split_index,
-                                                int parent_rank)>;
+using SplitResolver =
+    std::function<SplitChoice(std::uint64_t parent_hash, int split_index, int parent_rank)>;
 
 // One problem the host ran into. The comm it names is failed (its sockets closed); other
 // communicators keep being served.
 struct HostError {
   std::uint64_t comm_hash = 0;
-  int rank = -1;           // real rank concerned, -1 if none
-  std::string message;     // one line: "comm world (0x…) rank 3: …"
+  int rank = -1;        // real rank concerned, -1 if none
+  std::string message;  // one line: "comm world (0x…) rank 3: …"
 };
 
 // A virtual sender opened a data stream to a real rank's RealListen handle (Hello sent).
@@ -103,7 +103,7 @@ struct CommStatus {
   std::uint64_t parent_hash = 0;  // 0 for root-created comms
   int nranks = 0;
   CommPhase phase = CommPhase::Declared;
-  int allgathers_done = 0;        // global ring all-gathers completed by every real rank
+  int allgathers_done = 0;  // global ring all-gathers completed by every real rank
   std::vector<int> real_ranks;
 };
 
