@@ -251,6 +251,27 @@ TEST_F(HostTest, AllToAllFromOneRealRank) {
   EXPECT_TRUE(waitPhase(hash, CommPhase::Destroyed));
 }
 
+// Two root-created communicators initialised at the same time on one host, told apart by
+// their magic only (same three listeners, same alias addresses).
+TEST_F(HostTest, TwoCommunicatorsAtOnce) {
+  const UniqueId a = host->mintUniqueId(), b = host->mintUniqueId();
+  const auto ha = host->declareComm(a, {16, {2}, kSupportedNcclVersion, "a"});
+  const auto hb = host->declareComm(b, {32, {2}, kSupportedNcclVersion, "b"});
+  auto fa = std::async(std::launch::async, runRank, a, 2, 16, true, true);
+  auto fb = std::async(std::launch::async, runRank, b, 2, 32, true, true);
+  const RankOutcome oa = fa.get(), ob = fb.get();
+  EXPECT_EQ(oa.peer_info.size(), 16u);
+  EXPECT_EQ(ob.peer_info.size(), 32u);
+  EXPECT_EQ(oa.peer_info[3].host_hash, virtualHostHash(ha, 3));
+  EXPECT_EQ(ob.peer_info[3].host_hash, virtualHostHash(hb, 3));
+  EXPECT_EQ(oa.child_n, 8);
+  EXPECT_EQ(ob.child_n, 16);
+  EXPECT_TRUE(host->errors().empty());
+  EXPECT_TRUE(waitPhase(ha, CommPhase::Destroyed));
+  EXPECT_TRUE(waitPhase(hb, CommPhase::Destroyed));
+  EXPECT_EQ(host->comms().size(), 4u);  // two roots + one child each with a real member
+}
+
 TEST_F(HostTest, TwoRanksOneReal) { scenario(2, {0}, false); }
 TEST_F(HostTest, ThreeRanksOneReal) { scenario(3, {1}, true); }
 TEST_F(HostTest, EightRanksTwoAdjacentReal) { scenario(8, {3, 4}, true); }
