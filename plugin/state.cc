@@ -32,9 +32,7 @@ PluginState& PluginState::get() {
   return state;
 }
 
-void PluginState::ensureInit() {
-  std::lock_guard lock(mu_);
-  if (ready_) return;
+Config loadTargetConfig() {
   Config cfg;
   cfg.source = "<builtin>";
   const std::string path = paramString("CRYSTAL_CONFIG");
@@ -50,6 +48,13 @@ void PluginState::ensureInit() {
                  cfg.cluster.fabric.nics_per_node, cfg.cluster.fabric.nic.bandwidth_GBps,
                  cfg.cluster.fabric.nic.latency_us);
   }
+  return cfg;
+}
+
+void PluginState::ensureInit() {
+  std::lock_guard lock(mu_);
+  if (ready_) return;
+  const Config cfg = loadTargetConfig();
   applyLocked(cfg);
   const RdmaProbe rdma = probeRdma();
   rdma_ = rdma.devices > 0;

@@ -35,6 +35,10 @@ struct NetContext {
   void addVirtualRecv(const std::shared_ptr<live::VirtualLink>& link);
 };
 
+// The target config: CRYSTAL_CONFIG through crystal::loadConfig, else built-in defaults.
+// Throws InputError (bad file, or a loader that is not part of this build).
+[[nodiscard]] Config loadTargetConfig();
+
 class PluginState {
  public:
   static PluginState& get();
