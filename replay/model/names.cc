@@ -1,4 +1,5 @@
-// Names as NCCL prints them (ncclAlgoStr, ncclProtoStr, ncclFuncStr).
+// Names as NCCL prints them (ncclAlgoStr, ncclProtoStr, ncclFuncStr), and nccl-tests'
+// bus bandwidth factors.
 #include "crystal/model/nccl_model.h"
 
 namespace crystal::model {
@@ -57,6 +58,21 @@ std::string_view toString(Func f) {
       return "AllToAll";
   }
   return "?";
+}
+
+double busBwFactor(Func f, int nranks) {
+  if (nranks <= 1) return 1.0;
+  const double n = nranks;
+  switch (f) {
+    case Func::AllReduce:
+      return 2.0 * (n - 1) / n;
+    case Func::AllGather:
+    case Func::ReduceScatter:
+    case Func::AllToAll:
+      return (n - 1) / n;
+    default:
+      return 1.0;
+  }
 }
 
 }  // namespace crystal::model

@@ -58,6 +58,18 @@ TEST(Choose, TimeIsStepModelOfTheChoice) {
   EXPECT_EQ(one.choose(Func::AllReduce, 1 << 20, {1, 1, 1}).time_us, 0.0);
 }
 
+TEST(Choose, HugeRingAllReduceRunsAtNicBusBandwidth) {
+  // 8 x 50 GB/s rail NICs per node: ring bus bandwidth tends to 400 GB/s.
+  const NcclModel m(dgx(16), {});
+  const std::uint64_t bytes = 1ULL << 34;
+  const Choice c = m.choose(Func::AllReduce, bytes, full(16));
+  const double bus =
+      static_cast<double>(bytes) / c.time_us / 1e3 * busBwFactor(Func::AllReduce, 128);
+  EXPECT_NEAR(bus, 400.0, 4.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(Func::AllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBwFactor(Func::Broadcast, 4), 1.0);
+}
+
 TEST(WhatIf, MoreNicBandwidthIsFaster) {
   ClusterConfig fast = dgx(16);
   fast.fabric.nic.bandwidth_GBps = 100.0;

@@ -46,6 +46,10 @@ std::string_view toString(Algo a);
 std::string_view toString(Proto p);
 std::string_view toString(Func f);
 
+// nccl-tests' bus bandwidth factor: busBw = algBw x factor (AllReduce 2(n-1)/n,
+// AllGather/ReduceScatter/AllToAll (n-1)/n, Broadcast/Reduce/p2p 1), with algBw = bytes/time.
+[[nodiscard]] double busBwFactor(Func f, int nranks);
+
 // How a communicator sits on the target topology.
 struct CommShape {
   int nranks = 1;
