@@ -114,8 +114,10 @@ int validate(std::span<const std::string> a) {
   const double build_s = seconds(t0);
   const auto rep = naive ? graph::validateNaive(*g) : graph::validateGraph(*g);
   fmt::print("valid: {}\n  world size {}\n  communicators {}\n  classes {}\n  total ops {}\n"
-             "  ops examined {} ({} check)\n  time: build {:.3f} s, validate {:.3f} s\n",
+             "  ops examined {} ({} check)\n  cross-rank deadlock check: {}\n"
+             "  time: build {:.3f} s, validate {:.3f} s\n",
              in, rep.world, rep.comms, rep.classes, rep.total_ops, rep.ops_examined, rep.method,
+             rep.progress_checked ? "passed" : "skipped (explicit comms or too many ops)",
              build_s, seconds(t0) - build_s);
   return 0;
 }

@@ -20,10 +20,16 @@ struct ValidationReport {
   std::uint64_t total_ops = 0;
   std::uint64_t ops_examined = 0;  // ops materialised and checked (naive: total_ops)
   std::string method;              // "symmetric" or "naive"
+  bool progress_checked = false;   // cross-rank deadlock check ran (see checkProgress)
 };
 
 // Checks of one rank's stream that need no other rank. Throws InputError.
 void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops);
+
+// Cross-rank deadlock check (validate_progress.cc): replays `ranks` with blocking
+// collectives and rendezvous send/recv. by_class: `ranks` are the class representatives and
+// the rest of the world is inferred by symmetry. Throws InputError naming rank, op, comm.
+void checkProgress(const Graph& g, std::span<const std::int32_t> ranks, bool by_class);
 
 // Per-rank: materialises every rank; memory O(total collectives + p2p). For small worlds
 // and as the reference the symmetric check is tested against.

@@ -12,6 +12,8 @@
 namespace crystal::graph {
 namespace {
 
+constexpr std::uint64_t kProgressOpLimit = 4'000'000;
+
 struct Seen {
   Op op;
   std::int32_t rank;
@@ -85,6 +87,13 @@ ValidationReport validateNaive(const Graph& g) {
   };
   matchAll(sends, recvs, true);
   matchAll(recvs, sends, false);
+  // Blocking replay of every rank (memory O(total ops): small worlds only).
+  if (rep.ops_examined <= kProgressOpLimit) {
+    std::vector<std::int32_t> all(static_cast<std::size_t>(g.worldSize()));
+    for (std::int32_t r = 0; r < g.worldSize(); ++r) all[static_cast<std::size_t>(r)] = r;
+    checkProgress(g, all, false);
+    rep.progress_checked = true;
+  }
   rep.world = g.worldSize();
   rep.comms = table.count();
   rep.classes = g.numClasses();
