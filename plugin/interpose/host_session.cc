@@ -20,6 +20,7 @@ namespace {
 struct Session {
   std::mutex mu;
   std::unique_ptr<ControlClient> client;
+  pid_t client_pid = 0;  // a forked child must not share its parent's stream
   std::map<NcclComm, CommRecord> comms;
 };
 
@@ -41,14 +42,15 @@ double timeoutSeconds() {
 // The client for the current CRYSTAL_HOST, connecting (and saying HELLO) if needed.
 // Caller holds the session lock.
 ControlClient& client(Session& s, const std::string& address) {
-  if (!s.client || s.client->address() != address) {
-    s.client.reset();
+  if (!s.client || s.client->address() != address || s.client_pid != ::getpid()) {
+    s.client.reset();  // in a forked child this closes only the child's copy of the socket
     control::Hello hello;
     hello.pid = static_cast<std::uint32_t>(::getpid());
     hello.nccl_version = realNcclVersion();
     const char* hostid = std::getenv("NCCL_HOSTID");
     hello.hostid = hostid != nullptr ? hostid : "";
     s.client = std::make_unique<ControlClient>(address, timeoutSeconds(), hello);
+    s.client_pid = ::getpid();
   }
   return *s.client;
 }

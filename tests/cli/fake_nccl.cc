@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 
 namespace {
@@ -11,6 +12,12 @@ struct FakeComm {
   int rank;
   int nranks;
 };
+// Comms live until exit: tests may leave them undestroyed, as a crashed program would.
+FakeComm* newComm(int rank, int nranks) {
+  static std::deque<FakeComm> comms;
+  comms.push_back(FakeComm{rank, nranks});
+  return &comms.back();
+}
 void record(const std::string& s) {
   if (g_hook != nullptr) g_hook(s.c_str());
 }
@@ -33,32 +40,32 @@ int ncclGetUniqueId(Id* id) {
   return 0;
 }
 int ncclCommInitRank(void** comm, int nranks, Id id, int rank) {
-  *comm = new FakeComm{rank, nranks};
+  *comm = newComm(rank, nranks);
   record("nccl:ncclCommInitRank n=" + std::to_string(nranks) + " r=" + std::to_string(rank) +
          " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
   return 0;
 }
 int ncclCommInitRankConfig(void** comm, int nranks, Id id, int rank, void*) {
-  *comm = new FakeComm{rank, nranks};
+  *comm = newComm(rank, nranks);
   record("nccl:ncclCommInitRankConfig n=" + std::to_string(nranks) + " r=" +
          std::to_string(rank) + " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
   return 0;
 }
 int ncclCommInitRankScalable(void** comm, int nranks, int rank, int nId, Id*, void*) {
-  *comm = new FakeComm{rank, nranks};
+  *comm = newComm(rank, nranks);
   record("nccl:ncclCommInitRankScalable n=" + std::to_string(nranks) + " r=" +
          std::to_string(rank) + " nId=" + std::to_string(nId));
   return 0;
 }
 int ncclCommInitAll(void** comms, int ndev, const int*) {
-  for (int i = 0; i < ndev; ++i) comms[i] = new FakeComm{i, ndev};
+  for (int i = 0; i < ndev; ++i) comms[i] = newComm(i, ndev);
   record("nccl:ncclCommInitAll n=" + std::to_string(ndev));
   return 0;
 }
 int ncclCommSplit(void* comm, int color, int key, void** newcomm, void*) {
   auto* parent = static_cast<FakeComm*>(comm);
   // The fake's child: same rank, size 8 (what the tests' splits make).
-  *newcomm = color < 0 ? nullptr : new FakeComm{parent->rank % 8, 8};
+  *newcomm = color < 0 ? nullptr : newComm(parent->rank % 8, 8);
   record("nccl:ncclCommSplit color=" + std::to_string(color) + " key=" + std::to_string(key));
   return 0;
 }
@@ -71,12 +78,12 @@ int ncclCommCount(void* comm, int* count) {
   return 0;
 }
 int ncclCommDestroy(void* comm) {
-  delete static_cast<FakeComm*>(comm);
+  (void)comm;
   record("nccl:ncclCommDestroy");
   return 0;
 }
 int ncclCommAbort(void* comm) {
-  delete static_cast<FakeComm*>(comm);
+  (void)comm;
   record("nccl:ncclCommAbort");
   return 0;
 }

@@ -2,6 +2,7 @@
 // pass-through without CRYSTAL_HOST; with it, ids come from the host and every
 // communicator is registered with the host before the real NCCL call.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -194,6 +195,28 @@ TEST_F(Interposer, SplitOfAnUnknownCommAndInitAllAreRefusedInEmulation) {
             std::string::npos);
   EXPECT_NE(err.find("ncclCommInitAll: a single-process communicator"), std::string::npos);
   EXPECT_TRUE(g_events.empty());
+}
+
+TEST_F(Interposer, AForkedChildOpensItsOwnConnection) {
+  testing::RecordingHandler h;
+  ControlServer server(h, {});
+  ::setenv("CRYSTAL_HOST", server.address().c_str(), 1);
+  TestId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    TestId cid{};
+    ::_exit(ncclGetUniqueId(&cid) == 0 && cid.internal[0] == 1 ? 0 : 1);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT_EQ(ncclGetUniqueId(&id), 0);  // the parent's stream is intact
+  EXPECT_EQ(id.internal[0], 2);
+  std::lock_guard lock(h.mu);
+  EXPECT_EQ(h.pids, (std::vector<std::uint32_t>{static_cast<std::uint32_t>(::getpid()),
+                                                 static_cast<std::uint32_t>(child),
+                                                 static_cast<std::uint32_t>(::getpid())}));
 }
 
 TEST_F(Interposer, HostIdPrefixGivesEachProcessItsOwnNcclHostId) {
