@@ -84,8 +84,8 @@ struct Buffers {
 };
 
 // One collective of `bytes` (the larger of send/recv) on `comm`.
-void runOp(const std::string& op, ncclComm_t comm, int rank, int n, const Buffers& b,
-           size_t bytes, int peer, cudaStream_t s) {
+void runOp(const std::string& op, ncclComm_t comm, int /*rank*/, int n, const Buffers& b,
+           size_t bytes, int peer, int from, cudaStream_t s) {
   const size_t floats = bytes / sizeof(float);
   if (op == "allreduce") {
     NCCL_OK(ncclAllReduce(b.send, b.recv, floats, ncclFloat, ncclSum, comm, s));
@@ -96,8 +96,7 @@ void runOp(const std::string& op, ncclComm_t comm, int rank, int n, const Buffer
   } else if (op == "broadcast") {
     NCCL_OK(ncclBroadcast(b.send, b.recv, floats, ncclFloat, 0, comm, s));
   } else if (op == "sendrecv") {
-    // Ring exchange with `peer`: send to it, receive from the rank that sends to us.
-    const int from = (2 * rank - peer + n) % n;
+    // Send to `peer`, receive from `from` (the rank whose `peer` we are).
     NCCL_OK(ncclGroupStart());
     NCCL_OK(ncclSend(b.send, floats, ncclFloat, peer, comm, s));
     NCCL_OK(ncclRecv(b.recv, floats, ncclFloat, from, comm, s));
@@ -136,6 +135,7 @@ bool verifyRealPeer(ncclComm_t comm, int rank, int peer, cudaStream_t s) {
   for (size_t i = 0; i < count; ++i)
     if (in[i] != static_cast<float>(peer * 1000003 + i % 4093)) ++bad;
   std::printf("verify rank %d <-> real rank %d: %zu of %zu floats wrong\n", rank, peer, bad, count);
+  std::fflush(stdout);
   CUDA_OK(cudaFree(dsend));
   CUDA_OK(cudaFree(drecv));
   return bad == 0;
@@ -226,10 +226,14 @@ int main(int argc, char** argv) {
         NCCL_OK(ncclCommUserRank(comm, &cr));
         const size_t bytes = static_cast<size_t>(sz) / (sizeof(float) * cn) * sizeof(float) * cn;
         if (bytes == 0) continue;
-        const int peer = real_peer >= 0 && name == "world" ? real_peer : (cr + 1) % cn;
-        for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, s);
+        // With a real peer: a pairwise exchange between the two real ranks (real bytes both
+        // ways); otherwise a ring shift, which on rank r talks to virtual r+1 and r-1.
+        const bool pair = real_peer >= 0 && name == "world";
+        const int peer = pair ? real_peer : (cr + 1) % cn;
+        const int from = pair ? real_peer : (cr - 1 + cn) % cn;
+        for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e0, s));
-        for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, s);
+        for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e1, s));
         CUDA_OK(cudaEventSynchronize(e1));
         float ms = 0;

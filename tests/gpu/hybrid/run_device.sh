@@ -70,6 +70,7 @@ case "$case_name" in
   two)   emulate "$(config 0,1)" "" -- bash -c "
            RANK=0 NRANKS=64 ID_ROOT=1 REAL_PEER=1 $P $* > $OUT/two-rank0.txt 2>&1 & a=\$!
            RANK=1 NRANKS=64 ID_ROOT=0 REAL_PEER=0 $P $* > $OUT/two-rank1.txt 2>&1 & b=\$!
-           wait \$a; ra=\$?; wait \$b; rb=\$?; cat $OUT/two-rank0.txt; exit \$((ra|rb))" ;;
+           wait \$a; ra=\$?; wait \$b; rb=\$?; exit \$((ra|rb))"
+         rc=$?; tail -n 30 "$OUT/two-rank0.txt" "$OUT/two-rank1.txt"; exit $rc ;;
   *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac
