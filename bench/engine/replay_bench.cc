@@ -1,5 +1,6 @@
 // Replay throughput and its growth with world size (issue 3: events/s and time for
-// 1K/8K/16K ranks). Counters: events, events_per_s, units (simulated), ranks.
+// 1K/8K/16K ranks). Counters: events (unit runs off the queue), events_per_s, ops and
+// ops_per_s (ops replayed), units (simulated), ranks.
 //   BM_SymmetricLayout  tp8 x pp8 x dp(world/64) test layout, one unit per pipeline stage
 //   BM_NaiveLayout      the same, every rank simulated (the growth symmetry avoids)
 //   BM_SimulateConfig   the real generator and NCCL model on the Llama-3-70B example with
@@ -30,6 +31,12 @@ LayoutGraph::Shape shapeFor(std::int64_t world) {
 }
 
 void report(benchmark::State& state, const ReplayResult& r, std::int64_t world) {
+  std::uint64_t ops = 0;
+  for (const auto& u : r.units) ops += u.ops;
+  state.counters["ops"] = static_cast<double>(ops);  // ops replayed (all simulated units)
+  state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops) *
+                                                       static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate);
   state.counters["events"] = static_cast<double>(r.events);
   state.counters["events_per_s"] =
       benchmark::Counter(static_cast<double>(r.events), benchmark::Counter::kIsRate);

@@ -112,3 +112,30 @@ TEST(Symmetry, CostIndependentOfWorldSize) {
 
 }  // namespace
 }  // namespace crystal::replay
+
+namespace crystal::replay {
+namespace {
+
+// Classes that are not symmetric: rank 0 sends to rank 3, but class 1's representative
+// (rank 2) never receives. The symmetric replay times the send from its own side (posted
+// at 10 us, 2 us + 1 ns/B across nodes) and counts it; naive mode is exact and has no
+// such op.
+TEST(Symmetry, AsymmetricClassesAreTimedFromTheArrivingSideAndCounted) {
+  TinyGraph g(4, 1);
+  g.setClasses({0, 0, 1, 1}, 2);
+  const auto c = g.addComm("pp", {0, 1, 2, 3});
+  g.ops(0) = {compute(10), p2p(OpKind::Send, c, 3, 0, 1000)};
+  g.ops(1) = {compute(10)};
+  g.ops(2) = {compute(10)};
+  g.ops(3) = {compute(10), p2p(OpKind::Recv, c, 0, 0, 1000)};
+  const auto sym = run(g, ReplayMode::Symmetric);
+  EXPECT_EQ(sym.uncoupled_ops, 1u);
+  EXPECT_EQ(sym.units[0].end, 13'000);
+  const auto naive = run(g, ReplayMode::Naive);
+  EXPECT_EQ(naive.uncoupled_ops, 0u);
+  EXPECT_EQ(naive.units[0].end, 13'000);
+  EXPECT_EQ(naive.units[3].end, 13'000);
+}
+
+}  // namespace
+}  // namespace crystal::replay
