@@ -1,6 +1,7 @@
 // Validation of a whole target graph: collectives agree (kind, size, dtype, op, root, order)
 // on all members of every communicator; every send has its receive (peer, bytes, order);
-// each rank's streams are well formed (events recorded once, no dependency cycle, balanced
+// each rank's streams are well formed (events recorded once and before being waited for in
+// dependency order, no dependency cycle, balanced
 // groups, memory never freed below zero). The first problem throws InputError naming rank,
 // op index and communicator.
 #pragma once

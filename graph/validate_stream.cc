@@ -69,10 +69,11 @@ void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops) {
   }
   if (group_stream >= 0) throw InputError(fmt::format("validate: rank {}: group never ends", rank));
 
-  // Dependency cycle: ops are nodes; edges run along each stream and from Record to Wait.
-  // Kahn's algorithm; whatever is left unvisited lies on or behind a cycle.
+  // Dependency cycle: ops are nodes; edges run along each stream and from Record to each
+  // Wait on its event. Kahn's algorithm; whatever is left unvisited lies on or behind a cycle.
   const std::size_t n = ops.size();
-  std::vector<std::int32_t> indeg(n, 0), next_on_stream(n, -1), wait_of_record(n, -1);
+  std::vector<std::int32_t> indeg(n, 0), next_on_stream(n, -1);
+  std::unordered_multimap<std::size_t, std::size_t> waits_of_record;
   std::unordered_map<std::uint8_t, std::size_t> last_on_stream;
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = ops[i];
@@ -85,9 +86,7 @@ void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops) {
       auto r = recorded.find(op.tag);
       if (r == recorded.end())
         fail(rank, i, op, fmt::format("waits for event {}, which is never recorded", op.tag));
-      if (wait_of_record[r->second] >= 0)
-        fail(rank, i, op, fmt::format("event {} is waited for twice", op.tag));
-      wait_of_record[r->second] = static_cast<std::int32_t>(i);
+      waits_of_record.emplace(r->second, i);
       ++indeg[i];
     }
   }
@@ -99,8 +98,11 @@ void checkStream(const Graph& g, std::int32_t rank, std::span<const Op> ops) {
     const std::size_t i = ready.back();
     ready.pop_back();
     ++visited;
-    for (std::int32_t j : {next_on_stream[i], wait_of_record[i]})
-      if (j >= 0 && --indeg[static_cast<std::size_t>(j)] == 0) ready.push_back(static_cast<std::size_t>(j));
+    if (const std::int32_t j = next_on_stream[i]; j >= 0 && --indeg[static_cast<std::size_t>(j)] == 0)
+      ready.push_back(static_cast<std::size_t>(j));
+    auto [first, last] = waits_of_record.equal_range(i);
+    for (auto it = first; it != last; ++it)
+      if (--indeg[it->second] == 0) ready.push_back(it->second);
   }
   if (visited != n) {
     std::size_t first = 0;

@@ -162,6 +162,35 @@ TEST(Validate, CatchesDependencyCycle) {
     EXPECT_THAT(errorOf(*bad, naive), HasSubstr("dependency cycle")) << naive;
 }
 
+TEST(Validate, CatchesMalformedStreams) {
+  auto g = buildGraph(testing::smallDense());
+  auto withOps = [&](std::vector<Op> extra) {
+    return planted(*g, [&](Templates& t) {
+      t.classes[0].insert(t.classes[0].end(), extra.begin(), extra.end());
+    });
+  };
+  Op free_op, begin, end, wait, rec;
+  free_op.kind = OpKind::Free;
+  free_op.bytes = 1ULL << 50;
+  begin.kind = OpKind::GroupBegin;
+  end.kind = OpKind::GroupEnd;
+  wait.kind = OpKind::Wait;
+  wait.tag = 777777;
+  rec.kind = OpKind::Record;
+  rec.tag = 777777;
+  rec.stream = 1;
+  EXPECT_THAT(errorOf(*withOps({free_op}), false), HasSubstr("frees more memory than is allocated"));
+  EXPECT_THAT(errorOf(*withOps({begin, begin}), false), HasSubstr("nested group"));
+  EXPECT_THAT(errorOf(*withOps({end}), false), HasSubstr("group end without a group begin"));
+  EXPECT_THAT(errorOf(*withOps({begin}), false), HasSubstr("group never ends"));
+  EXPECT_THAT(errorOf(*withOps({wait}), false), HasSubstr("event 777777, which is never recorded"));
+  EXPECT_THAT(errorOf(*withOps({rec, rec}), false), HasSubstr("event 777777 recorded twice"));
+  // One event may be waited for by several streams.
+  Op wait2 = wait;
+  wait2.stream = 2;
+  EXPECT_EQ(errorOf(*withOps({rec, wait, wait2}), false), "valid");
+}
+
 // A per-rank graph: the template graph with one rank's stream altered (no symmetry left).
 class OneRankChanged final : public Graph {
  public:
