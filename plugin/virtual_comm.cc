@@ -30,12 +30,12 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.posted = now;
   r.step = next_step_++;
   // Known now if the paired sender already reached this step; else resolved in test().
-  r.due = link_->recvArrival(r.step, now, r.bytes).value_or(Request::kUnknown);
+  r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
 }
 
 bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (r.due == Request::kUnknown) {
-    auto due = link_->recvArrival(r.step, r.posted, r.bytes);
+    auto due = link_->recvArrival(r.step, r.posted, r.bytes, now);
     if (!due) return false;
     r.due = *due;
   }

@@ -31,6 +31,12 @@ std::optional<TimeNs> StepLog::at(std::uint64_t step) const {
   return times_[step - first_];
 }
 
+std::optional<TimeNs> StepLog::last() const {
+  std::lock_guard lock(mu_);
+  if (times_.empty()) return std::nullopt;
+  return times_.back();
+}
+
 std::uint64_t StepLog::count() const {
   std::lock_guard lock(mu_);
   return first_ + times_.size();
@@ -42,15 +48,19 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes) {
 }
 
 std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted,
-                                               std::uint64_t bytes) {
+                                               std::uint64_t bytes, TimeNs now) {
   TimeNs ready = posted;
   if (pair_) {
-    const auto sent = pair_->at(step);
-    if (!sent) {
-      // Not yet reached by the (symmetric) virtual sender, unless the step was forgotten.
-      if (step >= pair_->count()) return std::nullopt;
-    } else {
+    if (const auto sent = pair_->at(step)) {
       ready = std::max(ready, *sent);
+    } else if (step >= pair_->count()) {
+      // The paired sender has not reached this step: wait while it progresses (see the
+      // header: the pairing is a guess, a stalled sender means it was wrong).
+      const TimeNs step_ns = params_.occupancy(bytes) + params_.latency_ns;
+      const TimeNs unpaired = posted + step_ns;
+      const auto last = pair_->last();
+      const bool stalled = !last || now - *last > kStallSteps * step_ns + kStallSlackNs;
+      if (now < unpaired || !stalled) return std::nullopt;
     }
   }
   return port_->reserve(ready, params_.occupancy(bytes)) + params_.latency_ns;

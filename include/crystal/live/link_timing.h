@@ -55,6 +55,8 @@ class StepLog {
   // Post time of step `step` (0-based) if it was posted and is still kept.
   [[nodiscard]] std::optional<TimeNs> at(std::uint64_t step) const;
   [[nodiscard]] std::uint64_t count() const;
+  // Post time of the newest step, if any.
+  [[nodiscard]] std::optional<TimeNs> last() const;
 
  private:
   mutable std::mutex mu_;
@@ -70,11 +72,20 @@ class VirtualLink {
 
   // Send step posted at `now`: returns its delivery time and logs the step for the pair.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
-  // Receive step: returns its arrival time once known (the paired sender posted that step),
-  // std::nullopt while the virtual sender has not reached it. `step` is the receive's
-  // 0-based sequence number on this connection.
+  // Receive step: returns its arrival time once known, std::nullopt while it is not.
+  // `step` is the receive's 0-based sequence number on this connection, `now` the caller's
+  // clock. The pairing of send and receive connections is a guess (creation order: NCCL
+  // also connects tree and PAT peers whose receives precede their sends). NCCL posts
+  // receives up to 8 steps ahead, so a ring's receive k legitimately waits for send k while
+  // the real rank keeps sending k-8..k-1. The paired sender is therefore waited for while
+  // it makes progress; once the step would have arrived from a ready peer AND the sender
+  // has posted nothing for kStallSteps step times (+ kStallSlackNs), the pairing is taken
+  // to be wrong (a receive the real rank's next send depends on) and the receive is timed
+  // from its own post: a wrong pairing costs accuracy, never a hang.
+  static constexpr int kStallSteps = 4;
+  static constexpr TimeNs kStallSlackNs = 200'000;
   [[nodiscard]] std::optional<TimeNs> recvArrival(std::uint64_t step, TimeNs posted,
-                                                  std::uint64_t bytes);
+                                                  std::uint64_t bytes, TimeNs now);
   void pairWith(std::shared_ptr<StepLog> sender_log) { pair_ = std::move(sender_log); }
   [[nodiscard]] const std::shared_ptr<StepLog>& log() const { return log_; }
   [[nodiscard]] const LinkParams& params() const { return params_; }
