@@ -88,6 +88,7 @@ class Comm {
     int rx_ag = 0, rx_step = 0, rx_size = -1;  // rx_size -1: expecting a frame header
     int tx_ag = 0, tx_step = 0;
     bool tx_header_sent = false;
+    bool tx_blocked = false;  // next frame waits for a real slice the host has not seen
     bool closed = false;
   };
   struct PendingReply {
@@ -149,6 +150,7 @@ class Comm {
   Clock::time_point first_check_in_{};
   std::deque<Endpoint> endpoints_;  // deque: references stay valid while growing
   std::vector<AllGather> ags_;
+  std::map<int, int> started_ag_;                // real rank -> last all-gather it began
   std::map<int, wire::SocketAddress> p2p_addr_;  // real ranks' bootstrap P2P listeners
   std::vector<PendingReply> pending_replies_;
   std::set<StreamId> streams_;             // every socket of this comm

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "comm.h"
 #include "crystal/base/error.h"
@@ -257,6 +258,8 @@ void Comm::onEndpointData(Endpoint& e, Stream& s) {
         if (rxCount(e) == 0)
           throw ProtocolError("sent on ring 1 of a 2-rank comm, which NCCL never does");
         e.rx_size = size;
+        int& started = started_ag_[r];
+        started = std::max(started, e.rx_ag);
         // A new all-gather may unblock every endpoint's size header.
         pump();
         continue;
@@ -286,7 +289,15 @@ void Comm::updateWaiting(Endpoint& e) {
   Stream* s = ctx_.loop->find(e.stream);
   if (s == nullptr) return;
   const bool mid_frame = e.rx_size >= 0 || !s->rx().empty();
-  const bool in_allgather = rxCount(e) > 0 && e.rx_ag < static_cast<int>(ags_.size());
+  // Only an all-gather this rank has itself begun counts: a rank that reaches a collective
+  // (e.g. ncclCommSplit) later than another real rank is not stalled, just late.
+  // Nor is a rank the host itself keeps waiting (a frame it needs waits for another real
+  // rank's slice): NCCL's step s+1 sends only after step s was received.
+  auto it = started_ag_.find(e.rank);
+  bool begun = it != started_ag_.end() && it->second >= e.rx_ag;
+  for (const auto& other : endpoints_)
+    if (other.rank == e.rank && !other.closed && other.tx_blocked) begun = false;
+  const bool in_allgather = rxCount(e) > 0 && e.rx_ag < static_cast<int>(ags_.size()) && begun;
   s->setWaiting(mid_frame || in_allgather);
 }
 
@@ -367,11 +378,14 @@ bool Comm::ensureSlice(AllGather& ag, int slice) {
 void Comm::pump() {
   for (std::size_t i = 0; i < endpoints_.size() && phase_ != CommPhase::Failed; ++i)
     if (!endpoints_[i].closed) pumpEndpoint(endpoints_[i]);
+  for (auto& e : endpoints_)
+    if (!e.closed) updateWaiting(e);
 }
 
 void Comm::pumpEndpoint(Endpoint& e) {
   Stream* s = ctx_.loop->find(e.stream);
   if (s == nullptr) return;
+  e.tx_blocked = false;
   try {
     while (e.tx_ag < static_cast<int>(ags_.size()) && phase_ != CommPhase::Failed) {
       AllGather& ag = ags_[static_cast<std::size_t>(e.tx_ag)];
@@ -388,7 +402,10 @@ void Comm::pumpEndpoint(Endpoint& e) {
       }
       const int slice = e.host_is_next ? (e.rank + e.tx_step + 1) % nranks_
                                        : ((e.rank - e.tx_step - 1) % nranks_ + nranks_) % nranks_;
-      if (!ensureSlice(ag, slice)) break;
+      if (!ensureSlice(ag, slice)) {
+        e.tx_blocked = true;
+        break;
+      }
       s->send(std::span(ag.data).subspan(
           static_cast<std::size_t>(slice) * static_cast<std::size_t>(ag.slice_bytes),
           static_cast<std::size_t>(ag.slice_bytes)));
@@ -413,12 +430,14 @@ void Comm::onEndpointClosed(Endpoint& e, const std::string& why) {
   e.closed = true;
   streams_.erase(e.stream);
   if (phase_ == CommPhase::Failed || phase_ == CommPhase::Destroyed) return;
-  const bool busy = e.rx_size >= 0 || (rxCount(e) > 0 && e.rx_ag < static_cast<int>(ags_.size())) ||
-                    e.tx_ag < static_cast<int>(ags_.size()) || phase_ != CommPhase::Ready;
+  // Done with every all-gather so far, and at least with the three of init: a rank that
+  // finished them may close as soon as it is destroyed, even before the host has every
+  // slice (adjacent real ranks pass slices to each other directly).
+  const int done = std::min(rxCount(e) > 0 ? e.rx_ag : std::numeric_limits<int>::max(), e.tx_ag);
+  const bool busy = e.rx_size >= 0 || done < std::max(3, static_cast<int>(ags_.size()));
   if (busy) {
-    fail(e.rank,
-         fmt::format("ring connection closed during {}: {}",
-                     phase_ == CommPhase::Ready ? "an all-gather" : "communicator creation", why));
+    fail(e.rank, fmt::format("ring connection closed during {}: {}",
+                             done >= 3 ? "an all-gather" : "communicator creation", why));
     return;
   }
   maybeDestroyed();

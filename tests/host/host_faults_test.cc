@@ -226,3 +226,36 @@ TEST_F(HostFaults, RealRankDeclaredAfterCheckInFailsTheComm) {
 }
 }  // namespace
 }  // namespace crystal::host
+
+namespace crystal::host {
+namespace {
+// A real rank that reaches ncclCommSplit later than the stall timeout after another real
+// rank began the split all-gather is late, not stalled: no error, both finish.
+class LateRank : public HostFaults, public ::testing::WithParamInterface<int> {};
+
+TEST_P(LateRank, IsNotAStall) {
+  host->setSplitResolver([](std::uint64_t, int, int r) { return SplitChoice{r % 2, r}; });
+  const UniqueId id = host->mintUniqueId();
+  const int other = GetParam();  // real, even (color 0 like rank 0)
+  (void)host->declareComm(id, {8, {0, other}, kSupportedNcclVersion, "w"});
+  auto run = [&](int rank, int delay_ms) {
+    FakeRank f(id, rank, 8);
+    f.init();
+    f.initAllGathers();
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    auto child = f.split(0, rank);
+    child->initAllGathers();  // leaving before the child's init completes would fail it
+    const int n = child->nranks();
+    child->close();
+    f.close();
+    return n;
+  };
+  auto early = std::async(std::launch::async, run, 0, 0);
+  auto late = std::async(std::launch::async, run, other, 700);
+  EXPECT_EQ(early.get(), 4);  // color 0: ranks 0, 2, 4, 6
+  EXPECT_EQ(late.get(), 4);
+  EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
+}
+INSTANTIATE_TEST_SUITE_P(HostFaults, LateRank, ::testing::Values(2, 4, 6));
+}  // namespace
+}  // namespace crystal::host
