@@ -27,7 +27,7 @@ constexpr std::string_view kUsage =
     "                               [--json SUMMARY.json] [--naive] [--top N]\n"
     "  Replays the target of CONFIG (YAML) with every rank virtual and prints the iteration\n"
     "  time per rank class and the collectives by total time.\n"
-    "  --iterations N   iterations to replay (default: job.iterations)\n"
+    "  --iterations N   iterations to replay (overrides job.iterations)\n"
     "  --trace FILE     Chrome-trace/Perfetto JSON of the ranks in --ranks (default 0)\n"
     "  --json FILE      machine-readable summary\n"
     "  --naive          simulate every rank instead of one per class (small worlds)\n"
@@ -107,13 +107,16 @@ int simulate(std::span<const std::string> args) {
   if (!trace_path.empty() && ranks.empty()) ranks = {0};
 
   const auto t0 = std::chrono::steady_clock::now();
-  const Config config = loadConfig(config_path);
+  Config config = loadConfig(config_path);
+  // The generator writes job.iterations iterations (IterationMark between them) into the
+  // stream, so --iterations goes there; the engine replays that stream once.
+  if (iterations > 0) config.job.iterations = iterations;
   const auto g = graph::buildGraph(config);
   const replay::NcclCostModel cost(config.cluster, config.model);
 
   replay::ReplayOptions opts;
   opts.mode = mode;
-  opts.iterations = iterations > 0 ? iterations : std::max(1, config.job.iterations);
+  opts.iterations = 1;
   opts.trace_ranks = ranks;
   // A progress line once the run has taken a few seconds (stderr keeps stdout clean).
   bool progress_shown = false;
@@ -131,9 +134,10 @@ int simulate(std::span<const std::string> args) {
   if (progress_shown) fmt::print(stderr, "\n");
 
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int its = r.units.empty() ? 0 : static_cast<int>(r.units.front().iterations.size());
   fmt::print("crystal simulate: {} ({} ranks, {} rank classes, {} iteration{}, {} mode)\n",
-             config_path, g->worldSize(), g->numClasses(), opts.iterations,
-             opts.iterations == 1 ? "" : "s", mode == replay::ReplayMode::Naive ? "naive" : "symmetric");
+             config_path, g->worldSize(), g->numClasses(), its, its == 1 ? "" : "s",
+             mode == replay::ReplayMode::Naive ? "naive" : "symmetric");
   fmt::print("\n{}", replay::summaryTable(*g, r));
   fmt::print("\n{}", replay::collectiveTable(r, top));
   fmt::print("\nreplay: {} events, {} model calls, {:.3f} s replay, {:.3f} s total\n", r.events,

@@ -73,6 +73,23 @@ TEST(SimulateCli, PrintsOneRowPerClassAndWritesJsonAndTrace) {
   fs::remove_all(d);
 }
 
+// --iterations N replays N iterations; the table shows their mean, --json each one.
+TEST(SimulateCli, IterationsAreReplayedAndListed) {
+  const fs::path d = tempDir();
+  const CliRun r = crystal("simulate " + kSmall + " --iterations 3 --json " + (d / "s.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("3 iterations"), std::string::npos) << r.out;
+  std::ifstream sf(d / "s.json");
+  const auto s = nlohmann::json::parse(sf);
+  for (const auto& c : s["classes"]) {
+    ASSERT_EQ(c["iterations"].size(), 3u);
+    // Steady state: the last two iterations of a class take the same time.
+    EXPECT_NEAR(c["iterations"][1]["time_us"].get<double>(),
+                c["iterations"][2]["time_us"].get<double>(), 1e-3);
+  }
+  fs::remove_all(d);
+}
+
 TEST(SimulateCli, BadInputExitsWithTwo) {
   EXPECT_EQ(crystal("simulate").code, 2);
   EXPECT_EQ(crystal("simulate /nonexistent/crystal.yaml").code, 2);
