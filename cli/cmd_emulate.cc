@@ -3,6 +3,7 @@
 // CRYSTAL_HOST), waits for it and reports its exit status. docs/emulate.md.
 // Built only where the bootstrap stand-in (replay/host) is part of the build.
 #ifdef CRYSTAL_HAVE_EMULATION_HOST
+#include <fmt/core.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "cli/command.h"
 #include "crystal/base/error.h"

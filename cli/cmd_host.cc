@@ -3,13 +3,12 @@
 // the environment real ranks need, as `export` lines a batch script can eval. docs/emulate.md.
 // Built only where the bootstrap stand-in (replay/host) is part of the build.
 #ifdef CRYSTAL_HAVE_EMULATION_HOST
+#include <fmt/core.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <span>
 #include <string>
-
-#include <fmt/core.h>
 
 #include "cli/command.h"
 #include "crystal/base/error.h"

@@ -23,8 +23,8 @@ ControlClient::ControlClient(std::string address, double timeout_s, const Hello&
       throw ProtocolError("cannot reach the emulation host at CRYSTAL_HOST=" + address_ +
                           " within " + std::to_string(timeout_s_) + " s (CRYSTAL_TIMEOUT): " +
                           std::strerror(err) + "; is `crystal host` running?");
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-        backoff, std::chrono::milliseconds(dl.remainingMs())));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::milliseconds>(backoff, std::chrono::milliseconds(dl.remainingMs())));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
   const Message reply = call(hello);

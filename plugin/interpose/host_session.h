@@ -15,8 +15,8 @@
 namespace crystal::interpose {
 
 // Environment read by the interposer (set by `crystal emulate`, or by a batch script).
-inline constexpr const char* kEnvHost = "CRYSTAL_HOST";            // HOST:PORT of the host
-inline constexpr const char* kEnvTimeout = "CRYSTAL_TIMEOUT";      // seconds per host call
+inline constexpr const char* kEnvHost = "CRYSTAL_HOST";                   // HOST:PORT of the host
+inline constexpr const char* kEnvTimeout = "CRYSTAL_TIMEOUT";             // seconds per host call
 inline constexpr const char* kEnvHostIdPrefix = "CRYSTAL_HOSTID_PREFIX";  // NCCL_HOSTID=<p>-<pid>
 inline constexpr double kDefaultTimeoutS = 60.0;
 

@@ -70,8 +70,8 @@ CRYSTAL_EXPORT int ncclCommInitRank(NcclComm* comm, int nranks, NcclUniqueId com
                          [&] { return fn(comm, nranks, commId, rank); });
 }
 
-CRYSTAL_EXPORT int ncclCommInitRankConfig(NcclComm* comm, int nranks, NcclUniqueId commId,
-                                          int rank, void* config) {
+CRYSTAL_EXPORT int ncclCommInitRankConfig(NcclComm* comm, int nranks, NcclUniqueId commId, int rank,
+                                          void* config) {
   auto fn = realOrNull<ci::CommInitRankConfigFn>("ncclCommInitRankConfig");
   if (fn == nullptr) return missing("ncclCommInitRankConfig");
   return initThroughHost("ncclCommInitRankConfig", &commId, nranks, rank, 1, comm,
@@ -123,8 +123,10 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
     CommRecord child{child_hash, -1, 0, 0};
     // A blocking split is complete here; a nonblocking one cannot be asked yet.
     if (rc == ci::kNcclSuccess) {
-      if (auto rank = realOrNull<ci::CommIntFn>("ncclCommUserRank")) (void)rank(*newcomm, &child.rank);
-      if (auto count = realOrNull<ci::CommIntFn>("ncclCommCount")) (void)count(*newcomm, &child.nranks);
+      if (auto rank = realOrNull<ci::CommIntFn>("ncclCommUserRank"))
+        (void)rank(*newcomm, &child.rank);
+      if (auto count = realOrNull<ci::CommIntFn>("ncclCommCount"))
+        (void)count(*newcomm, &child.nranks);
     }
     ci::rememberComm(*newcomm, child);
   }

@@ -23,8 +23,10 @@ void* realSymbol(const char* name) noexcept {
   }
   if (sym == nullptr) sym = ::dlsym(RTLD_NEXT, name);
   if (sym == nullptr) {
-    CRYSTAL_ERROR("interposer: cannot find the real {} (libnccl.so.2 is not loaded in this "
-                  "process)", name);
+    CRYSTAL_ERROR(
+        "interposer: cannot find the real {} (libnccl.so.2 is not loaded in this "
+        "process)",
+        name);
     return nullptr;  // not cached: NCCL may be loaded later
   }
   cache.emplace(name, sym);

@@ -68,9 +68,8 @@ void BootstrapHandler::commSplit(const PeerInfo& peer, const CommSplit& req) {
   if (req.parent_rank < 0 && req.parent_nranks > 0)
     throw InputError("pid " + std::to_string(peer.pid) + ": split of comm 0x" +
                      fmt::format("{:x}", req.parent_hash) + " without the rank it holds");
-  if (req.color >= 0 &&
-      commHashOfSplit(req.parent_hash, static_cast<int>(req.split_seq), req.color) !=
-          req.child_hash)
+  if (req.color >= 0 && commHashOfSplit(req.parent_hash, static_cast<int>(req.split_seq),
+                                        req.color) != req.child_hash)
     throw ProtocolError("COMM_SPLIT: child hash does not follow NCCL's rule");
   std::lock_guard lock(mu_);
   planner_.recordReal(req.parent_hash, static_cast<int>(req.split_seq),

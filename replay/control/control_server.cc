@@ -2,8 +2,6 @@
 // connection. Frames are reassembled per connection; each complete request is answered at
 // once. A malformed frame is answered with ERROR and the connection is closed (its framing
 // can no longer be trusted); a refused request keeps the connection open.
-#include "crystal/control/server.h"
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "crystal/control/codec.h"
+#include "crystal/control/server.h"
 #include "crystal/control/socket_io.h"
 
 namespace crystal::control {
@@ -181,8 +180,8 @@ struct ControlServer::Impl {
       return Error{unsupportedVersionText(h.nccl_version, h.pid, ok)};
     }
     c.hello = true;
-    CRYSTAL_INFO("control server: real process pid {} (NCCL {}, NCCL_HOSTID '{}') from {}",
-                 h.pid, ncclVersionString(h.nccl_version), h.hostid, c.peer.address);
+    CRYSTAL_INFO("control server: real process pid {} (NCCL {}, NCCL_HOSTID '{}') from {}", h.pid,
+                 ncclVersionString(h.nccl_version), h.hostid, c.peer.address);
     return HelloOk{handler.emulationId()};
   }
 

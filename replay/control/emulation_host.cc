@@ -18,8 +18,8 @@ namespace crystal::control {
 namespace {
 std::uint64_t freshEmulationId() {
   std::random_device rd;
-  const std::uint64_t raw = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-                            static_cast<std::uint64_t>(::getpid());
+  const std::uint64_t raw =
+      (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
   // 63 bits: the plugin reads CRYSTAL_EMULATION_ID as a signed 64-bit integer.
   const std::uint64_t id63 = raw & 0x7fffffffffffffffull;
   return id63 == 0 ? 1 : id63;
@@ -34,8 +34,8 @@ host::HostOptions hostOptions(const Config& config, const std::string& listen,
   ip = ip.substr(0, ip.rfind(':'));
   o.root_address = ip == "0.0.0.0" ? "127.0.0.1" : ip;
   o.emulation_id = emulation_id;
-  o.stall_timeout = std::chrono::milliseconds(
-      static_cast<std::int64_t>(config.emulation.timeout_s * 1000.0));
+  o.stall_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.emulation.timeout_s * 1000.0));
   o.gpus_per_node = config.cluster.gpus_per_node;
   return o;
 }

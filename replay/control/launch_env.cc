@@ -1,10 +1,9 @@
 // The real ranks' environment (launchEnvironment) and where the plugin is (findPlugin).
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-
-#include <fmt/core.h>
 
 #include "crystal/base/error.h"
 #include "crystal/control/emulation_host.h"
@@ -67,8 +66,8 @@ std::string findPlugin(const std::string& explicit_path) {
   }
   std::error_code ec;
   const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-  for (const fs::path& p : {exe_dir / ".." / "plugin" / kName, exe_dir / kName,
-                            exe_dir / ".." / "lib" / kName})
+  for (const fs::path& p :
+       {exe_dir / ".." / "plugin" / kName, exe_dir / kName, exe_dir / ".." / "lib" / kName})
     if (ok(p)) return fs::canonical(p).string();
   std::string where;
   for (const auto& p : tried) where += " " + p.string();

@@ -11,8 +11,8 @@ std::vector<SplitRule> parseSplitRules(std::string_view text) {
   std::size_t pos = 0;
   while (pos <= text.size() && !text.empty()) {
     const std::size_t comma = text.find(',', pos);
-    const std::string item(text.substr(pos, comma == std::string_view::npos ? text.npos
-                                                                             : comma - pos));
+    const std::string item(
+        text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos));
     SplitRule r;
     const auto colon = item.find(':');
     const std::string kind = item.substr(0, colon);
@@ -26,8 +26,8 @@ std::vector<SplitRule> parseSplitRules(std::string_view text) {
       char* end = nullptr;
       const long v = std::strtol(n.c_str(), &end, 10);
       if (n.empty() || *end != '\0' || v < 1 || v > (1 << 24))
-        throw InputError("split rule '" + item + "': size must be an integer >= 1 (e.g. " +
-                         kind + ":8)");
+        throw InputError("split rule '" + item + "': size must be an integer >= 1 (e.g. " + kind +
+                         ":8)");
       r.n = static_cast<int>(v);
     } else {
       throw InputError("split rule '" + item +
@@ -59,10 +59,14 @@ SplitRule SplitPlanner::ruleFor(std::uint64_t parent_hash, int split_index) cons
 
 long SplitPlanner::groupOf(const SplitRule& r, int rank) {
   switch (r.kind) {
-    case SplitRule::Kind::Block: return rank / r.n;
-    case SplitRule::Kind::Stride: return rank % r.n;
-    case SplitRule::Kind::Same: return 0;
-    case SplitRule::Kind::None: return -1;
+    case SplitRule::Kind::Block:
+      return rank / r.n;
+    case SplitRule::Kind::Stride:
+      return rank % r.n;
+    case SplitRule::Kind::Same:
+      return 0;
+    case SplitRule::Kind::None:
+      return -1;
   }
   return -1;
 }

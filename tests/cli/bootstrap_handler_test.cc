@@ -1,12 +1,13 @@
 // The production handler on the real bootstrap stand-in: ids minted by BootstrapHost reach
 // the client, COMM_INIT declares the comm with the configured real ranks, bad requests are
 // refused with a message, and the split resolver answers from the real ranks' choices.
+#include "crystal/control/bootstrap_handler.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "crystal/control/bootstrap_handler.h"
 #include "crystal/control/comm_hash.h"
 #include "crystal/control/server.h"
 #include "plugin/interpose/control_client.h"
@@ -39,8 +40,9 @@ TEST(BootstrapHandler, DeclaresTheWorldWithItsConfiguredRealRanks) {
   init.comm_hash = commHashOfId(id);
   c.commInit(init);
   const auto comms = host.comms();
-  const auto it = std::find_if(comms.begin(), comms.end(),
-                               [&](const host::CommStatus& s) { return s.comm_hash == init.comm_hash; });
+  const auto it = std::find_if(comms.begin(), comms.end(), [&](const host::CommStatus& s) {
+    return s.comm_hash == init.comm_hash;
+  });
   ASSERT_NE(it, comms.end());
   EXPECT_EQ(it->nranks, 64);
   auto reals = it->real_ranks;

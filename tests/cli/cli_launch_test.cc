@@ -47,13 +47,14 @@ std::map<std::string, std::string> parseEnv(const std::string& out) {
 }
 
 TEST(CrystalEmulate, GivesTheRealRanksTheirEnvironment) {
-  const ShellRun r = shell(std::string(CRYSTAL_EXE) + " emulate " + kConfig + " --plugin " +
-                      INTERPOSER_LIB + " -- " + PRINT_ENV_EXE +
-                      " NCCL_NET_PLUGIN NCCL_NET NCCL_IB_DISABLE NCCL_HOSTID NCCL_RAS_ENABLE"
-                      " NCCL_MNNVL_ENABLE NCCL_NVLS_ENABLE NCCL_PXN_DISABLE NCCL_RUNTIME_CONNECT"
-                      " NCCL_LOCAL_REGISTER NCCL_GRAPH_REGISTER NCCL_PROTO NCCL_SOCKET_IFNAME"
-                      " NCCL_UID_STAGGER_THRESHOLD CRYSTAL_CONFIG CRYSTAL_HOST CRYSTAL_TIMEOUT"
-                      " LD_PRELOAD LD_LIBRARY_PATH");
+  const ShellRun r =
+      shell(std::string(CRYSTAL_EXE) + " emulate " + kConfig + " --plugin " + INTERPOSER_LIB +
+            " -- " + PRINT_ENV_EXE +
+            " NCCL_NET_PLUGIN NCCL_NET NCCL_IB_DISABLE NCCL_HOSTID NCCL_RAS_ENABLE"
+            " NCCL_MNNVL_ENABLE NCCL_NVLS_ENABLE NCCL_PXN_DISABLE NCCL_RUNTIME_CONNECT"
+            " NCCL_LOCAL_REGISTER NCCL_GRAPH_REGISTER NCCL_PROTO NCCL_SOCKET_IFNAME"
+            " NCCL_UID_STAGGER_THRESHOLD CRYSTAL_CONFIG CRYSTAL_HOST CRYSTAL_TIMEOUT"
+            " LD_PRELOAD LD_LIBRARY_PATH");
   ASSERT_EQ(r.status, 0) << r.out;
   auto env = parseEnv(r.out);
   EXPECT_EQ(env["NCCL_NET_PLUGIN"], "crystal");
@@ -84,8 +85,8 @@ TEST(CrystalEmulate, ExitsWithTheCommandsStatus) {
                   " --plugin " + INTERPOSER_LIB + " -- " + PRINT_ENV_EXE)
                 .status,
             3);
-  EXPECT_EQ(shell(std::string(CRYSTAL_EXE) + " emulate " + kConfig + " --plugin " +
-                  INTERPOSER_LIB + " -- /nonexistent/program")
+  EXPECT_EQ(shell(std::string(CRYSTAL_EXE) + " emulate " + kConfig + " --plugin " + INTERPOSER_LIB +
+                  " -- /nonexistent/program")
                 .status,
             127);
 }
@@ -95,9 +96,8 @@ TEST(CrystalEmulate, BadInputExitsWithTwo) {
   EXPECT_EQ(shell(base + kConfig + " " + PRINT_ENV_EXE).status, 2);  // no --
   EXPECT_EQ(shell(base + "/nonexistent.yaml --plugin " + INTERPOSER_LIB + " -- true").status, 2);
   EXPECT_EQ(shell(base + kConfig + " --plugin /nonexistent.so -- true").status, 2);
-  EXPECT_EQ(shell(base + kConfig + " --split block:0 --plugin " + INTERPOSER_LIB + " -- true")
-                .status,
-            2);
+  EXPECT_EQ(
+      shell(base + kConfig + " --split block:0 --plugin " + INTERPOSER_LIB + " -- true").status, 2);
 }
 
 TEST(CrystalHost, ServesUniqueIdsThatPointAtItselfUntilKilled) {
@@ -107,8 +107,7 @@ TEST(CrystalHost, ServesUniqueIdsThatPointAtItselfUntilKilled) {
   if (pid == 0) {
     ::dup2(out[1], 1);
     ::close(out[0]);
-    ::execl(CRYSTAL_EXE, CRYSTAL_EXE, "host", kConfig.c_str(), "--plugin", INTERPOSER_LIB,
-            nullptr);
+    ::execl(CRYSTAL_EXE, CRYSTAL_EXE, "host", kConfig.c_str(), "--plugin", INTERPOSER_LIB, nullptr);
     ::_exit(127);
   }
   ::close(out[1]);

@@ -1,5 +1,7 @@
 // The interposer's client against hosts that fail: absent at start, killed mid-call, silent.
 // Each must give a ProtocolError within the timeout, never a hang.
+#include "plugin/interpose/control_client.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,7 +11,6 @@
 
 #include "crystal/control/codec.h"
 #include "crystal/control/socket_io.h"
-#include "plugin/interpose/control_client.h"
 
 namespace crystal::control {
 namespace {
@@ -58,7 +59,8 @@ TEST(ControlClient, HostAbsentFailsWithinTheTimeout) {
   } catch (const ProtocolError& e) {
     const std::string text = e.what();
     EXPECT_NE(text.find("cannot reach the emulation host at CRYSTAL_HOST=" + address),
-              std::string::npos) << text;
+              std::string::npos)
+        << text;
     EXPECT_NE(text.find("Connection refused"), std::string::npos) << text;
   }
   const double s = secondsSince(t0);

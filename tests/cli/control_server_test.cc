@@ -44,8 +44,8 @@ TEST(ControlServer, MintsIdsAndRegistersComms) {
   ASSERT_EQ(h.splits.size(), 1u);
   EXPECT_EQ(h.splits[0].color, 3);
   EXPECT_EQ(h.splits[0].child_hash, 43u);
-  EXPECT_EQ(h.pids, (std::vector<std::uint32_t>{static_cast<std::uint32_t>(::getpid()), 
-                                                 static_cast<std::uint32_t>(::getpid())}));
+  EXPECT_EQ(h.pids, (std::vector<std::uint32_t>{static_cast<std::uint32_t>(::getpid()),
+                                                static_cast<std::uint32_t>(::getpid())}));
   EXPECT_EQ(server.requestsServed(), 5u);
 }
 

@@ -47,14 +47,14 @@ int ncclCommInitRank(void** comm, int nranks, Id id, int rank) {
 }
 int ncclCommInitRankConfig(void** comm, int nranks, Id id, int rank, void*) {
   *comm = newComm(rank, nranks);
-  record("nccl:ncclCommInitRankConfig n=" + std::to_string(nranks) + " r=" +
-         std::to_string(rank) + " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
+  record("nccl:ncclCommInitRankConfig n=" + std::to_string(nranks) + " r=" + std::to_string(rank) +
+         " id0=" + std::to_string(static_cast<unsigned char>(id.internal[0])));
   return 0;
 }
 int ncclCommInitRankScalable(void** comm, int nranks, int rank, int nId, Id*, void*) {
   *comm = newComm(rank, nranks);
-  record("nccl:ncclCommInitRankScalable n=" + std::to_string(nranks) + " r=" +
-         std::to_string(rank) + " nId=" + std::to_string(nId));
+  record("nccl:ncclCommInitRankScalable n=" + std::to_string(nranks) +
+         " r=" + std::to_string(rank) + " nId=" + std::to_string(nId));
   return 0;
 }
 int ncclCommInitAll(void** comms, int ndev, const int*) {

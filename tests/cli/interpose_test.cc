@@ -89,9 +89,9 @@ TEST_F(Interposer, WithHostIdsComeFromTheHostAndCommsAreRegisteredFirst) {
   // NCCL's own ncclGetUniqueId never ran: no root thread in the real rank.
   EXPECT_EQ(g_events, (std::vector<std::string>{
                           "host:COMM_INIT", "nccl:ncclCommInitRankConfig n=64 r=0 id0=0",
-                          "host:COMM_SPLIT", "nccl:ncclCommSplit color=3 key=0",
-                          "host:COMM_SPLIT", "nccl:ncclCommSplit color=-1 key=0",
-                          "host:COMM_SPLIT", "nccl:ncclCommSplit color=0 key=0"}));
+                          "host:COMM_SPLIT", "nccl:ncclCommSplit color=3 key=0", "host:COMM_SPLIT",
+                          "nccl:ncclCommSplit color=-1 key=0", "host:COMM_SPLIT",
+                          "nccl:ncclCommSplit color=0 key=0"}));
   std::lock_guard lock(h.mu);
   ASSERT_EQ(h.inits.size(), 1u);
   const std::uint64_t world = commHashOfId(h.inits[0].id);
@@ -138,7 +138,8 @@ TEST_F(Interposer, UnsupportedNcclVersionFailsTheCallWithAMessage) {
   EXPECT_EQ(ncclGetUniqueId(&id), 5);  // ncclInvalidUsage
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("ncclGetUniqueId: emulation host refused HELLO: NCCL 2.28.3"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_TRUE(g_events.empty());
 }
 
@@ -175,8 +176,7 @@ TEST_F(Interposer, RefusedByTheHostMeansNcclIsNotCalled) {
   void* comm = nullptr;
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(ncclCommInitRank(&comm, 64, id, 70), 5);
-  EXPECT_NE(::testing::internal::GetCapturedStderr().find("rank 70 is outside"),
-            std::string::npos);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("rank 70 is outside"), std::string::npos);
   EXPECT_TRUE(g_events.empty());
 }
 
@@ -191,8 +191,7 @@ TEST_F(Interposer, SplitOfAnUnknownCommAndInitAllAreRefusedInEmulation) {
   void* comms[2] = {};
   EXPECT_EQ(ncclCommInitAll(comms, 2, nullptr), 5);
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("ncclCommSplit: the parent communicator was not created"),
-            std::string::npos);
+  EXPECT_NE(err.find("ncclCommSplit: the parent communicator was not created"), std::string::npos);
   EXPECT_NE(err.find("ncclCommInitAll: a single-process communicator"), std::string::npos);
   EXPECT_TRUE(g_events.empty());
 }
@@ -215,8 +214,8 @@ TEST_F(Interposer, AForkedChildOpensItsOwnConnection) {
   EXPECT_EQ(id.internal[0], 2);
   std::lock_guard lock(h.mu);
   EXPECT_EQ(h.pids, (std::vector<std::uint32_t>{static_cast<std::uint32_t>(::getpid()),
-                                                 static_cast<std::uint32_t>(child),
-                                                 static_cast<std::uint32_t>(::getpid())}));
+                                                static_cast<std::uint32_t>(child),
+                                                static_cast<std::uint32_t>(::getpid())}));
 }
 
 TEST_F(Interposer, HostIdPrefixGivesEachProcessItsOwnNcclHostId) {

@@ -1,9 +1,10 @@
 // Split planning: parsing of --split, and the colors/keys virtual ranks get from the rules
 // and the real ranks' own choices.
+#include "crystal/control/split_rules.h"
+
 #include <gtest/gtest.h>
 
 #include "crystal/base/error.h"
-#include "crystal/control/split_rules.h"
 
 namespace crystal::control {
 namespace {
@@ -41,9 +42,9 @@ TEST(SplitPlanner, StrideAndColorClashes) {
   SplitPlanner p(parseSplitRules("same,stride:8"));
   const std::uint64_t world = 1;
   p.markRootComm(world);
-  p.recordReal(world, 2, {5, /*color=*/3, /*key=*/7});  // real rank 5 in group 5 uses color 3
-  EXPECT_EQ(p.choose(world, 2, 13).color, 3);   // 13 % 8 == 5: with the real rank
-  EXPECT_EQ(p.choose(world, 2, 13).key, 7);     // a constant key is copied
+  p.recordReal(world, 2, {5, /*color=*/3, /*key=*/7});     // real rank 5 in group 5 uses color 3
+  EXPECT_EQ(p.choose(world, 2, 13).color, 3);              // 13 % 8 == 5: with the real rank
+  EXPECT_EQ(p.choose(world, 2, 13).key, 7);                // a constant key is copied
   EXPECT_EQ(p.choose(world, 2, 11).color, 3 + (1 << 20));  // group 3 must not take color 3
   EXPECT_EQ(p.choose(world, 2, 12).color, 4);
   // Split 1 is "same": everyone follows the real rank.

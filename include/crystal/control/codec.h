@@ -65,8 +65,7 @@ class Reader {
     return s;
   }
   void end() {
-    if (off_ != in_.size())
-      fail("payload", std::to_string(in_.size() - off_) + " trailing bytes");
+    if (off_ != in_.size()) fail("payload", std::to_string(in_.size() - off_) + " trailing bytes");
   }
 
  private:
@@ -111,15 +110,40 @@ inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
 inline void putBody(Writer& w, const Error& m) { w.text(m.text, kMaxErrorText); }
 
-template <typename T> constexpr MsgType typeOf();
-template <> constexpr MsgType typeOf<Hello>() { return MsgType::Hello; }
-template <> constexpr MsgType typeOf<GetUniqueId>() { return MsgType::GetUniqueId; }
-template <> constexpr MsgType typeOf<CommInit>() { return MsgType::CommInit; }
-template <> constexpr MsgType typeOf<CommSplit>() { return MsgType::CommSplit; }
-template <> constexpr MsgType typeOf<HelloOk>() { return MsgType::HelloOk; }
-template <> constexpr MsgType typeOf<UniqueIdReply>() { return MsgType::UniqueIdReply; }
-template <> constexpr MsgType typeOf<Ok>() { return MsgType::Ok; }
-template <> constexpr MsgType typeOf<Error>() { return MsgType::Error; }
+template <typename T>
+constexpr MsgType typeOf();
+template <>
+constexpr MsgType typeOf<Hello>() {
+  return MsgType::Hello;
+}
+template <>
+constexpr MsgType typeOf<GetUniqueId>() {
+  return MsgType::GetUniqueId;
+}
+template <>
+constexpr MsgType typeOf<CommInit>() {
+  return MsgType::CommInit;
+}
+template <>
+constexpr MsgType typeOf<CommSplit>() {
+  return MsgType::CommSplit;
+}
+template <>
+constexpr MsgType typeOf<HelloOk>() {
+  return MsgType::HelloOk;
+}
+template <>
+constexpr MsgType typeOf<UniqueIdReply>() {
+  return MsgType::UniqueIdReply;
+}
+template <>
+constexpr MsgType typeOf<Ok>() {
+  return MsgType::Ok;
+}
+template <>
+constexpr MsgType typeOf<Error>() {
+  return MsgType::Error;
+}
 
 }  // namespace codec_detail
 
@@ -154,8 +178,8 @@ template <> constexpr MsgType typeOf<Error>() { return MsgType::Error; }
 // Checks magic, version, type and payload bound. Throws ProtocolError.
 [[nodiscard]] inline Header decodeHeader(std::span<const std::uint8_t> bytes) {
   if (bytes.size() < kHeaderSize)
-    throw ProtocolError("control frame header truncated: " + std::to_string(bytes.size()) +
-                        " of " + std::to_string(kHeaderSize) + " bytes");
+    throw ProtocolError("control frame header truncated: " + std::to_string(bytes.size()) + " of " +
+                        std::to_string(kHeaderSize) + " bytes");
   Header h;
   std::uint16_t type = 0;
   std::memcpy(&h.magic, bytes.data(), 4);
@@ -192,7 +216,9 @@ template <> constexpr MsgType typeOf<Error>() { return MsgType::Error; }
       out = std::move(m);
       break;
     }
-    case MsgType::GetUniqueId: out = GetUniqueId{}; break;
+    case MsgType::GetUniqueId:
+      out = GetUniqueId{};
+      break;
     case MsgType::CommInit: {
       CommInit m;
       r.bytes(m.id, "id");
@@ -215,15 +241,21 @@ template <> constexpr MsgType typeOf<Error>() { return MsgType::Error; }
       out = m;
       break;
     }
-    case MsgType::HelloOk: out = HelloOk{r.get<std::uint64_t>("emulation_id")}; break;
+    case MsgType::HelloOk:
+      out = HelloOk{r.get<std::uint64_t>("emulation_id")};
+      break;
     case MsgType::UniqueIdReply: {
       UniqueIdReply m;
       r.bytes(m.id, "id");
       out = m;
       break;
     }
-    case MsgType::Ok: out = Ok{}; break;
-    case MsgType::Error: out = Error{r.text(kMaxErrorText, "text")}; break;
+    case MsgType::Ok:
+      out = Ok{};
+      break;
+    case MsgType::Error:
+      out = Error{r.text(kMaxErrorText, "text")};
+      break;
   }
   r.end();
   return out;

@@ -15,8 +15,8 @@
 namespace crystal::control {
 
 struct EmulationHostOptions {
-  std::string listen;                 // control address; "" = config's emulation.host
-  std::vector<SplitRule> split_rules; // --split
+  std::string listen;                  // control address; "" = config's emulation.host
+  std::vector<SplitRule> split_rules;  // --split
 };
 
 class EmulationHost {
@@ -29,7 +29,7 @@ class EmulationHost {
 
   [[nodiscard]] std::string controlAddress() const;  // CRYSTAL_HOST
   [[nodiscard]] std::uint64_t emulationId() const;
-  [[nodiscard]] std::size_t errorCount() const;      // host errors so far
+  [[nodiscard]] std::size_t errorCount() const;  // host errors so far
 
  private:
   struct Impl;
@@ -43,8 +43,7 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 // keep every virtual peer on the NET transport, Simple protocol, CRYSTAL_*.
 [[nodiscard]] EnvList launchEnvironment(const Config& config, const std::string& config_path,
                                         const std::string& control_address,
-                                        const std::string& plugin_path,
-                                        std::uint64_t emulation_id);
+                                        const std::string& plugin_path, std::uint64_t emulation_id);
 
 // libnccl-net-crystal.so: `explicit_path` if given, else $CRYSTAL_PLUGIN, else beside the
 // running executable (../plugin/, ./, ../lib/). Throws InputError listing where it looked.

@@ -20,13 +20,13 @@ namespace crystal::control {
 
 inline constexpr std::uint32_t kFrameMagic = 0x4C544343u;  // "CCTL"
 inline constexpr std::uint16_t kProtocolVersion = 1;
-inline constexpr std::size_t kUniqueIdSize = 128;          // NCCL_UNIQUE_ID_BYTES
+inline constexpr std::size_t kUniqueIdSize = 128;  // NCCL_UNIQUE_ID_BYTES
 inline constexpr std::size_t kMaxHostIdSize = 64;
 inline constexpr std::size_t kMaxErrorText = 2048;
-inline constexpr std::size_t kMaxPayload = 4096;           // larger frames are malformed
+inline constexpr std::size_t kMaxPayload = 4096;  // larger frames are malformed
 
 // NCCL versions the host's bootstrap stand-in has been verified against (NCCL_VERSION_CODE).
-inline constexpr int kSupportedNcclVersion = 22809;        // 2.28.9
+inline constexpr int kSupportedNcclVersion = 22809;  // 2.28.9
 
 enum class MsgType : std::uint16_t {
   // interposer -> host
@@ -61,8 +61,8 @@ struct CommInit {
   UniqueId id{};
   std::int32_t nranks = 0;
   std::int32_t rank = -1;
-  std::int32_t n_ids = 1;         // ncclCommInitRankScalable's nId (id = the first one)
-  std::uint64_t comm_hash = 0;    // NCCL's commHash of the id (control/comm_hash.h)
+  std::int32_t n_ids = 1;       // ncclCommInitRankScalable's nId (id = the first one)
+  std::uint64_t comm_hash = 0;  // NCCL's commHash of the id (control/comm_hash.h)
 };
 struct CommSplit {
   std::uint64_t parent_hash = 0;  // commHash of the parent
@@ -71,7 +71,7 @@ struct CommSplit {
   std::int32_t key = 0;
   std::int32_t parent_rank = -1;
   std::int32_t parent_nranks = 0;
-  std::uint64_t child_hash = 0;   // commHash NCCL will give the child
+  std::uint64_t child_hash = 0;  // commHash NCCL will give the child
 };
 struct HelloOk {
   std::uint64_t emulation_id = 0;
@@ -89,14 +89,22 @@ using Message =
 
 [[nodiscard]] constexpr const char* typeName(MsgType t) {
   switch (t) {
-    case MsgType::Hello: return "HELLO";
-    case MsgType::GetUniqueId: return "GET_UNIQUE_ID";
-    case MsgType::CommInit: return "COMM_INIT";
-    case MsgType::CommSplit: return "COMM_SPLIT";
-    case MsgType::HelloOk: return "HELLO_OK";
-    case MsgType::UniqueIdReply: return "UNIQUE_ID";
-    case MsgType::Ok: return "OK";
-    case MsgType::Error: return "ERROR";
+    case MsgType::Hello:
+      return "HELLO";
+    case MsgType::GetUniqueId:
+      return "GET_UNIQUE_ID";
+    case MsgType::CommInit:
+      return "COMM_INIT";
+    case MsgType::CommSplit:
+      return "COMM_SPLIT";
+    case MsgType::HelloOk:
+      return "HELLO_OK";
+    case MsgType::UniqueIdReply:
+      return "UNIQUE_ID";
+    case MsgType::Ok:
+      return "OK";
+    case MsgType::Error:
+      return "ERROR";
   }
   return "UNKNOWN";
 }

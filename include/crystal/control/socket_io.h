@@ -29,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 class Deadline {
  public:
   explicit Deadline(double seconds)
-      : at_(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(seconds))) {}
+      : at_(Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
   [[nodiscard]] int remainingMs() const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now());
     return left.count() <= 0 ? 0 : static_cast<int>(left.count());
@@ -156,8 +156,7 @@ inline void sendAll(int fd, std::span<const std::uint8_t> b, const Deadline& dl)
       if (!waitReady(fd, POLLOUT, dl)) throw ProtocolError("timed out sending to peer");
       continue;
     }
-    throw ProtocolError(std::string("peer connection lost while sending: ") +
-                        std::strerror(errno));
+    throw ProtocolError(std::string("peer connection lost while sending: ") + std::strerror(errno));
   }
 }
 

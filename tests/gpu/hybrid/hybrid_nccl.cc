@@ -24,22 +24,22 @@
 #include <thread>
 #include <vector>
 
-#define CUDA_OK(x)                                                                    \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "hybrid_nccl: %s: %s\n", #x, cudaGetErrorString(e_));      \
-      std::exit(3);                                                                   \
-    }                                                                                 \
+#define CUDA_OK(x)                                                               \
+  do {                                                                           \
+    cudaError_t e_ = (x);                                                        \
+    if (e_ != cudaSuccess) {                                                     \
+      std::fprintf(stderr, "hybrid_nccl: %s: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(3);                                                              \
+    }                                                                            \
   } while (0)
-#define NCCL_OK(x)                                                                    \
-  do {                                                                                \
-    ncclResult_t r_ = (x);                                                            \
-    if (r_ != ncclSuccess) {                                                          \
-      std::fprintf(stderr, "hybrid_nccl: %s: %s (%d)\n", #x, ncclGetErrorString(r_),  \
-                   static_cast<int>(r_));                                             \
-      std::exit(4);                                                                   \
-    }                                                                                 \
+#define NCCL_OK(x)                                                                   \
+  do {                                                                               \
+    ncclResult_t r_ = (x);                                                           \
+    if (r_ != ncclSuccess) {                                                         \
+      std::fprintf(stderr, "hybrid_nccl: %s: %s (%d)\n", #x, ncclGetErrorString(r_), \
+                   static_cast<int>(r_));                                            \
+      std::exit(4);                                                                  \
+    }                                                                                \
   } while (0)
 
 namespace {
@@ -50,8 +50,7 @@ int envInt(const char* name, int dflt) {
 }
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 ncclUniqueId shareId(int rank, const std::string& file) {
@@ -162,14 +161,24 @@ int main(int argc, char** argv) {
   int iters = 20, split = 0, init_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--ops") ops = v;
-    else if (a == "--min") min_b = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--max") max_b = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--step") step = std::atof(v.c_str());
-    else if (a == "--iters") iters = std::atoi(v.c_str());
-    else if (a == "--split") split = std::atoi(v.c_str());
-    else if (a == "--init-only") init_only = std::atoi(v.c_str());
-    else { std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str()); return 2; }
+    if (a == "--ops")
+      ops = v;
+    else if (a == "--min")
+      min_b = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--max")
+      max_b = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--step")
+      step = std::atof(v.c_str());
+    else if (a == "--iters")
+      iters = std::atoi(v.c_str());
+    else if (a == "--split")
+      split = std::atoi(v.c_str());
+    else if (a == "--init-only")
+      init_only = std::atoi(v.c_str());
+    else {
+      std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str());
+      return 2;
+    }
   }
   const int rank = envInt("RANK", 0), n = envInt("NRANKS", 64);
   const int real_peer = envInt("REAL_PEER", -1);
