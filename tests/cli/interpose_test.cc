@@ -8,10 +8,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "crystal/control/codec.h"
 #include "crystal/control/comm_hash.h"
 #include "crystal/control/server.h"
+#include "crystal/control/socket_io.h"
 #include "fake_nccl.h"
 #include "recording_handler.h"
 
@@ -165,6 +168,41 @@ TEST_F(Interposer, HostAbsentFailsWithinTheTimeoutAndNeverCallsNccl) {
   EXPECT_EQ(ncclCommInitRank(&comm, 64, id, 0), 5);
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("CRYSTAL_TIMEOUT='soon'"),
             std::string::npos);
+}
+
+TEST_F(Interposer, HostDyingDuringCommInitFailsTheCallAtOnce) {
+  // A host that says HELLO_OK, reads COMM_INIT and dies without answering.
+  Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in sa = parseHostPort("127.0.0.1:0", "test");
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  std::thread host([&] {
+    Fd conn(::accept(listener.get(), nullptr, nullptr));
+    const Deadline dl(5.0);
+    for (int i = 0; i < 2; ++i) {
+      std::uint8_t head[kHeaderSize];
+      recvAll(conn.get(), head, dl);
+      std::vector<std::uint8_t> payload(decodeHeader(head).length);
+      recvAll(conn.get(), payload, dl);
+      if (i == 0) sendAll(conn.get(), encode(HelloOk{}), dl);
+    }
+  });
+  ::setenv("CRYSTAL_HOST", formatAddress(sa).c_str(), 1);
+  TestId id{};
+  void* comm = nullptr;
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommInitRank(&comm, 64, id, 0), 6);  // ncclRemoteError
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  host.join();
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "ncclCommInitRank: COMM_INIT to the emulation host at " + formatAddress(sa) +
+                " failed: peer closed the connection"),
+            std::string::npos);
+  EXPECT_LT(s, 1.0);
+  EXPECT_TRUE(g_events.empty());
 }
 
 TEST_F(Interposer, RefusedByTheHostMeansNcclIsNotCalled) {
