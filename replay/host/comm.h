@@ -2,8 +2,9 @@
 // the host's ring endpoints next to real ranks, the all-gathers in flight, and the P2P
 // messages addressed to its virtual ranks. Everything runs on the host's loop thread.
 //
-// Split across files by job: comm_ring.cc (check-in, ring, all-gathers), comm_p2p.cc
-// (bootstrapSend/Recv answers: connection setup, syncs, barrier), comm_split.cc (split).
+// Split across files by job: comm.cc (lifecycle, root check-in, stalls), comm_ring.cc (ring,
+// all-gathers), comm_p2p.cc (bootstrapSend/Recv answers: connection setup, syncs, barrier),
+// comm_split.cc (split).
 #pragma once
 
 #include <cstdint>
@@ -56,16 +57,18 @@ class Comm {
   void addRealRanks(const std::vector<int>& ranks);
   void setParent(std::uint64_t parent_hash) noexcept { parent_hash_ = parent_hash; }
 
-  // ---- comm_ring.cc
+  // ---- comm.cc
   void onCheckIn(const wire::ExtInfo& info);
-  // A real rank dialled the ring alias of virtual rank `target` (its "next").
-  void onRingAccept(StreamId stream, int target);
-  // Ring address of real rank `rank`'s ring listener (from check-in or split message).
-  void connectAsPrev(int rank, const wire::SocketAddress& ring_listen);
   void checkStall(Clock::time_point now);
   // Fails the comm: one error line, every socket of the comm closed (real ranks see EOF and
   // return an NCCL error instead of hanging). Other comms are untouched.
   void fail(int rank, const std::string& message);
+
+  // ---- comm_ring.cc
+  // A real rank dialled the ring alias of virtual rank `target` (its "next").
+  void onRingAccept(StreamId stream, int target);
+  // Ring address of real rank `rank`'s ring listener (from check-in or split message).
+  void connectAsPrev(int rank, const wire::SocketAddress& ring_listen);
 
   // ---- comm_p2p.cc: one complete bootstrapSend message to virtual rank `target`.
   void onP2pMessage(int target, const wire::SocketAck& ack, std::span<const std::byte> payload);
@@ -107,8 +110,8 @@ class Comm {
     std::set<int> ring_info_seen;             // real parent ranks whose COMMSPLIT arrived
   };
 
+  void sendRootReply(int rank);  // comm.cc
   // ring
-  void sendRootReply(int rank);
   Endpoint* endpointFor(StreamId stream);
   void onEndpointData(Endpoint& e, Stream& s);
   void onEndpointClosed(Endpoint& e, const std::string& why);
