@@ -1,15 +1,15 @@
 // `crystal simulate CONFIG`: replay the whole target with every rank virtual and print one
 // iteration's time per rank class, the per-collective breakdown, and optionally a JSON
 // summary and a Chrome-trace timeline. See docs/simulate.md.
+#include <fmt/core.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "crystal/base/error.h"
@@ -51,7 +51,8 @@ std::vector<std::int32_t> parseRanks(const std::string& v) {
   std::size_t pos = 0;
   while (pos <= v.size()) {
     const std::size_t comma = v.find(',', pos);
-    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     out.push_back(parseInt("--ranks", item, 0));
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -98,7 +99,8 @@ int simulate(std::span<const std::string> args) {
     } else if (config_path.empty()) {
       config_path = a;
     } else {
-      throw InputError(fmt::format("simulate: one CONFIG expected, got '{}' and '{}'", config_path, a));
+      throw InputError(
+          fmt::format("simulate: one CONFIG expected, got '{}' and '{}'", config_path, a));
     }
   }
   if (config_path.empty()) throw InputError(fmt::format("simulate: CONFIG missing\n{}", kUsage));
@@ -133,7 +135,8 @@ int simulate(std::span<const std::string> args) {
   const replay::ReplayResult r = replay::runReplay(*g, cost, opts);
   if (progress_shown) fmt::print(stderr, "\n");
 
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int its = r.units.empty() ? 0 : static_cast<int>(r.units.front().iterations.size());
   fmt::print("crystal simulate: {} ({} ranks, {} rank classes, {} iteration{}, {} mode)\n",
              config_path, g->worldSize(), g->numClasses(), its, its == 1 ? "" : "s",

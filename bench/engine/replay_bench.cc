@@ -34,9 +34,9 @@ void report(benchmark::State& state, const ReplayResult& r, std::int64_t world) 
   std::uint64_t ops = 0;
   for (const auto& u : r.units) ops += u.ops;
   state.counters["ops"] = static_cast<double>(ops);  // ops replayed (all simulated units)
-  state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops) *
-                                                       static_cast<double>(state.iterations()),
-                                                   benchmark::Counter::kIsRate);
+  state.counters["ops_per_s"] =
+      benchmark::Counter(static_cast<double>(ops) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
   state.counters["events"] = static_cast<double>(r.events);
   state.counters["events_per_s"] =
       benchmark::Counter(static_cast<double>(r.events), benchmark::Counter::kIsRate);
@@ -89,10 +89,9 @@ void BM_SimulateConfig(benchmark::State& state) {
   report(state, r, world);
   state.counters["events_per_s"] =
       benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
-  state.counters["iteration_ms"] =
-      r.units.empty() || r.units[0].iterations.empty()
-          ? 0.0
-          : static_cast<double>(r.units[0].iterations[0].time) / 1e6;
+  state.counters["iteration_ms"] = r.units.empty() || r.units[0].iterations.empty()
+                                       ? 0.0
+                                       : static_cast<double>(r.units[0].iterations[0].time) / 1e6;
 }
 BENCHMARK(BM_SimulateConfig)->Arg(1024)->Arg(8192)->Arg(16384)->Unit(benchmark::kMillisecond);
 #endif

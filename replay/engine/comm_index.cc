@@ -1,8 +1,9 @@
 // Per-communicator facts for the engine, computed lazily and cached.
 #include "comm_index.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "crystal/base/error.h"
 
@@ -22,8 +23,10 @@ const CommView& CommIndex::view(std::int32_t comm, std::int32_t rank) {
   if (auto it = views_.find(comm); it != views_.end()) return it->second;
   const graph::CommTable& table = graph_.comms();
   if (comm < 0 || comm >= table.count())
-    throw InputError(fmt::format("graph: rank {} uses communicator {}, which does not exist "
-                                 "({} communicators)", rank, comm, table.count()));
+    throw InputError(
+        fmt::format("graph: rank {} uses communicator {}, which does not exist "
+                    "({} communicators)",
+                    rank, comm, table.count()));
   const graph::CommInfo info = table.info(comm);
   CommView v;
   v.family = intern(info.family);

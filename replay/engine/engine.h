@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm_index.h"
-#include "interval_stats.h"
 #include "crystal/replay/replay.h"
+#include "interval_stats.h"
 
 namespace crystal::replay::detail {
 
@@ -25,8 +25,8 @@ struct UnitState {
   int iteration = 0;  // repetition of the stream being walked
   bool done = false, blocked = false, scheduled = false, started = false;
   bool ops_since_mark = false;
-  std::vector<TimeNs> ready;           // per stream: when its last op ends
-  std::vector<std::int32_t> pending;   // per stream: unfinished launch, -1 if none
+  std::vector<TimeNs> ready;                         // per stream: when its last op ends
+  std::vector<std::int32_t> pending;                 // per stream: unfinished launch, -1 if none
   std::unordered_map<std::uint32_t, TimeNs> events;  // Record tag -> time
   std::unordered_map<std::int32_t, std::uint32_t> coll_seq;  // sync key -> next sequence
   int group_depth = 0;
@@ -59,7 +59,8 @@ struct KeyHash {
                k.seq);
   }
   std::size_t operator()(const P2PKey& k) const {
-    std::uint64_t h = mix(static_cast<std::uint32_t>(k.sender), static_cast<std::uint32_t>(k.receiver));
+    std::uint64_t h =
+        mix(static_cast<std::uint32_t>(k.sender), static_cast<std::uint32_t>(k.receiver));
     h = mix(h, static_cast<std::uint32_t>(k.sync_key));
     h = mix(h, static_cast<std::uint32_t>(k.delta));
     h = mix(h, k.tag);
@@ -157,8 +158,8 @@ class Engine {
   // replay.cc
   void forceStalled();
   void recordStat(const CommOp& c, const graph::Op& op);
-  void recordTrace(const UnitState& u, const graph::Op& op, TimeNs posted, TimeNs start,
-                   TimeNs end, int iteration, std::string_view family);
+  void recordTrace(const UnitState& u, const graph::Op& op, TimeNs posted, TimeNs start, TimeNs end,
+                   int iteration, std::string_view family);
 
   const graph::Graph& graph_;
   const CostModel& cost_;

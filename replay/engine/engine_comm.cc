@@ -8,8 +8,9 @@
 // Send/recv: both sides meet at a slot keyed by (sender unit, receiver unit, sync key,
 // index distance in the communicator, tag, repetition); the transfer starts when both
 // sides are posted.
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "crystal/base/error.h"
 #include "engine.h"
@@ -50,15 +51,15 @@ const model::Choice& Engine::choice(model::Func f, std::uint64_t bytes,
   return it->second;
 }
 
-void Engine::startCollective(UnitState& u, std::int32_t launch_id, std::size_t op_index,
-                             TimeNs t) {
+void Engine::startCollective(UnitState& u, std::int32_t launch_id, std::size_t op_index, TimeNs t) {
   const graph::Op& op = u.ops[op_index];
   const CommView& v = comms_.view(op.comm, u.rank);
   const model::Func f = op.coll == graph::CollKind::AllToAllv
                             ? model::Func::AllToAll
                             : static_cast<model::Func>(static_cast<int>(op.coll));
-  const model::Choice ch = v.size <= 1 ? model::Choice{model::Algo::Ring, model::Proto::Simple, 0, 0}
-                                       : choice(f, op.bytes, v.shape);
+  const model::Choice ch = v.size <= 1
+                               ? model::Choice{model::Algo::Ring, model::Proto::Simple, 0, 0}
+                               : choice(f, op.bytes, v.shape);
   const std::uint32_t seq = u.coll_seq[v.sync_key]++;
   const std::int32_t id = newOp();
   CommOp& c = ops_[static_cast<std::size_t>(id)];
@@ -105,19 +106,23 @@ void Engine::startP2P(UnitState& u, std::int32_t launch_id, std::size_t op_index
   const CommView& v = comms_.view(op.comm, u.rank);
   const graph::CommTable& table = graph_.comms();
   const std::int32_t self_idx = table.indexOf(op.comm, u.rank);
-  const std::int32_t peer_idx = op.peer >= 0 && op.peer < graph_.worldSize()
-                                    ? table.indexOf(op.comm, op.peer)
-                                    : -1;
+  const std::int32_t peer_idx =
+      op.peer >= 0 && op.peer < graph_.worldSize() ? table.indexOf(op.comm, op.peer) : -1;
   if (self_idx < 0 || peer_idx < 0)
-    throw InputError(fmt::format("graph: rank {} op {}: {} with peer {} on communicator {}, "
-                                 "which does not hold both ranks", u.rank, op_index,
-                                 opName(op.kind), op.peer, op.comm));
+    throw InputError(
+        fmt::format("graph: rank {} op {}: {} with peer {} on communicator {}, "
+                    "which does not hold both ranks",
+                    u.rank, op_index, opName(op.kind), op.peer, op.comm));
   const bool is_send = op.kind == graph::OpKind::Send;
   const std::int32_t dist = is_send ? peer_idx - self_idx : self_idx - peer_idx;
   const std::int32_t delta = ((dist % v.size) + v.size) % v.size;
   const std::int32_t peer_unit = comms_.unitOf(op.peer);
-  const P2PKey key{is_send ? u.unit : peer_unit, is_send ? peer_unit : u.unit, v.sync_key,
-                   delta, op.tag, u.iteration};
+  const P2PKey key{is_send ? u.unit : peer_unit,
+                   is_send ? peer_unit : u.unit,
+                   v.sync_key,
+                   delta,
+                   op.tag,
+                   u.iteration};
   const bool same_node = comms_.nodeOf(u.rank) == comms_.nodeOf(op.peer);
 
   const std::int32_t id = newOp();

@@ -3,8 +3,9 @@
 // communication on the same stream, or an iteration boundary while communication is in
 // flight. Everything else (memory, other streams) carries on, so overlap of compute and
 // communication falls out of per-stream ready times.
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "crystal/base/error.h"
 #include "engine.h"
@@ -70,8 +71,10 @@ void Engine::step(UnitState& u) {
   while (!u.done) {
     if (u.pc == u.ops.size()) {
       if (u.group_depth != 0)
-        throw InputError(fmt::format("graph: rank {}: GroupBegin without GroupEnd before the "
-                                     "end of the stream", u.rank));
+        throw InputError(
+            fmt::format("graph: rank {}: GroupBegin without GroupEnd before the "
+                        "end of the stream",
+                        u.rank));
       const bool last = u.iteration + 1 >= opts_.iterations;
       if (!boundary(u, last)) return block(u);
       if (last) return;
@@ -103,8 +106,10 @@ void Engine::step(UnitState& u) {
         if (u.pending[s] >= 0) return block(u);
         auto ev = u.events.find(op.tag);
         if (ev == u.events.end())
-          throw InputError(fmt::format("graph: rank {} op {}: Wait on event {} that was never "
-                                       "recorded", u.rank, u.pc, op.tag));
+          throw InputError(
+              fmt::format("graph: rank {} op {}: Wait on event {} that was never "
+                          "recorded",
+                          u.rank, u.pc, op.tag));
         u.ready[s] = std::max(u.ready[s], ev->second);
         break;
       }
@@ -123,8 +128,8 @@ void Engine::step(UnitState& u) {
         break;
       case OpKind::GroupEnd:
         if (u.group_depth == 0)
-          throw InputError(fmt::format("graph: rank {} op {}: GroupEnd without GroupBegin",
-                                       u.rank, u.pc));
+          throw InputError(
+              fmt::format("graph: rank {} op {}: GroupEnd without GroupBegin", u.rank, u.pc));
         if (u.group_depth == 1) {
           if (!launch(u, u.group)) return block(u);
           u.group.clear();

@@ -12,7 +12,8 @@ NcclCostModel::NcclCostModel(const ClusterConfig& cluster, const ModelConfig& mo
   if (nics > 0 && nics < cluster.gpus_per_node) {
     ClusterConfig fair = cluster;
     fair.fabric.nics_per_node = cluster.gpus_per_node;
-    fair.fabric.nic.bandwidth_GBps = cluster.fabric.nic.bandwidth_GBps * nics / cluster.gpus_per_node;
+    fair.fabric.nic.bandwidth_GBps =
+        cluster.fabric.nic.bandwidth_GBps * nics / cluster.gpus_per_node;
     shared_ = std::make_unique<model::NcclModel>(fair, model);
   }
 }

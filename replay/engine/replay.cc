@@ -4,9 +4,10 @@
 // unblocks it (a launch ending) schedules it again at the launch's end time. Times are a
 // pure function of the graph and the cost model (max-plus over dependencies), so the order
 // in which units run changes nothing but is still deterministic.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-#include <fmt/format.h>
 
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
@@ -36,15 +37,20 @@ Engine::Engine(const graph::Graph& g, const CostModel& cost, const ReplayOptions
   }
   for (std::int32_t r : opts.trace_ranks) {
     if (r < 0 || r >= world)
-      throw InputError(fmt::format("simulate: --ranks: rank {} is outside the world (0..{})", r,
-                                   world - 1));
+      throw InputError(
+          fmt::format("simulate: --ranks: rank {} is outside the world (0..{})", r, world - 1));
     units_[static_cast<std::size_t>(comms_.unitOf(r))].traced.push_back(r);
   }
 }
 
 void Engine::recordStat(const CommOp& c, const graph::Op& op) {
-  const StatKey key{c.p2p, static_cast<int>(op.coll), c.view->family, c.view->size, op.bytes,
-                    static_cast<int>(c.choice.algo), static_cast<int>(c.choice.proto),
+  const StatKey key{c.p2p,
+                    static_cast<int>(op.coll),
+                    c.view->family,
+                    c.view->size,
+                    op.bytes,
+                    static_cast<int>(c.choice.algo),
+                    static_cast<int>(c.choice.proto),
                     c.choice.channels};
   auto [it, fresh] = stat_index_.emplace(key, result_.collectives.size());
   if (fresh) {
@@ -113,7 +119,8 @@ ReplayResult Engine::run() {
   }
   std::size_t done = 0;
   std::uint64_t since_progress = 0, total_ops = 0;
-  for (const UnitState& u : units_) total_ops += u.ops.size() * static_cast<std::uint64_t>(opts_.iterations);
+  for (const UnitState& u : units_)
+    total_ops += u.ops.size() * static_cast<std::uint64_t>(opts_.iterations);
   for (;;) {
     while (!queue_.empty()) {
       const auto e = queue_.pop();
@@ -131,20 +138,22 @@ ReplayResult Engine::run() {
       }
     }
     if (done == units_.size()) break;
-    const auto stuck = std::find_if(units_.begin(), units_.end(),
-                                    [](const UnitState& u) { return !u.done; });
+    const auto stuck =
+        std::find_if(units_.begin(), units_.end(), [](const UnitState& u) { return !u.done; });
     if (opts_.mode == ReplayMode::Naive || free_ops_.size() == ops_.size()) {
       const graph::Op& op = stuck->ops[std::min(stuck->pc, stuck->ops.size() - 1)];
       throw InputError(fmt::format(
           "graph: deadlock: rank {} waits at op {} ({} on communicator {}) for peers that "
-          "never reach the matching call", stuck->rank, stuck->pc, opName(op.kind),
-          op.comm));
+          "never reach the matching call",
+          stuck->rank, stuck->pc, opName(op.kind), op.comm));
     }
     forceStalled();
   }
   if (result_.uncoupled_ops > 0)
-    CRYSTAL_WARN("replay: {} communication ops had no matching op in their peer class; timed "
-                 "from the arriving side", result_.uncoupled_ops);
+    CRYSTAL_WARN(
+        "replay: {} communication ops had no matching op in their peer class; timed "
+        "from the arriving side",
+        result_.uncoupled_ops);
 
   result_.mode = opts_.mode;
   result_.world = graph_.worldSize();

@@ -2,8 +2,9 @@
 // microseconds (call scale); JSON carries microseconds as numbers.
 #include "crystal/replay/report.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -63,14 +64,15 @@ std::vector<ClassSummary> summarizeClasses(const graph::Graph& g, const ReplayRe
   }
   std::vector<ClassSummary> out;
   for (const auto& [cls, u] : slowest)
-    out.push_back(ClassSummary{cls, u->rank, g.classSize(cls), mean(u->iterations), u->peak_memory});
+    out.push_back(
+        ClassSummary{cls, u->rank, g.classSize(cls), mean(u->iterations), u->peak_memory});
   return out;
 }
 
 std::string summaryTable(const graph::Graph& g, const ReplayResult& r) {
-  std::string s = fmt::format("{:>6} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>11}\n", "class",
-                              "rank", "ranks", "iter (ms)", "compute", "exposed comm",
-                              "bubble", "peak mem");
+  std::string s =
+      fmt::format("{:>6} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>11}\n", "class", "rank",
+                  "ranks", "iter (ms)", "compute", "exposed comm", "bubble", "peak mem");
   for (const auto& c : summarizeClasses(g, r))
     s += fmt::format("{:>6} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f} {:>7.2f} GiB\n",
                      c.cls, c.rank, c.ranks, ms(c.mean.time), ms(c.mean.compute),
@@ -80,17 +82,16 @@ std::string summaryTable(const graph::Graph& g, const ReplayResult& r) {
 
 std::string collectiveTable(const ReplayResult& r, std::size_t top) {
   std::string s = fmt::format("{:<14} {:<8} {:>6} {:>11} {:<6} {:<6} {:>4} {:>11} {:>8} {:>11}\n",
-                              "call", "comm", "ranks", "bytes", "algo", "proto", "ch",
-                              "time (us)", "calls", "total (ms)");
+                              "call", "comm", "ranks", "bytes", "algo", "proto", "ch", "time (us)",
+                              "calls", "total (ms)");
   const auto rows = byTotal(r);
   const std::size_t n = top == 0 ? rows.size() : std::min(top, rows.size());
   for (std::size_t i = 0; i < n; ++i) {
     const CollectiveStat& c = *rows[i];
     s += fmt::format("{:<14} {:<8} {:>6} {:>11} {:<6} {:<6} {:>4} {:>11.2f} {:>8} {:>11.3f}\n",
                      callName(c), c.family, c.nranks, bytesText(c.bytes),
-                     c.p2p ? "-" : algoName(c.algo), c.p2p ? "-" : protoName(c.proto),
-                     c.channels, nsToUs(c.time), c.calls,
-                     ms(c.time * static_cast<TimeNs>(c.calls)));
+                     c.p2p ? "-" : algoName(c.algo), c.p2p ? "-" : protoName(c.proto), c.channels,
+                     nsToUs(c.time), c.calls, ms(c.time * static_cast<TimeNs>(c.calls)));
   }
   if (n < rows.size()) s += fmt::format("({} more rows in --json)\n", rows.size() - n);
   return s;
@@ -109,20 +110,31 @@ nlohmann::json summaryJson(const graph::Graph& g, const ReplayResult& r) {
     const UnitResult& u = r.unitOf(g, c.rank);
     nlohmann::json its = nlohmann::json::array();
     for (const auto& i : u.iterations)
-      its.push_back({{"time_us", nsToUs(i.time)}, {"compute_us", nsToUs(i.compute)},
-                     {"exposed_comm_us", nsToUs(i.exposed_comm)}, {"bubble_us", nsToUs(i.bubble)}});
-    classes.push_back({{"class", c.cls}, {"rank", c.rank}, {"ranks", c.ranks},
-                       {"iteration_us", nsToUs(c.mean.time)}, {"compute_us", nsToUs(c.mean.compute)},
+      its.push_back({{"time_us", nsToUs(i.time)},
+                     {"compute_us", nsToUs(i.compute)},
+                     {"exposed_comm_us", nsToUs(i.exposed_comm)},
+                     {"bubble_us", nsToUs(i.bubble)}});
+    classes.push_back({{"class", c.cls},
+                       {"rank", c.rank},
+                       {"ranks", c.ranks},
+                       {"iteration_us", nsToUs(c.mean.time)},
+                       {"compute_us", nsToUs(c.mean.compute)},
                        {"exposed_comm_us", nsToUs(c.mean.exposed_comm)},
-                       {"bubble_us", nsToUs(c.mean.bubble)}, {"peak_memory_bytes", c.peak_memory},
+                       {"bubble_us", nsToUs(c.mean.bubble)},
+                       {"peak_memory_bytes", c.peak_memory},
                        {"iterations", std::move(its)}});
   }
   auto& colls = j["collectives"] = nlohmann::json::array();
   for (const CollectiveStat* c : byTotal(r))
-    colls.push_back({{"call", callName(*c)}, {"family", c->family}, {"ranks", c->nranks},
-                     {"bytes", c->bytes}, {"algo", c->p2p ? "" : algoName(c->algo)},
-                     {"proto", c->p2p ? "" : protoName(c->proto)}, {"channels", c->channels},
-                     {"time_us", nsToUs(c->time)}, {"calls", c->calls}});
+    colls.push_back({{"call", callName(*c)},
+                     {"family", c->family},
+                     {"ranks", c->nranks},
+                     {"bytes", c->bytes},
+                     {"algo", c->p2p ? "" : algoName(c->algo)},
+                     {"proto", c->p2p ? "" : protoName(c->proto)},
+                     {"channels", c->channels},
+                     {"time_us", nsToUs(c->time)},
+                     {"calls", c->calls}});
   return j;
 }
 
@@ -135,31 +147,55 @@ nlohmann::json chromeTrace(const ReplayResult& r) {
   std::uint64_t id = 0;
   for (const TraceSpan& s : r.trace) {
     tracks[s.rank][s.stream] = true;
-    const std::string name =
-        !s.name.empty() ? std::string(s.name)
-        : s.kind == graph::OpKind::Collective ? std::string(collName(s.coll))
-                                               : std::string(detail::opName(s.kind));
+    const std::string name = !s.name.empty() ? std::string(s.name)
+                             : s.kind == graph::OpKind::Collective
+                                 ? std::string(collName(s.coll))
+                                 : std::string(detail::opName(s.kind));
     if (s.kind == graph::OpKind::Compute) {
-      events.push_back({{"name", name}, {"cat", "compute"}, {"ph", "X"}, {"pid", s.rank},
-                        {"tid", s.stream}, {"ts", nsToUs(s.start)}, {"dur", nsToUs(s.end - s.start)},
+      events.push_back({{"name", name},
+                        {"cat", "compute"},
+                        {"ph", "X"},
+                        {"pid", s.rank},
+                        {"tid", s.stream},
+                        {"ts", nsToUs(s.start)},
+                        {"dur", nsToUs(s.end - s.start)},
                         {"args", {{"iteration", s.iteration}}}});
       continue;
     }
-    nlohmann::json args = {{"bytes", s.bytes}, {"comm", s.family}, {"iteration", s.iteration},
-                           {"stream", s.stream}, {"wait_us", nsToUs(s.start - s.posted)}};
+    nlohmann::json args = {{"bytes", s.bytes},
+                           {"comm", s.family},
+                           {"iteration", s.iteration},
+                           {"stream", s.stream},
+                           {"wait_us", nsToUs(s.start - s.posted)}};
     if (s.peer >= 0) args["peer"] = s.peer;
     const std::string cat = s.kind == graph::OpKind::Collective ? "collective" : "p2p";
     ++id;
-    events.push_back({{"name", name}, {"cat", cat}, {"ph", "b"}, {"id", id}, {"pid", s.rank},
-                      {"tid", s.stream}, {"ts", nsToUs(s.posted)}, {"args", std::move(args)}});
-    events.push_back({{"name", name}, {"cat", cat}, {"ph", "e"}, {"id", id}, {"pid", s.rank},
-                      {"tid", s.stream}, {"ts", nsToUs(s.end)}});
+    events.push_back({{"name", name},
+                      {"cat", cat},
+                      {"ph", "b"},
+                      {"id", id},
+                      {"pid", s.rank},
+                      {"tid", s.stream},
+                      {"ts", nsToUs(s.posted)},
+                      {"args", std::move(args)}});
+    events.push_back({{"name", name},
+                      {"cat", cat},
+                      {"ph", "e"},
+                      {"id", id},
+                      {"pid", s.rank},
+                      {"tid", s.stream},
+                      {"ts", nsToUs(s.end)}});
   }
   for (const auto& [rank, streams] : tracks) {
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
                       {"args", {{"name", fmt::format("rank {}", rank)}}}});
     for (const auto& [stream, used] : streams)
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", stream},
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", rank},
+                        {"tid", stream},
                         {"args", {{"name", fmt::format("stream {}", stream)}}}});
   }
   return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};

@@ -1,12 +1,11 @@
 // The engine on real graphs (crystal_graph generator) priced by the NCCL model
 // (crystal_model): symmetric = naive on every rank, and what-if changes in the config move
 // the prediction in the expected direction.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "crystal/config/config.h"
 #include "crystal/graph/graph.h"

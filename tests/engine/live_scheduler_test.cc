@@ -11,9 +11,7 @@ namespace crystal::replay {
 namespace {
 
 // 1 us latency; occupancy 1 ns per byte.
-LiveCost linkCost(const LivePost& p) {
-  return LiveCost{static_cast<TimeNs>(p.bytes), 1000};
-}
+LiveCost linkCost(const LivePost& p) { return LiveCost{static_cast<TimeNs>(p.bytes), 1000}; }
 
 LivePost send(std::uint64_t conn, std::uint64_t bytes, TimeNs at, TimeNs peer_ready = 0) {
   return LivePost{0, conn, LiveOpKind::Send, bytes, at, peer_ready};
@@ -86,8 +84,8 @@ TEST(LiveScheduler, WallClockThreadsNeverReleaseEarly) {
     posters.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const std::uint64_t delay = 1'000'000u + static_cast<std::uint64_t>(i % 5) * 2'000'000u;
-        (void)s.post(LivePost{t, static_cast<std::uint64_t>(t * 1000 + i), LiveOpKind::Send,
-                              delay, clock.now(), 0});
+        (void)s.post(LivePost{t, static_cast<std::uint64_t>(t * 1000 + i), LiveOpKind::Send, delay,
+                              clock.now(), 0});
       }
     });
   int got = 0;

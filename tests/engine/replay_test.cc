@@ -26,8 +26,9 @@ constexpr TimeNs us(double v) { return static_cast<TimeNs>(v * 1000); }
 // s0: compute 0-10, record; s1: compute 0-5, wait (-> 10), compute 10-13; s0: 10-12.
 TEST(Replay, StreamsAndEvents) {
   TinyGraph g(1);
-  g.ops(0) = {compute(10, 0), simple(OpKind::Record, 1, 0), compute(5, 1),
-              simple(OpKind::Wait, 1, 1), compute(3, 1), compute(2, 0)};
+  g.ops(0) = {compute(10, 0), simple(OpKind::Record, 1, 0),
+              compute(5, 1),  simple(OpKind::Wait, 1, 1),
+              compute(3, 1),  compute(2, 0)};
   const auto r = run(g);
   ASSERT_EQ(r.units.size(), 1u);
   EXPECT_EQ(r.units[0].end, us(13));
@@ -42,7 +43,8 @@ TEST(Replay, StreamsAndEvents) {
 TEST(Replay, CollectiveStartsWhenLastMemberArrives) {
   TinyGraph g(4);
   const auto c = g.addComm("world", {0, 1, 2, 3});
-  for (int r = 0; r < 4; ++r) g.ops(r) = {compute(10.0 * (r + 1)), coll(CollKind::AllReduce, c, 1000), compute(1)};
+  for (int r = 0; r < 4; ++r)
+    g.ops(r) = {compute(10.0 * (r + 1)), coll(CollKind::AllReduce, c, 1000), compute(1)};
   const auto res = run(g, ReplayMode::Naive, 1, {2});
   for (int r = 0; r < 4; ++r) EXPECT_EQ(res.units[static_cast<std::size_t>(r)].end, us(52)) << r;
   const auto& it0 = res.units[0].iterations[0];

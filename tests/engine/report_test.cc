@@ -75,7 +75,7 @@ TEST(Report, ChromeTraceHasComputeSlicesAndCommunicationPairs) {
       ++b;
       EXPECT_EQ(ev["name"], "AllReduce");
       if (ev["pid"] == 1) {
-        EXPECT_DOUBLE_EQ(ev["ts"].get<double>(), 20.0);              // posted
+        EXPECT_DOUBLE_EQ(ev["ts"].get<double>(), 20.0);               // posted
         EXPECT_DOUBLE_EQ(ev["args"]["wait_us"].get<double>(), 20.0);  // until rank 3 at 40
       }
     } else if (ph == "e") {

@@ -42,7 +42,7 @@ const std::string kSmall = std::string(CRYSTAL_SOURCE_DIR) + "/config/examples/d
 TEST(SimulateCli, PrintsOneRowPerClassAndWritesJsonAndTrace) {
   const fs::path d = tempDir();
   const CliRun r = crystal("simulate " + kSmall + " --json " + (d / "s.json").string() +
-                        " --trace " + (d / "t.json").string() + " --ranks 0,5");
+                           " --trace " + (d / "t.json").string() + " --ranks 0,5");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("iter (ms)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("AllReduce"), std::string::npos) << r.out;
@@ -76,7 +76,8 @@ TEST(SimulateCli, PrintsOneRowPerClassAndWritesJsonAndTrace) {
 // --iterations N replays N iterations; the table shows their mean, --json each one.
 TEST(SimulateCli, IterationsAreReplayedAndListed) {
   const fs::path d = tempDir();
-  const CliRun r = crystal("simulate " + kSmall + " --iterations 3 --json " + (d / "s.json").string());
+  const CliRun r =
+      crystal("simulate " + kSmall + " --iterations 3 --json " + (d / "s.json").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("3 iterations"), std::string::npos) << r.out;
   std::ifstream sf(d / "s.json");

@@ -37,7 +37,8 @@ TEST(Symmetry, MixedClassCollectiveStartsAtLastClass) {
   TinyGraph g(4);
   g.setClasses({0, 0, 1, 1}, 2);
   const auto c = g.addComm("world", {0, 1, 2, 3});
-  for (int r = 0; r < 4; ++r) g.ops(r) = {compute(r < 2 ? 10 : 30), coll(CollKind::AllReduce, c, 1000)};
+  for (int r = 0; r < 4; ++r)
+    g.ops(r) = {compute(r < 2 ? 10 : 30), coll(CollKind::AllReduce, c, 1000)};
   const auto sym = run(g, ReplayMode::Symmetric);
   ASSERT_EQ(sym.units.size(), 2u);
   EXPECT_EQ(sym.units[0].end, 41'000);

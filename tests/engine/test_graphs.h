@@ -47,7 +47,8 @@ inline Op p2p(OpKind k, std::int32_t comm, std::int32_t peer, std::uint32_t tag,
   o.stream = stream;
   return o;
 }
-inline Op simple(OpKind k, std::uint32_t tag = 0, std::uint8_t stream = 0, std::uint64_t bytes = 0) {
+inline Op simple(OpKind k, std::uint32_t tag = 0, std::uint8_t stream = 0,
+                 std::uint64_t bytes = 0) {
   Op o;
   o.kind = k;
   o.tag = tag;
@@ -96,7 +97,9 @@ class TinyGraph final : public graph::Graph, public graph::CommTable {
   std::int32_t worldSize() const override { return static_cast<std::int32_t>(streams_.size()); }
   const graph::CommTable& comms() const override { return *this; }
   std::int32_t numClasses() const override { return classes_; }
-  std::int32_t classOf(std::int32_t r) const override { return class_[static_cast<std::size_t>(r)]; }
+  std::int32_t classOf(std::int32_t r) const override {
+    return class_[static_cast<std::size_t>(r)];
+  }
   std::int32_t representative(std::int32_t c) const override {
     for (std::size_t r = 0; r < class_.size(); ++r)
       if (class_[r] == c) return static_cast<std::int32_t>(r);
@@ -110,7 +113,9 @@ class TinyGraph final : public graph::Graph, public graph::CommTable {
   void materialize(std::int32_t r, std::vector<Op>& out) const override {
     out = streams_[static_cast<std::size_t>(r)];
   }
-  std::size_t opCount(std::int32_t r) const override { return streams_[static_cast<std::size_t>(r)].size(); }
+  std::size_t opCount(std::int32_t r) const override {
+    return streams_[static_cast<std::size_t>(r)].size();
+  }
   std::uint64_t totalOps() const override {
     std::uint64_t n = 0;
     for (const auto& s : streams_) n += s.size();
@@ -207,7 +212,8 @@ class LayoutGraph final : public graph::Graph, public graph::CommTable {
   }
   std::uint64_t totalOps() const override {
     std::uint64_t n = 0;
-    for (int p = 0; p < s_.pp; ++p) n += opCount(representative(p)) * static_cast<std::uint64_t>(classSize(p));
+    for (int p = 0; p < s_.pp; ++p)
+      n += opCount(representative(p)) * static_cast<std::uint64_t>(classSize(p));
     return n;
   }
   std::string_view name(std::uint32_t) const override { return {}; }

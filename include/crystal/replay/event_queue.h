@@ -75,7 +75,7 @@ class WallClock final : public Clock {
   WallClock() : epoch_(std::chrono::steady_clock::now()) {}
   [[nodiscard]] TimeNs now() const override {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                 epoch_)
+                                                                epoch_)
         .count();
   }
   // Wall-clock instant of engine time `t`, for timed waits.

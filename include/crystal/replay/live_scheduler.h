@@ -28,12 +28,12 @@ namespace crystal::replay {
 enum class LiveOpKind : std::uint8_t { Send, Recv };
 
 struct LivePost {
-  std::int32_t rank = -1;          // the real rank that posted
-  std::uint64_t connection = 0;    // caller's connection id (unique per comm/peer/channel)
+  std::int32_t rank = -1;        // the real rank that posted
+  std::uint64_t connection = 0;  // caller's connection id (unique per comm/peer/channel)
   LiveOpKind kind = LiveOpKind::Send;
   std::uint64_t bytes = 0;
-  TimeNs posted_ns = 0;            // wall time (on the scheduler's clock) of the post
-  TimeNs peer_ready_ns = 0;        // earliest time the peer side is ready (0 = already)
+  TimeNs posted_ns = 0;      // wall time (on the scheduler's clock) of the post
+  TimeNs peer_ready_ns = 0;  // earliest time the peer side is ready (0 = already)
 };
 
 // Modelled cost of one post; see the header comment.
@@ -80,7 +80,7 @@ class LiveScheduler {
   CostFn cost_;
   mutable std::mutex mu_;
   std::condition_variable posted_;
-  EventQueue<std::uint64_t> due_;                          // ticket by release time
+  EventQueue<std::uint64_t> due_;                           // ticket by release time
   std::unordered_map<std::uint64_t, LiveCompletion> live_;  // pending tickets
   std::unordered_map<std::uint64_t, TimeNs> link_free_;     // connection -> busy until
   std::uint64_t next_ticket_ = 1;

@@ -81,8 +81,8 @@ struct TraceSpan {
   TimeNs end = 0;
   std::uint64_t bytes = 0;
   std::int32_t peer = -1;
-  std::string_view name;      // graph string table
-  std::string_view family;    // communication only
+  std::string_view name;    // graph string table
+  std::string_view family;  // communication only
   int iteration = 0;
 };
 

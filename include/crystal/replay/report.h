@@ -9,9 +9,8 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "crystal/graph/graph.h"
 #include "crystal/replay/replay.h"
