@@ -11,6 +11,7 @@
 #include "crystal/graph/graph.h"
 #include "crystal/replay/cost_model.h"
 #include "crystal/replay/replay.h"
+#include "test_graphs.h"
 
 namespace crystal::replay {
 namespace {
@@ -105,6 +106,31 @@ TEST(ConfigReplay, PredictionIsPositiveAndHasComputeAndMemory) {
     EXPECT_GT(u.iterations.at(0).compute, 0);
     EXPECT_LE(u.iterations.at(0).compute, u.iterations.at(0).time);
     EXPECT_GT(u.peak_memory, 0u);
+  }
+}
+
+// One collective over the whole world, every rank in one class: the replayed time is the
+// model's time for that call, from 2 to 8192 ranks (the engine adds nothing of its own).
+TEST(ConfigReplay, LoneCollectiveTakesExactlyTheModelTime) {
+  using testing::TinyGraph;
+  const ModelConfig calib;
+  for (const int world : {2, 64, 8192}) {
+    for (const auto kind :
+         {graph::CollKind::AllReduce, graph::CollKind::AllGather, graph::CollKind::ReduceScatter}) {
+      TinyGraph g(world, 8);
+      std::vector<std::int32_t> all(static_cast<std::size_t>(world));
+      for (int r = 0; r < world; ++r) all[static_cast<std::size_t>(r)] = r;
+      const auto c = g.addComm("world", all);
+      g.setClasses(std::vector<std::int32_t>(static_cast<std::size_t>(world), 0), 1);
+      const std::uint64_t bytes = 256ull << 20;
+      for (int r = 0; r < world; ++r) g.ops(r) = {testing::coll(kind, c, bytes)};
+      const NcclCostModel cost(g.config().cluster, calib);
+      const model::NcclModel m(g.config().cluster, calib);
+      const ReplayResult res = runReplay(g, cost, ReplayOptions{});
+      const model::CommShape shape{world, std::max(1, world / 8), std::min(world, 8)};
+      const double want = m.choose(static_cast<model::Func>(kind), bytes, shape).time_us;
+      EXPECT_EQ(res.units.at(0).end, usToNs(want)) << world << " ranks, kind " << int(kind);
+    }
   }
 }
 
