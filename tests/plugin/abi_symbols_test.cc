@@ -1,7 +1,6 @@
 // The built library exports exactly the versioned tables (plus the interposer's NCCL entry
 // points) and each version reports the target's NICs.
 #include <cstdio>
-#include <regex>
 #include <set>
 #include <string>
 
@@ -26,9 +25,12 @@ TEST(PluginAbi, ExportsOnlyVersionedTables) {
                                           "ncclTunerPlugin_v3", "ncclTunerPlugin_v4",
                                           "ncclTunerPlugin_v5"};
   for (const auto& r : required) EXPECT_TRUE(syms.count(r)) << r;
-  const std::regex interposer("ncclGetUniqueId|ncclComm[A-Za-z]*");
+  // The host's interposer (plugin/interpose/) may add NCCL's communicator entry points.
+  auto interposer = [](const std::string& s) {
+    return s == "ncclGetUniqueId" || s.rfind("ncclComm", 0) == 0;
+  };
   for (const auto& s : syms)
-    EXPECT_TRUE(required.count(s) || std::regex_match(s, interposer)) << "unexpected export " << s;
+    EXPECT_TRUE(required.count(s) || interposer(s)) << "unexpected export " << s;
 }
 
 TEST(PluginAbi, EveryVersionResolvesAndNamesItselfCrystal) {

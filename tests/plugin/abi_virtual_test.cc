@@ -78,7 +78,10 @@ void ringAllReduce(int nranks, int nch) {
     int sent = 0, send_done = 0, posted = 0, recv_done = 0;
     void* sreq[kDepth] = {};
     void* rreq[kDepth] = {};
-    std::vector<live::TimeNs> send_post, recv_post, recv_at, send_at, recv_miss, send_miss;
+    // The plugin reads its clock somewhere inside isend/irecv: between *_post (before the
+    // call) and *_post_end (after it).
+    std::vector<live::TimeNs> send_post, recv_post, send_post_end, recv_post_end;
+    std::vector<live::TimeNs> recv_at, send_at, recv_miss, send_miss;
     live::TimeNs s_miss = 0, r_miss = 0;  // start of the last "not done" test of the head
   };
   std::vector<Progress> pr(nch);
@@ -96,6 +99,7 @@ void ringAllReduce(int nranks, int nch) {
         p.recv_post.push_back(live::nowNs());  // no later than the plugin's own post time
         ASSERT_EQ(n->irecv(ch[c].recv, 1, &data, &size, &tag, &ch[c].rmr, nullptr, &req),
                   ncclSuccess);
+        p.recv_post_end.push_back(live::nowNs());
         ASSERT_NE(req, nullptr);
         p.rreq[p.posted % kDepth] = req;
         ++p.posted;
@@ -107,6 +111,7 @@ void ringAllReduce(int nranks, int nch) {
         ASSERT_EQ(n->isend(ch[c].send, sbuf[c].data() + (p.sent % kDepth) * kStep, kStep, 0,
                            ch[c].smr, nullptr, &req),
                   ncclSuccess);
+        p.send_post_end.push_back(live::nowNs());
         ASSERT_NE(req, nullptr);
         p.sreq[p.sent % kDepth] = req;
         ++p.sent;
@@ -152,12 +157,15 @@ void ringAllReduce(int nranks, int nch) {
     const Progress& p = pr[c];
     for (int k = 0; k < steps; ++k) {
       const live::TimeNs ready = std::max(p.recv_post[k], p.send_post[k]);
+      const live::TimeNs ready_end = std::max(p.recv_post_end[k], p.send_post_end[k]);
       const live::TimeNs predicted = ready + modelNs(kStep);
+      const live::TimeNs predicted_end = ready_end + modelNs(kStep);
       EXPECT_GE(p.recv_at[k], predicted) << "recv step " << k << " came early";
-      EXPECT_LT(p.recv_miss[k], predicted + tol) << "recv step " << k << " withheld";
+      EXPECT_LT(p.recv_miss[k], predicted_end + tol) << "recv step " << k << " withheld";
       const live::TimeNs spred = p.send_post[k] + modelNs(kStep);
       EXPECT_GE(p.send_at[k], spred) << "send step " << k << " came early";
-      EXPECT_LT(p.send_miss[k], spred + tol) << "send step " << k << " withheld";
+      EXPECT_LT(p.send_miss[k], p.send_post_end[k] + modelNs(kStep) + tol)
+          << "send step " << k << " withheld";
       late += p.recv_at[k] - predicted > tol;
     }
   }
