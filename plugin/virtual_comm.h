@@ -34,6 +34,7 @@ class VirtualRecvComm final : public DataComm {
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
+  [[nodiscard]] int peerRank() const { return peer_rank_; }
 
  private:
   std::shared_ptr<live::VirtualLink> link_;
