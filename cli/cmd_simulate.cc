@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
 #include "crystal/graph/graph.h"
@@ -31,7 +32,8 @@ constexpr std::string_view kUsage =
     "  --trace FILE     Chrome-trace/Perfetto JSON of the ranks in --ranks (default 0)\n"
     "  --json FILE      machine-readable summary\n"
     "  --naive          simulate every rank instead of one per class (small worlds)\n"
-    "  --top N          rows of the collective table (default 15, 0 = all)\n";
+    "  --top N          rows of the collective table (default 15, 0 = all)\n"
+    "  --sweep ...      NCCL-tests' tables of the target instead (crystal simulate --sweep -h)\n";
 
 int parseInt(std::string_view flag, const std::string& v, int lo) {
   std::size_t used = 0;
@@ -68,6 +70,8 @@ void writeJson(const std::string& path, const nlohmann::json& j) {
 }
 
 int simulate(std::span<const std::string> args) {
+  for (const std::string& a : args)
+    if (a == "--sweep") return simulateSweep(args);
   std::string config_path, trace_path, json_path;
   std::vector<std::int32_t> ranks;
   int iterations = 0;

@@ -1,0 +1,206 @@
+// NCCL-tests' sizing and bandwidth rules, and the sweep against the model it must follow.
+#include "crystal/sweep/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "crystal/base/error.h"
+#include "crystal/sweep/sweep_report.h"
+
+namespace crystal::sweep {
+namespace {
+
+ClusterConfig dgx(int nodes) {
+  ClusterConfig c;  // defaults: 8 x H200 per node, NVLink 450 GB/s, 8 x 50 GB/s NICs
+  c.nodes = nodes;
+  return c;
+}
+
+TEST(BusBw, FactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllReduce, 8192), 2.0 * 8191 / 8192);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllGather, 64), 63.0 / 64);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::ReduceScatter, 1024), 1023.0 / 1024);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::Broadcast, 8192), 1.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::SendRecv, 8192), 1.0);
+  // One rank: NCCL-tests prints busbw 0 for the collectives that move nothing between ranks.
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllReduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllGather, 1), 0.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::Broadcast, 1), 1.0);
+}
+
+TEST(TestSize, PerRankBlocksRoundDownTo16Bytes) {
+  const DataType f = parseDataType("float");
+  // 1 MiB of floats on 64 ranks: 262144 / 64 = 4096 elements per rank.
+  EXPECT_EQ(testSize(TestOp::AllGather, 1 << 20, f, 64).count, 4096u);
+  EXPECT_EQ(testSize(TestOp::AllGather, 1 << 20, f, 64).size_bytes, 1u << 20);
+  // 512 B on 64 ranks: 128 / 64 = 2 elements -> rounded down to 16 B = 4 floats -> 0.
+  EXPECT_EQ(testSize(TestOp::ReduceScatter, 512, f, 64).count, 0u);
+  EXPECT_EQ(testSize(TestOp::ReduceScatter, 512, f, 64).size_bytes, 0u);
+  // 1000 B on 3 ranks: 250 / 3 = 83 -> 80 elements; size 80 * 3 * 4.
+  EXPECT_EQ(testSize(TestOp::AllToAll, 1000, f, 3).count, 80u);
+  EXPECT_EQ(testSize(TestOp::AllToAll, 1000, f, 3).size_bytes, 960u);
+  // Whole-buffer ops keep the count: 8 B of floats = 2 elements on any N.
+  EXPECT_EQ(testSize(TestOp::AllReduce, 8, f, 8192).count, 2u);
+  EXPECT_EQ(testSize(TestOp::Broadcast, 8, f, 8192).size_bytes, 8u);
+  EXPECT_EQ(testSize(TestOp::SendRecv, 10, f, 2).size_bytes, 8u);
+  // int8: 16-element alignment.
+  EXPECT_EQ(testSize(TestOp::AllGather, 1000, parseDataType("int8"), 2).count, 496u);
+}
+
+TEST(Steps, FactorAndIncrement) {
+  EXPECT_EQ(stepSizes(8, 128, 2, 0), (std::vector<std::uint64_t>{8, 16, 32, 64, 128}));
+  EXPECT_EQ(stepSizes(8, 100, 4, 0), (std::vector<std::uint64_t>{8, 32}));
+  EXPECT_EQ(stepSizes(10, 40, 0, 10), (std::vector<std::uint64_t>{10, 20, 30, 40}));
+  EXPECT_EQ(stepSizes(8, 8ULL << 30, 2, 0).size(), 31u);
+  EXPECT_THROW((void)stepSizes(16, 8, 2, 0), InputError);
+  EXPECT_THROW((void)stepSizes(8, 16, 1, 0), InputError);
+  EXPECT_THROW((void)stepSizes(8, 16, 0, 0), InputError);
+  EXPECT_THROW((void)stepSizes(0, 16, 2, 0), InputError);
+}
+
+TEST(Args, SizesOpsTypes) {
+  EXPECT_EQ(parseSizeArg("-b", "8"), 8u);
+  EXPECT_EQ(parseSizeArg("-e", "1G"), 1ULL << 30);
+  EXPECT_EQ(parseSizeArg("-e", "64k"), 64u << 10);
+  EXPECT_EQ(parseSizeArg("-e", "3M"), 3u << 20);
+  for (const char* bad : {"", "G", "1.5M", "-1", "12X", "99999999999G"})
+    EXPECT_THROW((void)parseSizeArg("-b", bad), InputError) << bad;
+  EXPECT_EQ(parseTestOp("all_reduce_perf"), TestOp::AllReduce);
+  EXPECT_EQ(parseTestOp("/opt/nccl-tests/build/alltoall_perf"), TestOp::AllToAll);
+  EXPECT_EQ(parseTestOp("reduce_scatter"), TestOp::ReduceScatter);
+  EXPECT_EQ(parseTestOp("sendrecv"), TestOp::SendRecv);
+  EXPECT_EQ(parseTestOp("python3"), std::nullopt);
+  EXPECT_EQ(parseTestOpList("allreduce,broadcast"),
+            (std::vector<TestOp>{TestOp::AllReduce, TestOp::Broadcast}));
+  try {
+    (void)parseTestOpList("allreduce,gather");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'gather'"), std::string::npos);
+  }
+  EXPECT_EQ(parseDataType("bfloat16").bytes, 2);
+  EXPECT_THROW((void)parseDataType("fp32"), InputError);
+}
+
+TEST(Shape, WholeNodes) {
+  const ClusterConfig c = dgx(1024);
+  const model::CommShape s = sweepShape(c, 8192);
+  EXPECT_EQ(s.nnodes, 1024);
+  EXPECT_EQ(s.ranks_per_node, 8);
+  EXPECT_EQ(sweepShape(c, 4).nnodes, 1);
+  EXPECT_EQ(sweepShape(c, 4).ranks_per_node, 4);
+  EXPECT_THROW((void)sweepShape(c, 12), InputError);
+  EXPECT_THROW((void)sweepShape(c, 0), InputError);
+}
+
+// Hand-computed from docs/model.md: a cross-node p2p is one NET hop in 128 KiB chunks,
+// alpha = NIC 2.0 + one leaf hop 0.25 + Simple proxy overhead 11.75 = 14.0 us, 50 GB/s (one
+// rail NIC), plus NCCL's Ring/Simple base latency 8.4 us: T = 8.4 + 14.0 + bytes / 50e3.
+TEST(Sweep, SendRecvAcrossNodesByHand) {
+  const model::NcclModel m(dgx(2), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::SendRecv};
+  o.steps = {1 << 21};
+  o.nranks = 16;
+  const auto rows = runSweep(m, o);
+  ASSERT_EQ(rows.size(), 1u);
+  const double t = 8.4 + 14.0 + 2097152.0 / 50e3;
+  EXPECT_NEAR(rows[0].time_us, t, 1e-9);
+  EXPECT_NEAR(rows[0].algbw_GBps, 2097152.0 / 1e3 / t, 1e-9);
+  EXPECT_DOUBLE_EQ(rows[0].busbw_GBps, rows[0].algbw_GBps);
+  EXPECT_EQ(rows[0].count, 524288u);
+  EXPECT_EQ(rows[0].redop, "none");
+  EXPECT_EQ(rows[0].root, -1);
+}
+
+TEST(Sweep, CollectivesAreTheModelsChoice) {
+  const model::NcclModel m(dgx(1024), ModelConfig{});
+  SweepOptions o;
+  o.steps = stepSizes(8, 1ULL << 30, 4, 0);
+  o.nranks = 8192;
+  const auto rows = runSweep(m, o);
+  ASSERT_EQ(rows.size(), o.steps.size() * 6);
+  const model::CommShape shape{8192, 1024, 8};
+  for (const SweepRow& r : rows) {
+    SCOPED_TRACE(std::string(name(r.op)) + " " + std::to_string(r.size_bytes));
+    if (r.count == 0) {
+      EXPECT_EQ(r.time_us, 0);
+      continue;
+    }
+    double want = 0;
+    switch (r.op) {
+      case TestOp::AllReduce:
+        want = m.choose(model::Func::AllReduce, r.size_bytes, shape).time_us;
+        EXPECT_EQ(r.redop, "sum");
+        break;
+      case TestOp::AllGather:
+        want = m.choose(model::Func::AllGather, r.size_bytes, shape).time_us;
+        break;
+      case TestOp::ReduceScatter:
+        want = m.choose(model::Func::ReduceScatter, r.size_bytes, shape).time_us;
+        break;
+      case TestOp::Broadcast:
+        want = m.choose(model::Func::Broadcast, r.size_bytes, shape).time_us;
+        EXPECT_EQ(r.root, 0);
+        break;
+      case TestOp::AllToAll:
+        want = m.allToAllTime(r.count * 4, shape);
+        break;
+      case TestOp::SendRecv:
+        want = m.p2pTime(r.size_bytes, false);
+        break;
+    }
+    EXPECT_DOUBLE_EQ(r.time_us, want);
+    EXPECT_GT(r.time_us, 0);
+    EXPECT_NEAR(r.busbw_GBps,
+                static_cast<double>(r.size_bytes) / 1e3 / r.time_us * busBwFactor(r.op, 8192),
+                1e-12 * r.busbw_GBps + 1e-15);
+  }
+}
+
+TEST(Sweep, SelfSendOnOneRankHasNoPrice) {
+  const model::NcclModel m(dgx(1), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::SendRecv};
+  o.steps = {1024};
+  o.nranks = 1;
+  const auto rows = runSweep(m, o);
+  EXPECT_EQ(rows[0].algo, "self");
+  EXPECT_EQ(rows[0].time_us, 0);
+}
+
+TEST(Report, NcclTestsNumberFormat) {
+  EXPECT_EQ(ncclTestsNumber(12.345, 7), "  12.35");
+  EXPECT_EQ(ncclTestsNumber(12345.6, 7), "12345.6");
+  EXPECT_EQ(ncclTestsNumber(1234567.0, 7), "1234567");
+  EXPECT_EQ(ncclTestsNumber(123456789.0, 7), "1.2e+08");
+  EXPECT_EQ(ncclTestsNumber(291.85, 6), "291.85");
+  EXPECT_EQ(ncclTestsNumber(1234.5, 6), "1234.5");
+}
+
+TEST(Report, TableAndJson) {
+  const model::NcclModel m(dgx(1), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::AllReduce, TestOp::Broadcast};
+  o.steps = {1024, 4096};
+  o.nranks = 8;
+  const auto rows = runSweep(m, o);
+  const std::string t = formatSweepTable(rows, 8, RowSource::Model);
+  EXPECT_NE(t.find("# allreduce (all_reduce_perf) on 8 ranks"), std::string::npos);
+  EXPECT_NE(t.find("# broadcast (broadcast_perf) on 8 ranks"), std::string::npos);
+  EXPECT_NE(t.find("        1024           256     float     sum      -1"), std::string::npos);
+  const nlohmann::json j = sweepJson(rows, 8, RowSource::Model);
+  EXPECT_EQ(j["nranks"], 8);
+  EXPECT_EQ(j["source"], "model");
+  ASSERT_EQ(j["results"].size(), 4u);
+  EXPECT_EQ(j["results"][3]["op"], "broadcast");
+  EXPECT_EQ(j["results"][3]["size"], 4096);
+  EXPECT_EQ(j["results"][3]["root"], 0);
+  EXPECT_DOUBLE_EQ(j["results"][0]["bus_bw"].get<double>(), rows[0].busbw_GBps);
+}
+
+}  // namespace
+}  // namespace crystal::sweep
