@@ -14,7 +14,7 @@ DataComm::DataComm(CommKind kind, NetContext* ctx, int dev, int max_requests)
 void* DataComm::regMr(void* data, std::size_t size, int type) {
   if (type != nccl::NCCL_PTR_HOST && type != nccl::NCCL_PTR_CUDA)
     throw PluginError(Errc::BadArgument, fmt::format("regMr: unsupported pointer type {}", type));
-  auto r = std::make_unique<MemRegion>(MemRegion{data, size, type});
+  auto r = std::make_unique<MemRegion>(MemRegion{data, size, type, registrations_++});
   regions_.push_back(std::move(r));
   return regions_.back().get();
 }
@@ -39,6 +39,15 @@ void DataComm::checkRange(void* mhandle, const void* data, std::size_t size) con
     return;
   }
   throw PluginError(Errc::BadArgument, "memory handle not registered on this comm");
+}
+
+const MemRegion* DataComm::regionOf(const void* p) const noexcept {
+  const auto* d = static_cast<const char*>(p);
+  for (const auto& r : regions_) {
+    const auto* b = static_cast<const char*>(r->base);
+    if (d >= b && d < b + r->size) return r.get();
+  }
+  return nullptr;
 }
 
 Request* DataComm::allocRequest() noexcept {

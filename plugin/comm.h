@@ -43,6 +43,7 @@ struct MemRegion {
   void* base = nullptr;
   std::size_t size = 0;
   int type = 0;  // NCCL_PTR_*
+  int ordinal = 0;  // registration order on its comm (NCCL registers LL, LL128, Simple first)
 };
 
 struct Request {
@@ -69,6 +70,9 @@ class DataComm : public Comm {
   void deregMr(void* mhandle);
   // Throws BadArgument unless [data, data+size) lies in the region `mhandle` of this comm.
   void checkRange(void* mhandle, const void* data, std::size_t size) const;
+  // The registered region holding `p`, or nullptr; and how many were ever registered.
+  [[nodiscard]] const MemRegion* regionOf(const void* p) const noexcept;
+  [[nodiscard]] int registrations() const noexcept { return registrations_; }
 
   // A free request slot, or nullptr when NCCL's maximum is outstanding (NCCL retries).
   [[nodiscard]] Request* allocRequest() noexcept;
@@ -93,6 +97,7 @@ class DataComm : public Comm {
   int outstanding_ = 0;
   std::uint64_t next_seq_ = 0;
   std::vector<std::unique_ptr<MemRegion>> regions_;
+  int registrations_ = 0;
 };
 
 }  // namespace crystal::plugin

@@ -22,6 +22,9 @@ constexpr Param kParams[] = {
      "1: real ranks share CLOCK_MONOTONIC (one machine), so a receiver honours the sender's "
      "modelled delivery time; 0: each side times its own post."},
     {"CRYSTAL_EMULATION_ID", "0", "Emulation id written into handles (set by crystal emulate)."},
+    {"CRYSTAL_DATA", "",
+     "Data virtual senders deliver: mirror, zero or none; overrides emulation.data (default "
+     "mirror)."},
 };
 
 const Param& find(std::string_view name) {

@@ -27,6 +27,13 @@ void NetContext::addVirtualRecv(const std::shared_ptr<live::VirtualLink>& link) 
   if (k < send_logs.size()) link->pairWith(send_logs[k]);
 }
 
+std::shared_ptr<MirrorChannel> NetContext::nextMirror(bool for_send) {
+  std::lock_guard lock(mu);
+  std::size_t& k = for_send ? mirror_sends_ : mirror_recvs_;
+  if (k >= mirrors_.size()) mirrors_.push_back(std::make_shared<MirrorChannel>());
+  return mirrors_[k++];
+}
+
 PluginState& PluginState::get() {
   static PluginState state;
   return state;
@@ -87,6 +94,8 @@ void PluginState::applyLocked(const Config& cfg) {
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
   emulation_id_ = static_cast<std::uint64_t>(paramInt("CRYSTAL_EMULATION_ID"));
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
+  const std::string data = paramString("CRYSTAL_DATA");
+  data_ = data.empty() ? cfg.emulation.data : parseDataPolicy(data, "environment CRYSTAL_DATA");
   cfg_ = cfg;
   model_ = live::makeTargetModel(cfg_);
   link_ = live::linkParams(*model_, cfg_.cluster);
@@ -99,9 +108,9 @@ void PluginState::applyLocked(const Config& cfg) {
     n.guid = 0x4352590000000000ull | static_cast<std::uint64_t>(i);
     nics_.push_back(std::move(n));
   }
-  CRYSTAL_INFO("target model: {}; link {} ns + {:.4f} ns/B; maxRecvs {}; tuner {}",
+  CRYSTAL_INFO("target model: {}; link {} ns + {:.4f} ns/B; maxRecvs {}; tuner {}; data {}",
                model_->name(), link_.latency_ns, link_.ns_per_byte, max_recvs_,
-               tuner_ ? "on" : "off");
+               tuner_ ? "on" : "off", dataPolicyName(data_));
 }
 
 NicInfo& PluginState::nic(int dev) {

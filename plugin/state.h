@@ -12,6 +12,7 @@
 #include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
 #include "crystal/live/target_model.h"
+#include "virtual_data.h"
 
 namespace crystal::plugin {
 
@@ -33,6 +34,13 @@ struct NetContext {
   std::vector<std::weak_ptr<live::VirtualLink>> recv_links;
   void addVirtualSend(const std::shared_ptr<live::VirtualLink>& link);
   void addVirtualRecv(const std::shared_ptr<live::VirtualLink>& link);
+  // Data policy mirror (virtual_data.h): the k-th virtual send comm and the k-th virtual
+  // receive comm of this context share one MirrorChannel (creation order).
+  [[nodiscard]] std::shared_ptr<MirrorChannel> nextMirror(bool for_send);
+
+ private:
+  std::vector<std::shared_ptr<MirrorChannel>> mirrors_;
+  std::size_t mirror_sends_ = 0, mirror_recvs_ = 0;
 };
 
 // The target config: CRYSTAL_CONFIG through crystal::loadConfig, else built-in defaults.
@@ -60,6 +68,8 @@ class PluginState {
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }
   [[nodiscard]] const std::string& socketAddr() const { return socket_addr_; }
   [[nodiscard]] bool rdmaPresent() const { return rdma_; }
+  // emulation.data, overridden by CRYSTAL_DATA.
+  [[nodiscard]] DataPolicy dataPolicy() const { return data_; }
 
   // Contexts: one per v11 init (commId); v8..v10 share the default one.
   [[nodiscard]] NetContext* newContext(std::uint64_t comm_id);
@@ -82,6 +92,7 @@ class PluginState {
   bool tuner_ = true;
   bool shared_clock_ = true;
   bool rdma_ = false;
+  DataPolicy data_ = DataPolicy::Mirror;
   std::uint64_t emulation_id_ = 0;
   std::string socket_addr_;
   NetContext default_ctx_;

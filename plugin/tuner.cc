@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -54,12 +57,41 @@ bool applyTargetCosts(const live::TargetModel& m, nccl::ncclFunc_t f, std::size_
   return true;
 }
 
+TunerPick bestEntry(const float* table, int numAlgo, int numProto) {
+  TunerPick best;
+  for (int a = 0; a < numAlgo; ++a)
+    for (int p = 0; p < numProto; ++p) {
+      const float e = table[a * numProto + p];
+      if (e >= 0 && (best.algo < 0 || e < best.cost)) best = {a, p, e};
+    }
+  return best;
+}
+
+const char* ncclAlgoName(int a) {
+  static const char* const kNames[] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN",
+                                       "NVLS", "NVLS_TREE", "PAT"};
+  return a >= 0 && a < 7 ? kNames[a] : "?";
+}
+
+const char* ncclProtoName(int p) {
+  static const char* const kNames[] = {"LL", "LL128", "SIMPLE"};
+  return p >= 0 && p < 3 ? kNames[p] : "?";
+}
+
+const char* ncclFuncName(int f) {
+  static const char* const kNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                       "AllReduce"};
+  return f >= 0 && f < 5 ? kNames[f] : "?";
+}
+
 namespace tuner {
 namespace {
 struct TunerContext {
   std::uint64_t comm_id = 0;
   model::CommShape shape;
   bool enabled = true;
+  std::mutex mu;
+  std::set<std::pair<int, std::size_t>> logged;  // (func, bytes) whose choice was logged
 };
 }  // namespace
 
@@ -95,8 +127,19 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     if (!t->enabled) return;
     // NCCL passes its float[numAlgo][numProto] table cast to float**.
     auto* table = reinterpret_cast<float*>(collCostTable);
-    (void)applyTargetCosts(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo,
-                           numProto, nChannels);
+    const int before = nChannels ? *nChannels : 0;
+    if (!applyTargetCosts(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo,
+                          numProto, nChannels))
+      return;
+    // Once per (function, size): the pick NCCL will make from this table, in the words of
+    // NCCL's own "AllReduce: N Bytes -> Algo RING proto LL" line, so the two can be compared.
+    std::lock_guard lock(t->mu);
+    if (!t->logged.insert({static_cast<int>(f), nBytes}).second) return;
+    const TunerPick pick = bestEntry(table, numAlgo, numProto);
+    const int ch = nChannels ? *nChannels : 0;
+    CRYSTAL_INFO("tuner comm {:#x}: {}: {} Bytes -> Algo {} proto {} channels {}", t->comm_id,
+                 ncclFuncName(static_cast<int>(f)), nBytes, ncclAlgoName(pick.algo),
+                 ncclProtoName(pick.proto), ch != before ? std::to_string(ch) : "NCCL's");
   });
 }
 

@@ -24,6 +24,16 @@ bool applyTargetCosts(const live::TargetModel& m, nccl::ncclFunc_t f, std::size_
                       const model::CommShape& shape, float* table, int numAlgo, int numProto,
                       int* nChannels);
 
+// The entry NCCL picks from a cost table: the smallest non-negative cost (first on ties).
+struct TunerPick {
+  int algo = -1, proto = -1;
+  float cost = -1;
+};
+[[nodiscard]] TunerPick bestEntry(const float* table, int numAlgo, int numProto);
+[[nodiscard]] const char* ncclAlgoName(int a);   // NCCL's spelling: RING, TREE, ...
+[[nodiscard]] const char* ncclProtoName(int p);  // LL, LL128, SIMPLE
+[[nodiscard]] const char* ncclFuncName(int f);   // AllReduce, ...
+
 namespace tuner {
 using nccl::ncclResult_t;
 ncclResult_t init(void** ctx, std::uint64_t commId, std::size_t nRanks, std::size_t nNodes,

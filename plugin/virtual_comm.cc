@@ -1,6 +1,30 @@
 #include "virtual_comm.h"
 
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "errors.h"
+#include "state.h"
+
 namespace crystal::plugin {
+namespace {
+
+std::shared_ptr<MirrorChannel> mirrorFor(NetContext* ctx, DataPolicy policy, bool for_send) {
+  if (policy != DataPolicy::Mirror || ctx == nullptr) return nullptr;
+  return ctx->nextMirror(for_send);
+}
+
+// NCCL registers a connection's protocol buffers before its first data call.
+int protocolBuffers(const DataComm& c) { return std::min(3, c.registrations()); }
+
+}  // namespace
+
+VirtualSendComm::VirtualSendComm(NetContext* ctx, int dev, int max_requests,
+                                 std::shared_ptr<live::VirtualLink> link, int peer_rank)
+    : DataComm(CommKind::Send, ctx, dev, max_requests), link_(std::move(link)),
+      peer_rank_(peer_rank),
+      mirror_(mirrorFor(ctx, PluginState::get().dataPolicy(), /*for_send=*/true)) {}
 
 void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
   r.n = 1;
@@ -9,13 +33,32 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.tags[0] = tag;
   r.posted = now;
   r.bytes = size;
+  r.step = next_send_++;
   r.due = link_->postSend(now, size);
+  if (!mirror_) return;
+  if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
+  const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
+  const proto::Proto p =
+      region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
+  // Device memory cannot be read by the CPU: the paired receive falls back to zeros.
+  const bool readable = region && region->type == nccl::NCCL_PTR_HOST;
+  mirror_->sendPosted(r.step, p, readable ? data : nullptr, readable ? size : 0);
 }
 
 bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (now < r.due) return false;
+  if (mirror_) mirror_->sendDone(r.step);  // NCCL may rewrite the buffer once we say done
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
+}
+
+VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
+                                 std::shared_ptr<live::VirtualLink> link, int peer_rank)
+    : DataComm(CommKind::Recv, ctx, dev, max_requests), link_(std::move(link)),
+      peer_rank_(peer_rank), policy_(PluginState::get().dataPolicy()),
+      mirror_(mirrorFor(ctx, policy_, /*for_send=*/false)),
+      deliveries_(static_cast<std::size_t>(max_requests)) {
+  if (mirror_) mirror_->attachReceiver();
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -28,9 +71,53 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
     r.bytes += sizes[i];
   }
   r.posted = now;
+  planDelivery(r);
   r.step = next_step_++;
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
+}
+
+void VirtualRecvComm::planDelivery(Request& r) {
+  Delivery& d = deliveries_[static_cast<std::size_t>(slotOf(r))];
+  d = Delivery{};
+  if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
+  // Grouped receives only happen for p2p (shared Simple pool): nothing to write.
+  if (r.n != 1 || r.sizes[0] == 0) return;
+  const MemRegion* region = regionOf(r.data[0]);
+  if (!region) return;
+  d.proto = protoOfRegion(region->ordinal, protocol_buffers_);
+  const bool slotted = region->ordinal < protocol_buffers_ &&
+                       (protocol_buffers_ == 3 || d.proto == proto::Proto::LL);
+  if (slotted) {
+    // All protocol buffers of a connection share its step counter.
+    const std::size_t step_bytes = region->size / proto::kSteps;
+    const auto off = static_cast<std::size_t>(static_cast<const char*>(r.data[0]) -
+                                              static_cast<const char*>(region->base));
+    const int slot = step_bytes ? static_cast<int>(off / step_bytes) : -1;
+    const auto step = steps_.next(slot);
+    if (!step)
+      throw PluginError(Errc::BadArgument,
+                        fmt::format("irecv from virtual rank {}: buffer offset {} is outside "
+                                    "the {} step slots of its region",
+                                    peer_rank_, off, proto::kSteps));
+    d.conn_step = *step;
+  }
+  if (d.proto == proto::Proto::Simple) {
+    d.write = policy_ == DataPolicy::Mirror && region->type == nccl::NCCL_PTR_HOST;
+    return;
+  }
+  if (region->type != nccl::NCCL_PTR_HOST)
+    throw PluginError(Errc::Internal,
+                      fmt::format("irecv from virtual rank {}: {} receive buffer in device "
+                                  "memory; crystal writes LL/LL128 lines with the CPU and "
+                                  "advertises host buffers only (ptrSupport)",
+                                  peer_rank_, d.proto == proto::Proto::LL ? "LL" : "LL128"));
+  if (reinterpret_cast<std::uintptr_t>(r.data[0]) % 8 != 0)
+    throw PluginError(Errc::BadArgument,
+                      fmt::format("irecv from virtual rank {}: LL/LL128 buffer {} is not "
+                                  "8-byte aligned",
+                                  peer_rank_, r.data[0]));
+  d.write = true;
 }
 
 bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
@@ -40,8 +127,11 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     r.due = *due;
   }
   if (now < r.due) return false;
-  // The virtual sender filled every posted buffer completely (data policy: contents are left
-  // as they are, which NCCL's zeroed host buffers make zero).
+  // The virtual sender filled every posted buffer completely: write what it delivered.
+  const Delivery& d = deliveries_[static_cast<std::size_t>(slotOf(r))];
+  if (d.write)
+    deliverVirtualData(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
+                       d.conn_step);
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.sizes[i]);
   return true;

@@ -1,21 +1,25 @@
 // Comms whose peer is a virtual rank: no bytes move; each request completes at the time the
 // live model gives (crystal/live/link_timing.h). test() on a request whose time is known is
-// one compare against the clock read by the caller.
+// one compare against the clock read by the caller. Receives also write the bytes the
+// virtual sender delivers (LL/LL128 lines with their flags, data per the data policy,
+// virtual_data.h) just before test() reports them done.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm.h"
+#include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
+#include "proto_lines.h"
+#include "virtual_data.h"
 
 namespace crystal::plugin {
 
 class VirtualSendComm final : public DataComm {
  public:
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
-                  std::shared_ptr<live::VirtualLink> link, int peer_rank)
-      : DataComm(CommKind::Send, ctx, dev, max_requests), link_(std::move(link)),
-        peer_rank_(peer_rank) {}
+                  std::shared_ptr<live::VirtualLink> link, int peer_rank);
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
@@ -23,23 +27,37 @@ class VirtualSendComm final : public DataComm {
  private:
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
+  std::shared_ptr<MirrorChannel> mirror_;  // data policy mirror only
+  std::uint64_t next_send_ = 0;
+  int protocol_buffers_ = -1;  // fixed at the first isend
 };
 
 class VirtualRecvComm final : public DataComm {
  public:
   VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
-                  std::shared_ptr<live::VirtualLink> link, int peer_rank)
-      : DataComm(CommKind::Recv, ctx, dev, max_requests), link_(std::move(link)),
-        peer_rank_(peer_rank) {}
+                  std::shared_ptr<live::VirtualLink> link, int peer_rank);
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
 
  private:
+  // What test() writes into the buffer of each outstanding request (indexed by pool slot).
+  struct Delivery {
+    bool write = false;
+    proto::Proto proto = proto::Proto::Simple;
+    std::uint64_t conn_step = 0;  // NCCL's absolute step: LL/LL128 flags
+  };
+  void planDelivery(Request& r);
+
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
   std::uint64_t next_step_ = 0;
+  DataPolicy policy_;
+  std::shared_ptr<MirrorChannel> mirror_;
+  std::vector<Delivery> deliveries_;
+  proto::StepTracker steps_;
+  int protocol_buffers_ = -1;  // fixed at the first irecv
 };
 
 }  // namespace crystal::plugin

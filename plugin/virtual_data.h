@@ -1,0 +1,81 @@
+// The bytes a virtual sender delivers (docs/plugin.md "Data policy and protocols").
+//
+// A receive from a virtual peer completes at its modelled time; just before test() reports
+// it done, VirtualRecvComm writes its buffer here according to the emulation's data policy:
+//   mirror  data of the real rank's own send of the same sequence number on the paired
+//           send connection (k-th virtual send comm <-> k-th virtual recv comm, the pairing
+//           the timing model uses), copied line by line with this receive's flags; zero
+//           data when that send is missing, of another protocol, or already forgotten.
+//   zero    LL/LL128 lines with zero data; Simple bytes are left as NCCL allocated them
+//           (ncclCudaHostCalloc: zeroed host memory) since nothing else writes them.
+//   none    LL/LL128 flags only; data words keep whatever they held.
+// LL and LL128 lines always get the flags of the connection's absolute step (proto_lines.h),
+// so the GPU never waits on a virtual sender, whatever the policy.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "crystal/config/config.h"
+#include "proto_lines.h"
+
+namespace crystal::plugin {
+
+[[nodiscard]] const char* dataPolicyName(DataPolicy p) noexcept;
+// "mirror" | "zero" | "none"; throws InputError naming `where` otherwise.
+[[nodiscard]] DataPolicy parseDataPolicy(const std::string& value, const std::string& where);
+
+// Protocol of a registered buffer from its registration ordinal on the comm. NCCL registers
+// a connection's protocol buffers first, in protocol order: LL, LL128, Simple for ring/tree
+// connections (3), LL, Simple for p2p with NCCL_ALLOC_P2P_NET_LL_BUFFERS (2), the shared
+// Simple pool otherwise (1). Anything registered later (user buffers) carries raw bytes.
+[[nodiscard]] proto::Proto protoOfRegion(int ordinal, int protocol_buffers) noexcept;
+
+// What the k-th send of the real rank on one connection carried, kept for the paired receive.
+// Thread-safe: the send comm's and the recv comm's calls may come from different threads.
+class MirrorChannel {
+ public:
+  static constexpr int kDepth = 16;  // sends remembered; NCCL keeps <= 8 steps in flight
+
+  // The send buffer stays untouched by NCCL until sendDone(k) (head credit): no copy yet.
+  void sendPosted(std::uint64_t k, proto::Proto p, const void* data, std::size_t size);
+  // Before NCCL may reuse the send buffer: keep a copy unless receive k already used it.
+  void sendDone(std::uint64_t k);
+  // Receive k of protocol p: writes `bytes` at dst from send k. False (nothing written) when
+  // send k is unknown, of another protocol, or forgotten; the caller then writes zeros.
+  [[nodiscard]] bool fill(std::uint64_t k, proto::Proto p, void* dst, std::size_t bytes,
+                          std::uint64_t step);
+  void attachReceiver() {
+    std::lock_guard l(mu_);
+    has_receiver_ = true;
+  }
+  [[nodiscard]] std::uint64_t copiesKept() const {
+    std::lock_guard l(mu_);
+    return kept_;
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t k = UINT64_MAX;
+    proto::Proto p = proto::Proto::Simple;
+    const void* live = nullptr;  // the send buffer while the send is outstanding
+    std::size_t size = 0;
+    bool consumed = false;
+    std::vector<std::byte> copy;  // kept bytes once the send completed (reused capacity)
+    bool kept = false;
+  };
+  mutable std::mutex mu_;
+  std::array<Entry, kDepth> entries_;
+  bool has_receiver_ = false;
+  std::uint64_t kept_ = 0;
+};
+
+// Writes one completed receive of `bytes` at dst (a buffer of protocol p, connection step
+// `step`) for the policy; `mirror` may be null (no paired send connection).
+void deliverVirtualData(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k, proto::Proto p,
+                        void* dst, std::size_t bytes, std::uint64_t step);
+
+}  // namespace crystal::plugin

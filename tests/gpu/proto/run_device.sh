@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# GPU check of LL/LL128 from virtual senders and the data policy (docs/plugin.md "Data policy
+# and protocols"), run on the GPU machine from the repository root:
+#   tests/gpu/proto/run_device.sh [CASE...]      (default: build choices mirror zero none ll128)
+# CASE: build   | crystal + libnccl-net-crystal.so (build-device/) + proto_check (pip NCCL)
+#       choices | rank 0 real of 64, data mirror, NCCL picks protocols freely, 8 B .. $MAX;
+#                 NCCL's choice per size (INFO, printed by rank 0 only) vs the tuner's line
+#       mirror | zero | none
+#               | rank 5 real of 64 (broadcast root 0 is virtual), CRYSTAL_DATA=CASE, 8 B .. $MAX
+#       ll128   | rank 5, mirror, NCCL_PROTO=LL,LL128,Simple (LL128 enabled without GDR)
+# Logs go to $OUT (default /tmp/proto-out). MAX defaults to 1 GiB.
+set -uo pipefail
+OUT=${OUT:-/tmp/proto-out}
+MAX=${MAX:-1073741824}
+mkdir -p "$OUT"
+B=build-device
+NCCL_HOME=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.dirname(torch.__file__)+"/../nvidia/nccl"))')
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+here=tests/gpu/proto
+
+build() {
+  local deps=()
+  # nlohmann-json is header-only; carried from the dev machine if the device lacks it.
+  [ -d build-deps/nlohmann ] && deps=(-Dnlohmann_json_DIR="$PWD/build-deps/nlohmann/share/cmake/nlohmann_json")
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRYSTAL_TESTS=OFF -DCRYSTAL_BENCH=OFF \
+        "${deps[@]}" >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
+  cmake --build $B -j 16 --target crystal crystal_nccl_plugin >"$OUT/build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$OUT/build.log" | head -30; return 1; }
+  g++ -O2 -std=c++17 $here/proto_check.cc -I"$NCCL_HOME/include" -I"$CUDA/include" \
+      -L"$NCCL_HOME/lib" -l:libnccl.so.2 -L"$CUDA/lib64" -lcudart \
+      -Wl,-rpath,"$NCCL_HOME/lib" -o $B/proto_check || return 1
+  echo "built: $(ls $B/cli/crystal $B/plugin/libnccl-net-crystal.so $B/proto_check)"
+}
+
+config() {  # config REAL_RANK
+  sed "s/real_ranks: \[5\]/real_ranks: [$1]/" $here/proto64.yaml >"$OUT/config-rank$1.yaml"
+  echo "$OUT/config-rank$1.yaml"
+}
+
+run() {  # run NAME REAL_RANK [env...]
+  local name=$1 rank=$2
+  shift 2
+  local t0=$(date +%s%N)
+  NCCL_DEBUG_FILE="$OUT/nccl-$name.%h.%p.log" \
+    timeout -k 5 ${EMULATE_TIMEOUT:-150} env "$@" $B/cli/crystal emulate "$(config "$rank")" \
+      --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
+      env RANK="$rank" NRANKS=64 "$PWD/$B/proto_check" --max "$MAX" >"$OUT/$name.txt" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  grep -E "BAD|proto_check rank|rror" "$OUT/$name.txt" | head -20
+  grep -hE "data (mirror|zero|none)|WARN" "$OUT"/nccl-$name.*.log 2>/dev/null | head -5
+  return $rc
+}
+
+export NCCL_DEBUG=${NCCL_DEBUG:-INFO}
+export NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET,TUNING,ENV}
+export LD_LIBRARY_PATH="$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}"
+cases=("$@")
+[ ${#cases[@]} -eq 0 ] && cases=(build choices mirror zero none ll128)
+rc_all=0
+for c in "${cases[@]}"; do
+  if [ "$c" != build ] && ! { [ -x $B/proto_check ] && [ -x $B/cli/crystal ]; }; then
+    build || exit 1
+  fi
+  case "$c" in
+    build)   build || exit 1 ;;
+    choices) run choices 0 CRYSTAL_DATA=mirror
+             r=$?
+             python3 $here/compare_choices.py 64 "$OUT"/nccl-choices.*.log | tee "$OUT/choices.txt" | tail -40
+             r=$(( r | ${PIPESTATUS[0]} )) ;;
+    mirror|zero|none) run "$c" 5 CRYSTAL_DATA="$c"; r=$? ;;
+    ll128)   run ll128 5 CRYSTAL_DATA=mirror NCCL_PROTO=LL,LL128,Simple; r=$?
+             grep -ch "proto LL128" "$OUT"/nccl-ll128.*.log | head -1 | sed 's/^/LL128 choices logged: /' ;;
+    *) echo "unknown case $c" >&2; exit 2 ;;
+  esac
+  rc_all=$(( rc_all | r ))
+done
+exit $rc_all

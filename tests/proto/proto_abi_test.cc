@@ -1,0 +1,204 @@
+// The data policies through the plugin ABI (dlopen of the built library), host buffers
+// registered as NCCL's proxy does for a ring connection: LL, LL128, Simple in that order.
+// The policy comes from CRYSTAL_DATA (read once per process); ctest runs this binary once per
+// policy (tests/proto/CMakeLists.txt), and each test skips unless its policy is the one set.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "abi_harness.h"
+
+namespace crystal::test {
+namespace {
+
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+constexpr std::size_t kSlotBytes[3] = {64, 256, 64};  // 4 LL lines, 2 LL128 lines, 64 B
+
+struct Conn {
+  void* ctx = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* listen = nullptr;
+  void* smr[3] = {};
+  void* rmr[3] = {};
+  int host_sock = -1;
+  std::vector<std::uint64_t> sbuf[3], rbuf[3];  // 8 slots each, 8-byte aligned
+
+  char* sslot(int p, int slot) {
+    return reinterpret_cast<char*>(sbuf[p].data()) + slot * kSlotBytes[p];
+  }
+  char* rslot(int p, int slot) {
+    return reinterpret_cast<char*>(rbuf[p].data()) + slot * kSlotBytes[p];
+  }
+};
+
+bool policyIs(const char* want) {
+  const char* v = std::getenv("CRYSTAL_DATA");
+  return v && std::string(v) == want;
+}
+
+// One ring channel of a real rank between two virtual neighbours.
+void open(Conn& c, std::uint64_t comm_id) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  ASSERT_EQ(n->init(&c.ctx, comm_id, nullptr, testLogger, nullptr), ncclSuccess);
+  live::NetHandle vh = virtualPeerHandle(1, 4);
+  char hb[128];
+  std::memcpy(hb, &vh, sizeof vh);
+  ASSERT_EQ(n->connect(c.ctx, 0, hb, &c.send, nullptr), ncclSuccess);
+  ASSERT_NE(c.send, nullptr);
+  char lh[128] = {};
+  ASSERT_EQ(n->listen(c.ctx, 0, lh, &c.listen), ncclSuccess);
+  live::NetHandle h;
+  ASSERT_TRUE(live::decodeHandle(lh, h));
+  c.host_sock = openHello(h, live::PeerKind::Virtual);
+  ASSERT_GE(c.host_sock, 0);
+  c.recv = pollUntil([&](void** out) { return n->accept(c.listen, out, nullptr); });
+  ASSERT_NE(c.recv, nullptr);
+  for (int p = 0; p < 3; ++p) {
+    c.sbuf[p].assign(kSlotBytes[p], 0);  // 8 slots x kSlotBytes / 8 words
+    c.rbuf[p].assign(kSlotBytes[p], 0);  // NCCL's host buffers are zeroed
+    ASSERT_EQ(n->regMr(c.send, c.sbuf[p].data(), kSlotBytes[p] * 8, NCCL_PTR_HOST, &c.smr[p]),
+              ncclSuccess);
+    ASSERT_EQ(n->regMr(c.recv, c.rbuf[p].data(), kSlotBytes[p] * 8, NCCL_PTR_HOST, &c.rmr[p]),
+              ncclSuccess);
+  }
+}
+
+void close(Conn& c) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(n->deregMr(c.send, c.smr[p]), ncclSuccess);
+    EXPECT_EQ(n->deregMr(c.recv, c.rmr[p]), ncclSuccess);
+  }
+  EXPECT_EQ(n->closeSend(c.send), ncclSuccess);
+  EXPECT_EQ(n->closeRecv(c.recv), ncclSuccess);
+  EXPECT_EQ(n->closeListen(c.listen), ncclSuccess);
+  EXPECT_EQ(n->finalize(c.ctx), ncclSuccess);
+  ::close(c.host_sock);
+}
+
+// The real rank sends step k from (sp, slot) and receives step k into (rp, slot), as a ring
+// does; NCCL marks LL/LL128 receives "optional completion" (request preset to 0x1).
+void step(Conn& c, int sp, int rp, int slot) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  void* sreq = nullptr;
+  ASSERT_EQ(n->isend(c.send, c.sslot(sp, slot), kSlotBytes[sp], 0, c.smr[sp], nullptr, &sreq),
+            ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  void* data = c.rslot(rp, slot);
+  std::size_t size = kSlotBytes[rp];
+  int tag = 1;
+  void* rreq = rp == kSimple ? nullptr : reinterpret_cast<void*>(0x1);
+  ASSERT_EQ(n->irecv(c.recv, 1, &data, &size, &tag, &c.rmr[rp], nullptr, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  ASSERT_NE(rreq, reinterpret_cast<void*>(0x1));  // a real request: test() writes the lines
+  int sizes[8] = {};
+  ASSERT_GT(waitDone(n, rreq, sizes), 0);
+  EXPECT_EQ(sizes[0], static_cast<int>(kSlotBytes[rp]));
+  ASSERT_GT(waitDone(n, sreq), 0);
+}
+
+std::vector<std::uint32_t> words32(const char* p, std::size_t bytes) {
+  std::vector<std::uint32_t> w(bytes / 4);
+  std::memcpy(w.data(), p, bytes);
+  return w;
+}
+
+std::vector<std::uint64_t> words64(const char* p, std::size_t bytes) {
+  std::vector<std::uint64_t> w(bytes / 8);
+  std::memcpy(w.data(), p, bytes);
+  return w;
+}
+
+// The real rank's LL lines of its own send step (flag = sender step + 1).
+void fillLL(char* slot, std::uint32_t base, std::uint32_t flag) {
+  std::vector<std::uint32_t> w;
+  for (int i = 0; i < 4; ++i) w.insert(w.end(), {base + 2u * i, flag, base + 2u * i + 1, flag});
+  std::memcpy(slot, w.data(), 64);
+}
+
+void fillLL128(char* slot, std::uint64_t base, std::uint64_t flag) {
+  std::uint64_t w[32];
+  for (int i = 0; i < 32; ++i) w[i] = i % 16 == 15 ? flag : base + i;
+  std::memcpy(slot, w, sizeof w);
+}
+
+TEST(ProtoAbiMirror, LinesCarryTheRealRanksDataWithTheReceiversFlags) {
+  if (!policyIs("mirror")) GTEST_SKIP() << "run with CRYSTAL_DATA=mirror (ctest does)";
+  Conn c;
+  open(c, 0x6001);
+  fillLL(c.sslot(kLL, 0), 0x100, 1);  // step 0 of the send connection
+  step(c, kLL, kLL, 0);
+  std::vector<std::uint32_t> want;
+  for (std::uint32_t i = 0; i < 4; ++i)
+    want.insert(want.end(), {0x100 + 2 * i, 1, 0x101 + 2 * i, 1});
+  EXPECT_EQ(words32(c.rslot(kLL, 0), 64), want);
+
+  fillLL128(c.sslot(kLL128, 1), 0x5000, 2);
+  step(c, kLL128, kLL128, 1);
+  auto w = words64(c.rslot(kLL128, 1), 256);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(w[i], i % 16 == 15 ? 2u : 0x5000u + i) << i;
+
+  for (int i = 0; i < 64; ++i) c.sslot(kSimple, 2)[i] = static_cast<char>(i * 3);
+  step(c, kSimple, kSimple, 2);
+  EXPECT_EQ(std::memcmp(c.rslot(kSimple, 2), c.sslot(kSimple, 2), 64), 0);
+
+  // A receive of another protocol than the paired send: zero data, flags of step 3.
+  std::memset(c.rslot(kLL128, 3), 0x77, 256);
+  fillLL(c.sslot(kLL, 3), 0x900, 4);
+  step(c, kLL, kLL128, 3);
+  w = words64(c.rslot(kLL128, 3), 256);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(w[i], i % 16 == 15 ? 4u : 0u) << i;
+
+  // Steps 4..19 wrap the 8 slots twice; each LL receive carries flag = step + 1.
+  for (int s = 4; s < 20; ++s) {
+    fillLL(c.sslot(kLL, s % 8), 0x1000 * s, static_cast<std::uint32_t>(s + 1));
+    step(c, kLL, kLL, s % 8);
+    auto got = words32(c.rslot(kLL, s % 8), 64);
+    ASSERT_EQ(got[0], 0x1000u * s) << "step " << s;
+    ASSERT_EQ(got[1], static_cast<std::uint32_t>(s + 1)) << "step " << s;
+    ASSERT_EQ(got[15], static_cast<std::uint32_t>(s + 1)) << "step " << s;
+  }
+  close(c);
+}
+
+TEST(ProtoAbiZero, LinesCarryZerosAndFlags) {
+  if (!policyIs("zero")) GTEST_SKIP() << "run with CRYSTAL_DATA=zero (ctest does)";
+  Conn c;
+  open(c, 0x6002);
+  fillLL(c.sslot(kLL, 0), 0x100, 1);
+  std::memset(c.rslot(kLL, 0), 0x5a, 64);
+  step(c, kLL, kLL, 0);
+  const std::vector<std::uint32_t> zero = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+  EXPECT_EQ(words32(c.rslot(kLL, 0), 64), zero);
+  fillLL128(c.sslot(kLL128, 1), 0x5000, 2);
+  step(c, kLL128, kLL128, 1);
+  auto w = words64(c.rslot(kLL128, 1), 256);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(w[i], i % 16 == 15 ? 2u : 0u) << i;
+  for (int i = 0; i < 64; ++i) c.sslot(kSimple, 2)[i] = 1;
+  step(c, kSimple, kSimple, 2);
+  EXPECT_EQ(words64(c.rslot(kSimple, 2), 64), std::vector<std::uint64_t>(8, 0));
+  close(c);
+}
+
+TEST(ProtoAbiNone, OnlyFlagsAreWritten) {
+  if (!policyIs("none")) GTEST_SKIP() << "run with CRYSTAL_DATA=none (ctest does)";
+  Conn c;
+  open(c, 0x6003);
+  std::memset(c.rslot(kLL, 0), 0xab, 64);
+  step(c, kLL, kLL, 0);
+  auto got = words32(c.rslot(kLL, 0), 64);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[i], i % 2 ? 1u : 0xababababu) << i;
+  std::memset(c.rslot(kLL128, 1), 0xcd, 256);
+  step(c, kLL128, kLL128, 1);
+  auto w = words64(c.rslot(kLL128, 1), 256);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(w[i], i % 16 == 15 ? 2u : 0xcdcdcdcdcdcdcdcdull) << i;
+  close(c);
+}
+
+}  // namespace
+}  // namespace crystal::test
