@@ -147,6 +147,15 @@ void checkEmulation(const Config& c) {
       fail(c, fmt::format("'emulation.real_ranks': rank {} outside 0..{}", r,
                           c.job.world_size - 1));
   positive(c, "emulation.timeout_s", c.emulation.timeout_s);
+  if (c.emulation.map_comms && c.emulation.real_ranks.empty())
+    fail(c, "'emulation.map_comms' maps the program's ranks onto 'emulation.real_ranks', "
+            "which is empty");
+  for (std::size_t i = 0; i < c.emulation.real_ranks.size(); ++i)
+    for (std::size_t j = 0; c.emulation.map_comms && j < i; ++j)
+      if (c.emulation.real_ranks[i] == c.emulation.real_ranks[j])
+        fail(c, fmt::format("'emulation.real_ranks': rank {} listed twice (map_comms gives each "
+                            "program rank its own target rank)",
+                            c.emulation.real_ranks[i]));
   if (c.model.max_channels && (*c.model.max_channels < 1 || *c.model.max_channels > 64))
     fail(c, fmt::format("'model.max_channels' must be in 1..64, got {}", *c.model.max_channels));
   if (c.model.proxy_overhead_us) nonNegative(c, "model.proxy_overhead_us", *c.model.proxy_overhead_us);

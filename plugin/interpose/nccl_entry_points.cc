@@ -7,11 +7,14 @@
 //   ncclCommInitRank*      -> COMM_INIT(id, nranks, rank), then the real call
 //   ncclCommSplit          -> COMM_SPLIT(parent hash, split count, color, key), then the call
 //   ncclCommDestroy/Abort  -> forget the comm (pointers get reused), then the real call
+// With CRYSTAL_RANK_MAP, communicator creation maps the program's k ranks onto the target's
+// N (rank_map.h) and nccl_mapped_calls.cc keeps the program's view on the calls it makes.
 // ncclCommInitAll is refused in emulation mode: it builds a communicator of local GPUs only,
 // which cannot include virtual ranks.
 #include <exception>
 
 #include "plugin/interpose/host_session.h"
+#include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
 
 using crystal::interpose::CommRecord;
@@ -41,16 +44,23 @@ void rememberCreated(int rc, NcclComm* comm, std::uint64_t hash, int nranks, int
     ci::rememberComm(*comm, CommRecord{hash, rank, nranks, 0});
 }
 
+// `forward(nranks, rank)` makes the real call. Under CRYSTAL_RANK_MAP a k-rank
+// communicator becomes the target's N-rank one (rank_map.h): the host and NCCL see (N, r_i).
 template <typename Call>
 int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int rank, int n_ids,
                     NcclComm* comm, Call&& forward) {
   ci::applyHostIdPrefix();
-  if (!ci::hostAddress()) return forward();
+  if (!ci::hostAddress()) return forward(nranks, rank);
   if (id == nullptr) return ci::reportError(name, "commId is NULL", ci::kNcclInvalidUsage);
+  ci::InitArgs args;
+  if (const int rc = ci::mapInitArgs(nranks, rank, args, name); rc != 0) return rc;
   std::uint64_t hash = 0;
-  if (const int rc = ci::hostCommInit(*id, nranks, rank, n_ids, hash, name); rc != 0) return rc;
-  const int rc = forward();
-  rememberCreated(rc, comm, hash, nranks, rank);
+  if (const int rc = ci::hostCommInit(*id, args.nranks, args.rank, n_ids, hash, name); rc != 0)
+    return rc;
+  const int rc = forward(args.nranks, args.rank);
+  rememberCreated(rc, comm, hash, args.nranks, args.rank);
+  if (args.mapped && (rc == ci::kNcclSuccess || rc == ci::kNcclInProgress) && comm != nullptr)
+    ci::rememberMapped(*comm, *args.mapped);
   return rc;
 }
 
@@ -67,7 +77,7 @@ CRYSTAL_EXPORT int ncclCommInitRank(NcclComm* comm, int nranks, NcclUniqueId com
   auto fn = realOrNull<ci::CommInitRankFn>("ncclCommInitRank");
   if (fn == nullptr) return missing("ncclCommInitRank");
   return initThroughHost("ncclCommInitRank", &commId, nranks, rank, 1, comm,
-                         [&] { return fn(comm, nranks, commId, rank); });
+                         [&](int n, int r) { return fn(comm, n, commId, r); });
 }
 
 CRYSTAL_EXPORT int ncclCommInitRankConfig(NcclComm* comm, int nranks, NcclUniqueId commId, int rank,
@@ -75,7 +85,7 @@ CRYSTAL_EXPORT int ncclCommInitRankConfig(NcclComm* comm, int nranks, NcclUnique
   auto fn = realOrNull<ci::CommInitRankConfigFn>("ncclCommInitRankConfig");
   if (fn == nullptr) return missing("ncclCommInitRankConfig");
   return initThroughHost("ncclCommInitRankConfig", &commId, nranks, rank, 1, comm,
-                         [&] { return fn(comm, nranks, commId, rank, config); });
+                         [&](int n, int r) { return fn(comm, n, commId, r, config); });
 }
 
 CRYSTAL_EXPORT int ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int nId,
@@ -88,7 +98,7 @@ CRYSTAL_EXPORT int ncclCommInitRankScalable(NcclComm* comm, int nranks, int myra
                                ": the emulation host is the only bootstrap root, so pass one id",
                            ci::kNcclInvalidUsage);
   return initThroughHost("ncclCommInitRankScalable", commIds, nranks, myrank, nId, comm,
-                         [&] { return fn(comm, nranks, myrank, nId, commIds, config); });
+                         [&](int n, int r) { return fn(comm, n, r, nId, commIds, config); });
 }
 
 CRYSTAL_EXPORT int ncclCommInitAll(NcclComm* comms, int ndev, const int* devlist) {
@@ -135,12 +145,14 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
 
 CRYSTAL_EXPORT int ncclCommDestroy(NcclComm comm) {
   ci::forgetComm(comm);
+  ci::forgetMapped(comm);
   auto fn = realOrNull<ci::CommFn>("ncclCommDestroy");
   return fn ? fn(comm) : missing("ncclCommDestroy");
 }
 
 CRYSTAL_EXPORT int ncclCommAbort(NcclComm comm) {
   ci::forgetComm(comm);
+  ci::forgetMapped(comm);
   auto fn = realOrNull<ci::CommFn>("ncclCommAbort");
   return fn ? fn(comm) : missing("ncclCommAbort");
 }

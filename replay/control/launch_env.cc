@@ -1,5 +1,6 @@
 // The real ranks' environment (launchEnvironment) and where the plugin is (findPlugin).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,7 +20,7 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     const char* old = std::getenv(var);
     return (old != nullptr && *old != '\0') ? value + ":" + old : value;
   };
-  return {
+  EnvList env{
       // The interposer is the plugin library itself, preloaded; NCCL's dlopen of
       // "libnccl-net-crystal.so" then finds the same object by its SONAME.
       {"LD_PRELOAD", prepend("LD_PRELOAD", plugin_path)},
@@ -45,6 +46,12 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
       {"CRYSTAL_EMULATION_ID", std::to_string(emulation_id)},
       {"CRYSTAL_TIMEOUT", fmt::format("{}", config.emulation.timeout_s)},
   };
+  // emulation.map_comms: the program's k-rank communicators become the target's (the
+  // interposer's plugin/interpose/rank_map.h reads "N:r0,r1,...").
+  if (config.emulation.map_comms)
+    env.emplace_back("CRYSTAL_RANK_MAP", fmt::format("{}:{}", config.job.world_size,
+                                                     fmt::join(config.emulation.real_ranks, ",")));
+  return env;
 }
 
 std::string findPlugin(const std::string& explicit_path) {

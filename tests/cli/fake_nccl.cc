@@ -1,5 +1,6 @@
 #include "fake_nccl.h"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -85,6 +86,36 @@ int ncclCommDestroy(void* comm) {
 int ncclCommAbort(void* comm) {
   (void)comm;
   record("nccl:ncclCommAbort");
+  return 0;
+}
+// Data-path calls the rank mapping rewrites (plugin/interpose/nccl_mapped_calls.cc): each
+// records the count and the peer/root NCCL received.
+int ncclAllGather(const void*, void*, std::size_t n, int, void*, void*) {
+  record("nccl:ncclAllGather count=" + std::to_string(n));
+  return 0;
+}
+int ncclReduceScatter(const void*, void*, std::size_t n, int, int, void*, void*) {
+  record("nccl:ncclReduceScatter count=" + std::to_string(n));
+  return 0;
+}
+int ncclAlltoAll(const void*, void*, std::size_t n, int, void*, void*) {
+  record("nccl:ncclAlltoAll count=" + std::to_string(n));
+  return 0;
+}
+int ncclSend(const void*, std::size_t n, int, int peer, void*, void*) {
+  record("nccl:ncclSend count=" + std::to_string(n) + " peer=" + std::to_string(peer));
+  return 0;
+}
+int ncclRecv(void*, std::size_t n, int, int peer, void*, void*) {
+  record("nccl:ncclRecv count=" + std::to_string(n) + " peer=" + std::to_string(peer));
+  return 0;
+}
+int ncclBroadcast(const void*, void*, std::size_t n, int, int root, void*, void*) {
+  record("nccl:ncclBroadcast count=" + std::to_string(n) + " root=" + std::to_string(root));
+  return 0;
+}
+int ncclReduce(const void*, void*, std::size_t n, int, int, int root, void*, void*) {
+  record("nccl:ncclReduce count=" + std::to_string(n) + " root=" + std::to_string(root));
   return 0;
 }
 }

@@ -121,6 +121,10 @@ struct EmulationConfig {
   DataPolicy data = DataPolicy::Mirror;
   double timeout_s = 60.0;      // a virtual peer that cannot answer fails the real rank by then
   bool tuner = true;            // report the target's algorithm/protocol/channel choices
+  // The program's own world is real_ranks.size() ranks (NCCL-tests, small scripts): each
+  // communicator it creates with that many ranks becomes the target's world_size-rank one,
+  // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).
+  bool map_comms = false;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
 

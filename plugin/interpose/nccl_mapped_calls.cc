@@ -1,0 +1,123 @@
+// NCCL calls the interposer rewrites for communicators created under the rank mapping
+// (plugin/interpose/rank_map.h). On any other communicator, and without CRYSTAL_RANK_MAP,
+// each is a pass-through to the real NCCL: one atomic load more than a direct call.
+#include <atomic>
+#include <cstddef>
+
+#include "crystal/sweep/target_table.h"
+#include "plugin/interpose/host_session.h"
+#include "plugin/interpose/rank_map.h"
+#include "plugin/interpose/real_nccl.h"
+
+using crystal::interpose::NcclComm;
+namespace ci = crystal::interpose;
+
+#define CRYSTAL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using Stream = void*;     // cudaStream_t
+using DataType = int;     // ncclDataType_t
+using RedOp = int;        // ncclRedOp_t
+using CountFn = int (*)(NcclComm, int*);
+using AllGatherFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
+using ReduceScatterFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, NcclComm,
+                                Stream);
+using AlltoAllFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
+using P2pSendFn = int (*)(const void*, std::size_t, DataType, int, NcclComm, Stream);
+using P2pRecvFn = int (*)(void*, std::size_t, DataType, int, NcclComm, Stream);
+using BroadcastFn = int (*)(const void*, void*, std::size_t, DataType, int, NcclComm, Stream);
+using ReduceFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, int, NcclComm, Stream);
+
+// The real function, looked up once (these sit on the program's hot path).
+template <typename Fn>
+Fn cached(std::atomic<void*>& slot, const char* name) {
+  void* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = ci::realSymbol(name);
+    slot.store(p, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+#define CRYSTAL_REAL(Type, name)                          \
+  static std::atomic<void*> slot_##name{nullptr};         \
+  const auto real_fn = cached<Type>(slot_##name, #name);  \
+  if (real_fn == nullptr)                                 \
+    return ci::reportError(#name, "the real NCCL function is unavailable", ci::kNcclSystemError)
+
+std::size_t targetBlock(const ci::MappedComm& m, std::size_t count) {
+  return static_cast<std::size_t>(
+      crystal::sweep::mappedBlockCount(count, m.program_nranks, m.target_nranks));
+}
+
+}  // namespace
+
+CRYSTAL_EXPORT int ncclCommCount(NcclComm comm, int* count) {
+  CRYSTAL_REAL(CountFn, ncclCommCount);
+  if (count != nullptr)
+    if (const auto m = ci::findMapped(comm)) {
+      *count = m->program_nranks;
+      return ci::kNcclSuccess;
+    }
+  return real_fn(comm, count);
+}
+
+CRYSTAL_EXPORT int ncclCommUserRank(NcclComm comm, int* rank) {
+  CRYSTAL_REAL(CountFn, ncclCommUserRank);
+  if (rank != nullptr)
+    if (const auto m = ci::findMapped(comm)) {
+      *rank = m->program_rank;
+      return ci::kNcclSuccess;
+    }
+  return real_fn(comm, rank);
+}
+
+CRYSTAL_EXPORT int ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount,
+                                 DataType type, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(AllGatherFn, ncclAllGather);
+  if (const auto m = ci::findMapped(comm)) sendcount = targetBlock(*m, sendcount);
+  return real_fn(sendbuff, recvbuff, sendcount, type, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
+                                     DataType type, RedOp op, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(ReduceScatterFn, ncclReduceScatter);
+  if (const auto m = ci::findMapped(comm)) recvcount = targetBlock(*m, recvcount);
+  return real_fn(sendbuff, recvbuff, recvcount, type, op, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclAlltoAll(const void* sendbuff, void* recvbuff, std::size_t count,
+                                DataType type, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(AlltoAllFn, ncclAlltoAll);
+  if (const auto m = ci::findMapped(comm)) count = targetBlock(*m, count);
+  return real_fn(sendbuff, recvbuff, count, type, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclSend(const void* sendbuff, std::size_t count, DataType type, int peer,
+                            NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(P2pSendFn, ncclSend);
+  if (const auto m = ci::findMapped(comm)) peer = ci::targetPeer(*m, peer, true);
+  return real_fn(sendbuff, count, type, peer, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclRecv(void* recvbuff, std::size_t count, DataType type, int peer,
+                            NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(P2pRecvFn, ncclRecv);
+  if (const auto m = ci::findMapped(comm)) peer = ci::targetPeer(*m, peer, false);
+  return real_fn(recvbuff, count, type, peer, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count,
+                                 DataType type, int root, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(BroadcastFn, ncclBroadcast);
+  if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
+  return real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
+}
+
+CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
+                              DataType type, RedOp op, int root, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(ReduceFn, ncclReduce);
+  if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
+  return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream);
+}
