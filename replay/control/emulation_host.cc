@@ -74,5 +74,9 @@ EmulationHost::~EmulationHost() {
 std::string EmulationHost::controlAddress() const { return impl_->server.address(); }
 std::uint64_t EmulationHost::emulationId() const { return impl_->emulation_id; }
 std::size_t EmulationHost::errorCount() const { return impl_->errors.load(); }
+std::string EmulationHost::mintUniqueId() {
+  const host::UniqueId id = impl_->host.mintUniqueId();
+  return std::string(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+}
 
 }  // namespace crystal::control

@@ -109,19 +109,21 @@ struct StoreServer::Impl {
     }
   }
 
-  // Reads what is there and runs every complete request; false when the peer is gone.
+  // Reads what is there and runs every complete request, also those that arrived just
+  // before the peer closed (a rank may SET and exit); false when the peer is gone.
   bool readFrom(ConnId id, Client& c, Effects& fx) {
     char buf[65536];
+    bool alive = true;
     for (;;) {
       const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
       if (n > 0) {
         c.rx.append(buf, static_cast<std::size_t>(n));
         continue;
       }
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      alive = false;
+      break;
     }
     std::size_t off = 0;
     while (!c.closing && off < c.rx.size()) {
@@ -138,7 +140,7 @@ struct StoreServer::Impl {
       if (std::find(fx.closes.begin(), fx.closes.end(), id) != fx.closes.end()) c.closing = true;
     }
     c.rx.erase(0, off);
-    return true;
+    return alive;
   }
 
   static bool flush(Client& c) {

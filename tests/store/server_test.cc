@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "wire.h"
@@ -131,6 +132,24 @@ TEST(StoreServer, DeferredWaitIsAnsweredWhenAnotherRankSets) {
   r32.send(client::wait({"/default_pg/0//cuda//0"}));
   EXPECT_EQ(r32.recv(1, 200ms), "");  // rank 0 is real: nothing yet
   r0.send(client::set("/default_pg/0//cuda//0", std::string(128, 'R')));
+  EXPECT_EQ(r32.recv(1), std::string(1, '\0'));
+}
+
+TEST(StoreServer, ASetJustBeforeTheWriterExitsStillCounts) {
+  StoreServer s(options(64, {0, 32}));
+  TestClient r32(s.port());
+  r32.handshake(132);
+  r32.send(client::wait({"/default_pg/0//cuda//0"}));
+  for (int i = 0; i < 20; ++i) {  // the SET and the FIN arrive together
+    auto r0 = std::make_unique<TestClient>(s.port());
+    r0->send(client::validate() + client::ping(100) +
+             client::set("/default_pg/0//cuda//x" + std::to_string(i), "v"));
+  }
+  {
+    TestClient r0(s.port());
+    r0.send(client::validate() + client::ping(100) +
+            client::set("/default_pg/0//cuda//0", std::string(128, 'R')));
+  }
   EXPECT_EQ(r32.recv(1), std::string(1, '\0'));
 }
 
