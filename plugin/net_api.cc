@@ -130,8 +130,16 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
                                     h.emulation, st.emulationId()));
     auto& table = HandleTable::instance();
     if (h.kind == live::HandleKind::VirtualPeer) {
-      auto link = std::make_shared<live::VirtualLink>(st.link(), nic.out);
-      c->addVirtualSend(link);
+      VirtualConn vc;
+      vc.send = true;
+      vc.comm_id = h.comm_id;
+      vc.self_rank = h.self_rank;
+      vc.peer_rank = h.rank;
+      vc.nranks = h.nranks;
+      vc.distance = h.distance;
+      vc.ordinal = h.ordinal;
+      vc.graph = h.graph;
+      auto link = c->virtualLink(vc, dev);
       *sendComm = table.insert(
           std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank));
       return;
@@ -191,11 +199,19 @@ ncclResult_t accept(void* listenComm, void** recvComm,
     }
     Fd fd = std::move(lc.pending);
     checkHello(lc, lc.hello);
-    NicInfo& nic = st.nic(lc.dev());
+    (void)st.nic(lc.dev());  // validates the device
     constexpr int kRecvCapacity = nccl::NCCL_NET_MAX_REQUESTS;
     if (lc.hello.peer == live::PeerKind::Virtual) {
-      auto link = std::make_shared<live::VirtualLink>(st.link(), nic.in);
-      lc.ctx()->addVirtualRecv(link);
+      VirtualConn id;
+      id.send = false;
+      id.comm_id = lc.hello.comm_id;
+      id.self_rank = lc.hello.receiver_rank;
+      id.peer_rank = lc.hello.sender_rank;
+      id.nranks = lc.hello.nranks;
+      id.distance = lc.hello.distance;
+      id.ordinal = lc.hello.ordinal;
+      id.graph = lc.hello.graph;
+      auto link = lc.ctx()->virtualLink(id, lc.dev());
       // The stream stays with the host; nothing is read from it on the data path.
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
                                                   lc.hello.sender_rank);

@@ -12,19 +12,89 @@
 
 namespace crystal::plugin {
 
-void NetContext::addVirtualSend(const std::shared_ptr<live::VirtualLink>& link) {
-  std::lock_guard lock(mu);
-  const std::size_t k = send_logs.size();
-  send_logs.push_back(link->log());
-  if (k < recv_links.size())
-    if (auto r = recv_links[k].lock()) r->pairWith(link->log());
+namespace {
+// NCCL_STEPS / 4 = sliceSteps, chunkSteps = NCCL_STEPS / 2: a ring step is 2 Simple slices.
+constexpr int kRingSlicesPerStep = 2;
+
+bool isRingConn(const VirtualConn& c) {
+  if (c.graph != live::kGraphRing || c.nranks < 2 || c.self_rank < 0 || c.self_rank >= c.nranks)
+    return false;
+  // Ring peers: send to self+1, receive from self-1 (exchange distance 1).
+  const int want = c.send ? (c.self_rank + 1) % c.nranks : (c.self_rank - 1 + c.nranks) % c.nranks;
+  return c.distance == 1 && c.peer_rank == want;
+}
+}  // namespace
+
+NetContext::RingPlan& NetContext::planFor(const VirtualConn& c) {
+  // A v11 context belongs to one communicator (its commId); the default context (v8..v10)
+  // may hold several, told apart by the comm id the host wrote.
+  const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
+  auto [it, fresh] = plans_.try_emplace({comm, c.self_rank});
+  RingPlan& p = it->second;
+  if (!fresh) return p;
+  PluginState& st = PluginState::get();
+  auto l = links_.find(c.nranks);
+  if (l == links_.end())
+    l = links_.emplace(c.nranks, live::commLinks(st.model(), st.config().cluster, c.nranks)).first;
+  p.links = l->second;
+  const int ppn = p.links.shape.ranks_per_node;
+  p.period = p.links.shape.nnodes > 1 ? ppn : 1;
+  p.position = c.self_rank % ppn;
+  CRYSTAL_INFO("comm {:#x}: real rank {} of {} at ring position {} of a {}-member node period "
+               "({} nodes); ring channel share of NVLink {:.1f} GB/s + {} ns, of the NET "
+               "{:.1f} GB/s (one channel <= {:.1f} GB/s) + {} ns",
+               comm, c.self_rank, c.nranks, p.position, p.period, p.links.shape.nnodes,
+               1.0 / p.links.ring_nvl.link_ns_per_byte, p.links.ring_nvl.latency_ns,
+               1.0 / p.links.ring_net.link_ns_per_byte, 1.0 / p.links.ring_net.one_ns_per_byte,
+               p.links.ring_net.latency_ns);
+  return p;
 }
 
-void NetContext::addVirtualRecv(const std::shared_ptr<live::VirtualLink>& link) {
+std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
+  const int ppn = p.links.shape.ranks_per_node;
+  const bool multi = p.links.shape.nnodes > 1;
+  // Position x of a node sends over the NET iff it is the node's last and the ring spans nodes.
+  auto hopOf = [&](int x) { return multi && x % ppn == ppn - 1 ? p.links.ring_net : p.links.ring_nvl; };
+  std::vector<live::RingHop> chain;
+  for (int j = 0; j < p.period; ++j) chain.push_back(hopOf(p.position + j));
+  // period 1: the previous member is a copy of the real rank, over the same kind of link.
+  return std::make_shared<live::RingChannel>(std::move(chain), hopOf(p.position - 1 + ppn),
+                                             kRingSlicesPerStep, p.busy);
+}
+
+std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c, int dev) {
+  // The identity comes from the host over the wire: a bad one fails the connection, clearly.
+  constexpr int kMaxRanks = 1 << 24;
+  if (c.nranks < 0 || c.nranks > kMaxRanks || c.self_rank >= std::max(c.nranks, 1) ||
+      c.peer_rank >= std::max(c.nranks, 1) || c.distance < 0 || c.distance >= kMaxRanks)
+    throw PluginError(Errc::BadArgument,
+                      fmt::format("{} to virtual rank {}: connection identity out of range "
+                                  "(real rank {}, nranks {}, distance {}; handle/Hello v{})",
+                                  c.send ? "send" : "receive", c.peer_rank, c.self_rank,
+                                  c.nranks, c.distance, live::kWireVersion));
   std::lock_guard lock(mu);
-  const std::size_t k = recv_links.size();
-  recv_links.push_back(link);
-  if (k < send_logs.size()) link->pairWith(send_logs[k]);
+  PluginState& st = PluginState::get();
+  if (isRingConn(c)) {
+    RingPlan& p = planFor(c);
+    RingPlan::Channel& ch = p.channels[c.ordinal];
+    bool& side = c.send ? ch.has_send : ch.has_recv;
+    if (!ch.ring || side) ch = RingPlan::Channel{makeChannel(p)};  // new ring set-up
+    (c.send ? ch.has_send : ch.has_recv) = true;
+    return std::make_shared<live::VirtualLink>(ch.ring);
+  }
+  // Any other connection: the peer is taken as ready; NVLink inside the target node. A peer
+  // that did not say who it is gets the world's NIC link.
+  NicInfo& n = st.nic(dev);
+  if (c.nranks < 2 || c.self_rank < 0 || c.peer_rank < 0)
+    return std::make_shared<live::VirtualLink>(st.link(), c.send ? n.out : n.in);
+  const int nranks = c.nranks;
+  auto l = links_.find(nranks);
+  if (l == links_.end())
+    l = links_.emplace(nranks, live::commLinks(st.model(), st.config().cluster, nranks)).first;
+  const live::CommLinks& links = l->second;
+  if (links.sameNode(c.self_rank, c.peer_rank))
+    return std::make_shared<live::VirtualLink>(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
+  return std::make_shared<live::VirtualLink>(links.net, c.send ? n.out : n.in);
 }
 
 std::shared_ptr<MirrorChannel> NetContext::nextMirror(bool for_send) {

@@ -3,14 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "crystal/config/config.h"
+#include "crystal/live/handle.h"
 #include "crystal/live/link_timing.h"
+#include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
 #include "virtual_data.h"
 
@@ -25,24 +29,50 @@ struct NicInfo {
   std::shared_ptr<live::PortQueue> in = std::make_shared<live::PortQueue>();
 };
 
-// Pairs the k-th virtual send with the k-th virtual receive connection of a communicator
-// (ring symmetry, see crystal/live/link_timing.h).
+// Identity of a connection to a virtual peer, as the host wrote it into the VirtualPeer
+// handle (send) or the Hello (receive); crystal/live/handle.h.
+struct VirtualConn {
+  bool send = true;
+  std::uint64_t comm_id = 0;
+  int self_rank = -1;  // the real rank
+  int peer_rank = -1;  // the virtual rank
+  int nranks = 0;
+  int distance = 0;
+  int ordinal = 0;
+  std::uint8_t graph = live::kGraphUnknown;
+};
+
+// Per net context (one per v11 init): the timing state shared by the connections of its
+// communicators. A ring channel's send (to next) and receive (from prev) share one
+// RingChannel, found by (comm, channel ordinal); see docs/plugin.md "Pairing".
 struct NetContext {
   std::uint64_t comm_id = 0;
   std::mutex mu;
-  std::vector<std::shared_ptr<live::StepLog>> send_logs;
-  std::vector<std::weak_ptr<live::VirtualLink>> recv_links;
-  void addVirtualSend(const std::shared_ptr<live::VirtualLink>& link);
-  void addVirtualRecv(const std::shared_ptr<live::VirtualLink>& link);
+  // The timing of a new connection to a virtual peer on net device `dev`.
+  [[nodiscard]] std::shared_ptr<live::VirtualLink> virtualLink(const VirtualConn& c, int dev);
   // Data policy mirror (virtual_data.h): the k-th virtual send comm and the k-th virtual
   // receive comm of this context share one MirrorChannel (creation order).
   [[nodiscard]] std::shared_ptr<MirrorChannel> nextMirror(bool for_send);
 
  private:
+  struct RingPlan {
+    live::CommLinks links;
+    int period = 1;
+    int position = 0;  // the real rank's ring position in its node
+    std::shared_ptr<std::atomic<int>> busy = std::make_shared<std::atomic<int>>(0);
+    struct Channel {
+      std::shared_ptr<live::RingChannel> ring;
+      bool has_send = false, has_recv = false;
+    };
+    std::map<int, Channel> channels;  // by ordinal
+  };
+  RingPlan& planFor(const VirtualConn& c);
+  [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
+  std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
+  std::map<int, live::CommLinks> links_;                    // by nranks
   std::vector<std::shared_ptr<MirrorChannel>> mirrors_;
   std::size_t mirror_sends_ = 0, mirror_recvs_ = 0;
 };
-
 // The target config: CRYSTAL_CONFIG through crystal::loadConfig, else built-in defaults.
 // Throws InputError (bad file, or a loader that is not part of this build).
 [[nodiscard]] Config loadTargetConfig();
@@ -61,6 +91,9 @@ class PluginState {
   [[nodiscard]] int ndev() const { return static_cast<int>(nics_.size()); }
   [[nodiscard]] NicInfo& nic(int dev);  // throws BadArgument for a bad index
   [[nodiscard]] live::LinkParams link() const { return link_; }
+  // The real GPU's NVLink (NVSwitch) port, per direction, shared by its comms.
+  [[nodiscard]] const std::shared_ptr<live::PortQueue>& nvlOut() const { return nvl_out_; }
+  [[nodiscard]] const std::shared_ptr<live::PortQueue>& nvlIn() const { return nvl_in_; }
   [[nodiscard]] int maxRecvs() const { return max_recvs_; }
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
@@ -87,6 +120,8 @@ class PluginState {
   std::unique_ptr<live::TargetModel> model_;
   std::vector<NicInfo> nics_;
   live::LinkParams link_;
+  std::shared_ptr<live::PortQueue> nvl_out_ = std::make_shared<live::PortQueue>();
+  std::shared_ptr<live::PortQueue> nvl_in_ = std::make_shared<live::PortQueue>();
   int max_recvs_ = 8;
   std::size_t max_bytes_ = std::size_t{1} << 40;
   bool tuner_ = true;

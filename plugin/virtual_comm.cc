@@ -73,6 +73,7 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.posted = now;
   planDelivery(r);
   r.step = next_step_++;
+  link_->postRecv(r.step, now, outstanding() == 1);  // only this one: an operation starts
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
 }
@@ -132,6 +133,7 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (d.write)
     deliverVirtualData(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
                        d.conn_step);
+  link_->recvDone(outstanding() == 1);  // the last outstanding one: the operation ended
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.sizes[i]);
   return true;

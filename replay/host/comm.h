@@ -132,7 +132,14 @@ class Comm {
   void onSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
                std::span<const std::byte> payload);
   void onBarrier(int sender, int target);
-  void sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry);
+  // Which connection of NCCL's exchange a Hello stands for (live/handle.h, wire version 2).
+  struct ConnIdentity {
+    int graph = 0;     // setup tag's graph byte (graph id + 1, 0 = p2p)
+    int distance = 0;  // i of the exchange
+    int ordinal = 0;   // k-th receive entry = k-th connected channel
+  };
+  void sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry,
+                 const ConnIdentity& id);
 
   // split
   void onSplitAllGather(AllGather& ag);

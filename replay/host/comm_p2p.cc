@@ -141,6 +141,11 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
     h.rank = target;
     h.nranks = nranks_;
     h.conn_seq = conn_seq_[target]++;
+    // Identity of this send connection (the k-th send entry = the k-th connected channel).
+    h.self_rank = sender;
+    h.distance = i;
+    h.ordinal = static_cast<std::uint16_t>(k - nrecv);
+    h.graph = static_cast<std::uint8_t>(tag.graph);
     std::memcpy(fe.bytes, &h, sizeof h);
     fe.setUseGdr(entries[k].useGdr());
     std::memcpy(out.data() + slot * sizeof fe, &fe, sizeof fe);
@@ -151,7 +156,7 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
     std::memcpy(se.bytes, &proxy_rank, sizeof proxy_rank);
     se.setUseGdr(entries[k].useGdr());
     std::memcpy(out.data() + slot * sizeof se, &se, sizeof se);
-    sendHello(target, sender, entries[k]);
+    sendHello(target, sender, entries[k], ConnIdentity{tag.graph, i, static_cast<int>(k)});
   }
   CRYSTAL_DEBUG("comm {}: setup tag {:#x} rank {} <-> virtual {}: {} recv, {} send entries", name_,
                 raw_tag, sender, target, nrecv, nsend);
@@ -160,7 +165,8 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
 
 // A virtual sender "connects" to the real receiver's data listener and introduces itself;
 // the stream stays open until the comm is destroyed.
-void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry) {
+void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry,
+                     const ConnIdentity& id) {
   live::NetHandle h;
   (void)live::decodeHandle(entry.bytes, h);
   if (h.family != 4)
@@ -177,10 +183,15 @@ void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry
   hello.listen_id = h.listen_id;
   hello.sender_rank = sender_virtual;
   hello.comm_id = h.comm_id;
-  const StreamId id = ctx_.loop->adopt(connectTcp(to), true,
+  hello.graph = static_cast<std::uint8_t>(id.graph);
+  hello.receiver_rank = real_rank;
+  hello.nranks = nranks_;
+  hello.distance = id.distance;
+  hello.ordinal = static_cast<std::uint16_t>(id.ordinal);
+  const StreamId sid = ctx_.loop->adopt(connectTcp(to), true,
                                        fmt::format("hello {}->{}", sender_virtual, real_rank));
-  streams_.insert(id);
-  Stream* s = ctx_.loop->find(id);
+  streams_.insert(sid);
+  Stream* s = ctx_.loop->find(sid);
   s->on_data = [](Stream& st) { st.consume(st.rx().size()); };
   s->on_closed = [this, real_rank, to](Stream& st, const std::string& why) {
     streams_.erase(st.id());

@@ -38,6 +38,18 @@ class ClusterTargetModel final : public TargetModel {
     return t;
   }
 
+  StepTiming netStep(Proto p, int channels, const CommShape&) const override {
+    return netStep(p, channels);
+  }
+
+  StepTiming nvlStep(Proto p, int channels, const CommShape&) const override {
+    StepTiming t;
+    t.latency_us = cluster_.nvlink.latency_us + kProtoStepUs[static_cast<int>(p)];
+    t.bandwidth_GBps = cluster_.nvlink.bandwidth_GBps * kProtoEfficiency[static_cast<int>(p)] /
+                       std::max(1, channels);
+    return t;
+  }
+
   CostTable costTable(Func f, std::uint64_t bytes, const CommShape& shape) const override {
     const int ch = chooseChannels(f, bytes, shape, bestAlgoProto(f, bytes, shape));
     CostTable t{};
@@ -117,6 +129,48 @@ class ClusterTargetModel final : public TargetModel {
 
 std::unique_ptr<TargetModel> makeClusterTargetModel(const Config& cfg) {
   return std::make_unique<ClusterTargetModel>(cfg);
+}
+
+model::CommShape blockShape(const ClusterConfig& cluster, int nranks) {
+  model::CommShape s;
+  s.nranks = std::max(1, nranks);
+  s.ranks_per_node = std::clamp(cluster.gpus_per_node, 1, s.nranks);
+  s.nnodes = (s.nranks + s.ranks_per_node - 1) / s.ranks_per_node;
+  return s;
+}
+
+namespace {
+LinkParams toLink(const StepTiming& st, double line_GBps) {
+  double bw = st.bandwidth_GBps;  // GB/s = bytes/ns
+  if (line_GBps > 0 && (bw <= 0 || bw > line_GBps)) bw = line_GBps;
+  LinkParams lp;
+  lp.latency_ns = static_cast<TimeNs>(st.latency_us * 1e3 + 0.5);
+  lp.ns_per_byte = bw > 0 ? 1.0 / bw : 0.0;
+  return lp;
+}
+}  // namespace
+
+CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nranks) {
+  CommLinks c;
+  c.shape = blockShape(cluster, nranks);
+  c.nvl = toLink(m.nvlStep(Proto::Simple, 1, c.shape), cluster.nvlink.bandwidth_GBps);
+  // A NET hop exists only between nodes; a single-node communicator still gets the fabric's
+  // figures of a two-node one for connections the target would not make (p2p to itself).
+  model::CommShape net_shape = c.shape;
+  if (net_shape.nnodes < 2) net_shape = model::CommShape{2, 2, 1};
+  c.net = toLink(m.netStep(Proto::Simple, 1, net_shape), cluster.fabric.nic.bandwidth_GBps);
+  // Rail-optimised nodes: each member drives its own share of the node's NICs.
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  const int nics = std::max(1, cluster.fabric.nics_per_node);
+  c.nics_used = std::clamp((nics * c.shape.ranks_per_node + gpn - 1) / gpn, 1, nics);
+  // Per-channel figures of many channels, times the channels: the whole link.
+  constexpr int kMany = 4096;
+  const double nvl_all = m.nvlStep(Proto::Simple, kMany, c.shape).bandwidth_GBps * kMany;
+  const double net_all = m.netStep(Proto::Simple, kMany, net_shape).bandwidth_GBps * kMany;
+  c.ring_nvl = RingHop{c.nvl.latency_ns, nvl_all > 0 ? 1.0 / nvl_all : c.nvl.ns_per_byte, 0.0};
+  c.ring_net =
+      RingHop{c.net.latency_ns, net_all > 0 ? 1.0 / net_all : c.net.ns_per_byte, c.net.ns_per_byte};
+  return c;
 }
 
 LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster) {

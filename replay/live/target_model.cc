@@ -12,6 +12,14 @@ class NcclTargetModel final : public TargetModel {
   model::StepTiming netStep(model::Proto p, int channels) const override {
     return m_.netStep(p, channels);
   }
+  model::StepTiming netStep(model::Proto p, int channels,
+                            const model::CommShape& s) const override {
+    return m_.netStep(p, channels, s);
+  }
+  model::StepTiming nvlStep(model::Proto p, int channels,
+                            const model::CommShape& s) const override {
+    return m_.nvlStep(p, channels, s);
+  }
   model::CostTable costTable(model::Func f, std::uint64_t bytes,
                              const model::CommShape& s) const override {
     return m_.costTable(f, bytes, s);

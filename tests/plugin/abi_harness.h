@@ -108,6 +108,17 @@ inline live::NetHandle virtualPeerHandle(int rank, int nranks, std::uint32_t seq
 // Opens a stream to a RealListen handle and sends Hello{kind} (the host acting for a
 // virtual sender, or a raw real peer). Returns the socket (caller closes).
 int openHello(const live::NetHandle& h, live::PeerKind kind, std::uint32_t listen_id_override = 0);
+// The host's Hello for a virtual sender of ring channel `ordinal` (prev -> receiver).
+int openRingHello(const live::NetHandle& h, int receiver, int nranks, int ordinal);
+// The host's VirtualPeer handle for the real rank `self`'s ring send on channel `ordinal`.
+inline live::NetHandle ringPeerHandle(int self, int nranks, int ordinal) {
+  live::NetHandle h = virtualPeerHandle((self + 1) % nranks, nranks);
+  h.self_rank = self;
+  h.distance = 1;
+  h.ordinal = static_cast<std::uint16_t>(ordinal);
+  h.graph = live::kGraphRing;
+  return h;
+}
 
 // Polls fn() (returning a ncclResult_t and setting a pointer) until the pointer is set.
 template <typename F>

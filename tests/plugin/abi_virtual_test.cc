@@ -22,12 +22,13 @@ struct Channel {
   int host_sock = -1;
 };
 
-// A channel of a ring whose both neighbours are virtual: send to virtual next (forged
-// VirtualPeer handle), receive from virtual prev (Hello{Virtual} on our listen handle).
+// Channel `dev` of a ring whose both neighbours are virtual: send to virtual next (forged
+// VirtualPeer handle), receive from virtual prev (Hello{Virtual} on our listen handle), both
+// naming the ring channel as the host does.
 Channel openChannel(const ncclNet_v11_t* n, void* ctx, int dev, int nranks, char* sbuf,
                     char* rbuf, std::size_t bytes) {
   Channel c;
-  live::NetHandle vh = virtualPeerHandle(1, nranks);
+  live::NetHandle vh = ringPeerHandle(0, nranks, dev);
   char hbytes[128];
   std::memcpy(hbytes, &vh, sizeof vh);
   EXPECT_EQ(n->connect(ctx, dev, hbytes, &c.send, nullptr), ncclSuccess);
@@ -41,7 +42,7 @@ Channel openChannel(const ncclNet_v11_t* n, void* ctx, int dev, int nranks, char
   void* rc = nullptr;
   EXPECT_EQ(n->accept(c.listen, &rc, nullptr), ncclSuccess);
   EXPECT_EQ(rc, nullptr);  // nobody connected yet: NULL, not blocking
-  c.host_sock = openHello(h, live::PeerKind::Virtual);
+  c.host_sock = openRingHello(h, 0, nranks, dev);
   EXPECT_GE(c.host_sock, 0);
   c.recv = pollUntil([&](void** out) { return n->accept(c.listen, out, nullptr); });
   EXPECT_NE(c.recv, nullptr);
@@ -59,8 +60,10 @@ void closeChannel(const ncclNet_v11_t* n, Channel& c) {
   ::close(c.host_sock);
 }
 
-// One real rank of an nranks ring all-reduce on `nch` channels (one NIC each): 2(n-1) steps
-// per channel, step k sent once step k-1 arrived, up to 8 receives posted ahead.
+// One real rank of an nranks (<= 8: one target node) ring all-reduce on `nch` channels,
+// through the built library on the real clock: 2(n-1) steps per channel, step k sent once
+// step k-1 arrived, up to 8 receives posted ahead. (Multi-node rings and their chain of
+// virtual members: ring_emulation_test.cc, on a virtual clock.)
 void ringAllReduce(int nranks, int nch) {
   const ncclNet_v11_t* n = Plugin::get().v11;
   void* ctx = nullptr;
@@ -148,31 +151,36 @@ void ringAllReduce(int nranks, int nch) {
     }
   }
   const live::TimeNs total = live::nowNs() - t0;
-  // Per step: arrival = max(recv posted, symmetric send k posted) + bytes/bw + latency. Not
-  // early: seen done no earlier than that. Not late: the last "not done" answer was given
-  // before that + 5 % + 20 us (the harness thread may be descheduled after it).
-  const std::int64_t tol = tolerance(modelNs(kStep));
+  // A ring on one node (period 1, crystal/live/ring_timing.h): the previous member sends
+  // step k when the real rank does, over its share of the NVLink (1 to nch channels busy):
+  // arrival = max(recv posted, send k posted + share + latency); a send is done when it
+  // has left (posted + share). Not early: seen done no earlier than the fastest share. Not
+  // late: the last "not done" answer came before the slowest share + 5 % + 20 us.
+  const Config cfg;
+  const live::RingHop hop =
+      live::commLinks(*live::makeTargetModel(cfg), cfg.cluster, nranks).ring_nvl;
+  const live::TimeNs fast = hop.occupancy(kStep, 1), slow = hop.occupancy(kStep, nch);
+  const std::int64_t tol = tolerance(slow + hop.latency_ns);
   int late = 0;
   for (int c = 0; c < nch; ++c) {
     const Progress& p = pr[c];
     for (int k = 0; k < steps; ++k) {
-      const live::TimeNs ready = std::max(p.recv_post[k], p.send_post[k]);
-      const live::TimeNs ready_end = std::max(p.recv_post_end[k], p.send_post_end[k]);
-      const live::TimeNs predicted = ready + modelNs(kStep);
-      const live::TimeNs predicted_end = ready_end + modelNs(kStep);
+      const live::TimeNs predicted =
+          std::max(p.recv_post[k], p.send_post[k] + fast + hop.latency_ns);
+      const live::TimeNs predicted_end =
+          std::max(p.recv_post_end[k], p.send_post_end[k] + slow + hop.latency_ns);
       EXPECT_GE(p.recv_at[k], predicted) << "recv step " << k << " came early";
       EXPECT_LT(p.recv_miss[k], predicted_end + tol) << "recv step " << k << " withheld";
-      const live::TimeNs spred = p.send_post[k] + modelNs(kStep);
-      EXPECT_GE(p.send_at[k], spred) << "send step " << k << " came early";
-      EXPECT_LT(p.send_miss[k], p.send_post_end[k] + modelNs(kStep) + tol)
+      EXPECT_GE(p.send_at[k], p.send_post[k] + fast) << "send step " << k << " came early";
+      EXPECT_LT(p.send_miss[k], p.send_post_end[k] + slow + tol)
           << "send step " << k << " withheld";
-      late += p.recv_at[k] - predicted > tol;
+      late += p.recv_at[k] - predicted_end > tol;
     }
   }
-  // Whole collective: 2(n-1) dependent steps of bytes/bw + latency each, never faster.
-  const double predicted = static_cast<double>(steps) * static_cast<double>(modelNs(kStep));
+  // Whole collective: 2(n-1) dependent steps of share + latency each, never faster.
+  const double predicted = static_cast<double>(steps) * static_cast<double>(fast + hop.latency_ns);
   EXPECT_GE(static_cast<double>(total), predicted);
-  std::printf("ring n=%d channels=%d: %d steps x %zu B, measured %.1f us, model %.1f us "
+  std::printf("ring n=%d channels=%d: %d steps x %zu B, measured %.1f us, model >= %.1f us "
               "(%+.2f %%), steps seen late by the harness: %d\n",
               nranks, nch, steps, kStep, total / 1e3, predicted / 1e3,
               100.0 * (total - predicted) / predicted, late);
@@ -181,7 +189,7 @@ void ringAllReduce(int nranks, int nch) {
 }
 
 TEST(PluginVirtual, RingAllReduce8Ranks2Channels) { ringAllReduce(8, 2); }
-TEST(PluginVirtual, RingAllReduce64Ranks2Channels) { ringAllReduce(64, 2); }
+TEST(PluginVirtual, RingAllReduce4Ranks4Channels) { ringAllReduce(4, 4); }
 
 TEST(PluginVirtual, GroupedReceiveReportsPostedSizesAtModelTime) {
   const ncclNet_v11_t* n = Plugin::get().v11;

@@ -1,7 +1,9 @@
-// The live timing model: port serialisation, latency overlap, ring symmetry.
+// The live timing model: port serialisation, latency overlap, the ring recurrence of
+// RingChannel (crystal/live/ring_timing.h) on small hand-checked cases.
 #include <gtest/gtest.h>
 
 #include "crystal/live/link_timing.h"
+#include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
 
 namespace crystal::live {
@@ -15,48 +17,68 @@ TEST(LinkTiming, SendsSerialiseOnThePortAndOverlapLatency) {
   EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);    // idle port: latency only
 }
 
-TEST(LinkTiming, ReceiveWaitsForSymmetricSender) {
-  auto out = std::make_shared<PortQueue>();
-  auto in = std::make_shared<PortQueue>();
-  auto send = std::make_shared<VirtualLink>(LinkParams{1000, 0.02}, out);
-  VirtualLink recv(LinkParams{1000, 0.02}, in);
-  recv.pairWith(send->log());
-  // Posted at 0; a ready peer would deliver at 0 + 1000 + 1000. Before that, wait.
-  EXPECT_FALSE(recv.recvArrival(0, 0, 50'000, 0).has_value());
-  EXPECT_FALSE(recv.recvArrival(0, 0, 50'000, 1999).has_value());
-  (void)send->postSend(1500, 50'000);  // the symmetric sender reaches step 0 at 1500
-  EXPECT_EQ(recv.recvArrival(0, 0, 50'000, 1999), 1500 + 1000 + 1000);
-  // Unpaired receive: timed from its own post.
+TEST(LinkTiming, UnpairedReceiveIsTimedFromItsOwnPost) {
+  // Tree, PAT and p2p peers are taken as ready: arrival one step after the post, queued on
+  // the inbound port.
   VirtualLink lone(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
   EXPECT_EQ(lone.recvArrival(0, 300, 50'000, 300), 300 + 1000 + 1000);
+  EXPECT_EQ(lone.recvArrival(1, 300, 50'000, 300), 1300 + 1000 + 1000);
 }
 
-TEST(LinkTiming, WrongPairingNeverBlocksAReceive) {
-  // Tree/PAT receives precede the real rank's sends: a paired sender that never reaches
-  // the step must not hold the receive past the arrival from a ready peer.
-  auto send = std::make_shared<VirtualLink>(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
-  VirtualLink recv(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
-  recv.pairWith(send->log());
-  EXPECT_FALSE(recv.recvArrival(0, 100, 50'000, 2099).has_value());
-  EXPECT_EQ(recv.recvArrival(0, 100, 50'000, 2100), 100 + 1000 + 1000);
-  // The next step queues behind the first on the inbound port.
-  EXPECT_EQ(recv.recvArrival(1, 100, 50'000, 5000), 1100 + 1000 + 1000);
+// 1 us hops of 50 GB/s (50'000 B: 1000 ns), no cap, so that numbers are easy to follow.
+constexpr RingHop kHop{1000, 0.02, 0.0};
+
+TEST(RingTiming, PeriodOneMirrorsTheRealRanksSends) {
+  // One member per node: the previous member sends unit u when the real rank does.
+  RingChannel ring({kHop}, kHop, 2, nullptr);
+  ring.postRecv(0, 0, true);
+  EXPECT_FALSE(ring.recvArrival(0, 0, 50'000, 0).has_value());  // not sent yet: wait
+  EXPECT_EQ(ring.postSend(500, 50'000), 500 + 1000);             // done when it left
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 600), 500 + 1000 + 1000);
 }
 
-TEST(LinkTiming, ProgressingSenderIsWaitedFor) {
-  // A ring posts receives 8 ahead: receive 8 waits for send 8 while sends 0..7 keep coming.
-  const LinkParams lp{1000, 0.02};  // step time for 50'000 B: 2000 ns
-  auto send = std::make_shared<VirtualLink>(lp, std::make_shared<PortQueue>());
-  VirtualLink recv(lp, std::make_shared<PortQueue>());
-  recv.pairWith(send->log());
-  for (int k = 0; k < 8; ++k) (void)send->postSend(k * 2000, 50'000);
-  // Receive 8 posted at 0; at 20'000 the sender last posted at 14'000 (progressing).
-  EXPECT_FALSE(recv.recvArrival(8, 0, 50'000, 20'000).has_value());
-  (void)send->postSend(21'000, 50'000);
-  EXPECT_EQ(recv.recvArrival(8, 0, 50'000, 21'500), 21'000 + 1000 + 1000);
-  // Receive 9: the sender stops; after 4 step times + 200 us of silence it is unpaired.
-  EXPECT_FALSE(recv.recvArrival(9, 0, 50'000, 21'000 + 8000 + 200'000).has_value());
-  EXPECT_TRUE(recv.recvArrival(9, 0, 50'000, 21'000 + 8000 + 200'001).has_value());
+TEST(RingTiming, ChainOfVirtualMembersRunsTheRecurrence) {
+  // Period 3 (real, v1, v2), 2 slices per step, 4 units: unit u of v1 waits for the real
+  // rank's unit u-2, v2's for v1's u-2; the real rank receives v2's unit u.
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  RingChannel ring({kHop, kHop, kHop}, kHop, 2, busy);
+  ring.postRecv(0, 0, true);
+  EXPECT_EQ(busy->load(), 1);
+  for (int u = 0; u < 4; ++u) (void)ring.postSend(0, 50'000);  // real: 0..1000..4000 busy
+  // v2 unit 0: no dependency, starts at the op start (0): 0 + 1000 + 1000.
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 0), 2000);
+  EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 3000);  // serial behind unit 0
+  // v2 unit 2 waits for v1 unit 0 (delivered at 2000): 2000 + 2000.
+  EXPECT_EQ(ring.recvArrival(2, 0, 50'000, 0), 4000);
+  // v2 unit 3 waits for v1 unit 1: v1 serial 1000..2000 -> delivered 3000, +2000.
+  EXPECT_EQ(ring.recvArrival(3, 0, 50'000, 0), 5000);
+  ring.recvDone(true);
+  EXPECT_EQ(busy->load(), 0);
+}
+
+TEST(RingTiming, ChannelsShareTheLinkWhileBusy) {
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  RingChannel a({kHop}, kHop, 2, busy), b({kHop}, kHop, 2, busy);
+  a.postRecv(0, 0, true);
+  b.postRecv(0, 0, true);
+  EXPECT_EQ(a.postSend(0, 50'000), 2000);  // half of the link: 2000 ns
+  b.recvDone(true);
+  EXPECT_EQ(b.postSend(0, 50'000), 1000);  // alone again: the whole link
+}
+
+TEST(RingTiming, ReceiveWithoutItsSendIsBoundedByTheStallRule) {
+  // A chain broadcast's send depends on its receive: the real rank never sends unit 0 first.
+  RingChannel ring({kHop}, kHop, 2, nullptr);
+  ring.postRecv(0, 100, true);
+  const TimeNs step = 1000 + 1000;
+  EXPECT_FALSE(ring.recvArrival(0, 100, 50'000, 100 + step - 1).has_value());
+  // Nothing was ever sent: taken as a ready peer once a step time passed.
+  EXPECT_EQ(ring.recvArrival(0, 100, 50'000, 100 + step), 100 + step);
+  // With a recent send the receive keeps waiting until kStallSteps steps + slack of silence.
+  (void)ring.postSend(10'000, 50'000);
+  const TimeNs silence = RingChannel::kStallSteps * step + RingChannel::kStallSlackNs;
+  EXPECT_FALSE(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence).has_value());
+  EXPECT_EQ(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence + 1), 10'000 + step);
 }
 
 TEST(LinkTiming, BuiltInTargetLinkOfTheClosedFormModel) {

@@ -8,6 +8,12 @@
 //     too, so accept() learns that the peer is virtual from the Hello that opens the stream.
 //   - VirtualPeer: forged by the host for a virtual receiver; connect() on it never opens a
 //     socket and yields a virtual send comm whose completions the replay model times.
+// Connection identity (wire version 2): the host answers NCCL's connection exchange
+// (transport.cc ncclTransportP2pSetup), whose bootstrap tag names the graph and the ring
+// distance, and whose entries come one per connected channel in ascending order. It copies
+// that identity into every VirtualPeer handle (send to a virtual rank) and every Hello
+// (receive from a virtual rank), so the plugin pairs a ring's receive (channel c, from
+// prev) with the same ring's send (channel c, to next) exactly (docs/plugin.md "Pairing").
 // All integers little-endian (x86_64 host order); layouts are fixed by static_asserts.
 #pragma once
 
@@ -18,10 +24,17 @@
 namespace crystal::live {
 
 inline constexpr std::uint32_t kHandleMagic = 0x53595243u;  // "CRYS"
-inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::uint16_t kWireVersion = 2;
 inline constexpr std::size_t kNcclHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
 
 enum class HandleKind : std::uint8_t { RealListen = 1, VirtualPeer = 2 };
+
+// NCCL's graph of a connection: the low byte of the setup tag, graph->id + 1 (ring 0,
+// tree/PAT 1, collnet chain 2, NVLS 3, collnet direct 4), 0 for p2p (graph NULL).
+inline constexpr std::uint8_t kGraphP2p = 0;
+inline constexpr std::uint8_t kGraphRing = 1;
+inline constexpr std::uint8_t kGraphTree = 2;
+inline constexpr std::uint8_t kGraphUnknown = 0xff;  // a peer that did not say
 
 struct NetHandle {
   std::uint32_t magic = kHandleMagic;
@@ -43,12 +56,19 @@ struct NetHandle {
   // handle bytes (NCCL polls connect() with the same bytes until it yields a comm). Forged
   // handles leave it 0.
   std::uint64_t connect_token = 0;
-  std::uint8_t reserved[56] = {};
+  // VirtualPeer: identity of the connection (see the top of this file).
+  std::int32_t self_rank = -1;   // the real rank that connects (sender)
+  std::int32_t distance = 0;     // i of the exchange: rank = self_rank + distance (mod nranks)
+  std::uint16_t ordinal = 0;     // k-th send entry of the exchange = k-th connected channel
+  std::uint8_t graph = kGraphUnknown;
+  std::uint8_t reserved1 = 0;
+  std::uint8_t reserved[44] = {};
 };
 static_assert(sizeof(NetHandle) == kNcclHandleSize, "handle must fill NCCL's 128 bytes");
 static_assert(offsetof(NetHandle, comm_id) == 8 && offsetof(NetHandle, rank) == 24 &&
-              offsetof(NetHandle, addr) == 48 &&
-              offsetof(NetHandle, connect_token) == 64);
+              offsetof(NetHandle, addr) == 48 && offsetof(NetHandle, connect_token) == 64 &&
+              offsetof(NetHandle, self_rank) == 72 && offsetof(NetHandle, ordinal) == 80 &&
+              offsetof(NetHandle, graph) == 82);
 
 // First bytes on every stream opened to a RealListen data listener.
 enum class PeerKind : std::uint8_t { Real = 1, Virtual = 2 };
@@ -56,12 +76,18 @@ struct Hello {
   std::uint32_t magic = kHandleMagic;
   std::uint16_t version = kWireVersion;
   PeerKind peer = PeerKind::Real;
-  std::uint8_t reserved0 = 0;
+  std::uint8_t graph = kGraphUnknown;  // Virtual: graph of the connection (kGraph*)
   std::uint32_t listen_id = 0;   // echoes NetHandle::listen_id (stale/foreign handles rejected)
   std::int32_t sender_rank = -1; // rank of the sender in the comm if known (-1 = unknown)
   std::uint64_t comm_id = 0;     // echoes NetHandle::comm_id
+  // Virtual: identity of the connection; sender_rank = receiver_rank - distance (mod nranks).
+  std::int32_t receiver_rank = -1;
+  std::int32_t nranks = 0;
+  std::int32_t distance = 0;
+  std::uint16_t ordinal = 0;     // k-th receive entry of the exchange = k-th connected channel
+  std::uint16_t reserved1 = 0;
 };
-static_assert(sizeof(Hello) == 24);
+static_assert(sizeof(Hello) == 40);
 
 // Decode a handle from NCCL's opaque bytes. Returns false (and leaves `out` unspecified) if
 // the bytes are not a crystal handle of this wire version.

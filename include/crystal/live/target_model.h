@@ -9,6 +9,7 @@
 
 #include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
+#include "crystal/live/ring_timing.h"
 #include "crystal/model/nccl_model.h"
 
 namespace crystal::live {
@@ -18,6 +19,11 @@ class TargetModel {
   virtual ~TargetModel() = default;
   // One NET connection of the target: per-step latency and the port's bandwidth.
   [[nodiscard]] virtual model::StepTiming netStep(model::Proto p, int channels) const = 0;
+  // One channel's NET / NVLink step inside a communicator of `shape` (its fabric path).
+  [[nodiscard]] virtual model::StepTiming netStep(model::Proto p, int channels,
+                                                  const model::CommShape& shape) const = 0;
+  [[nodiscard]] virtual model::StepTiming nvlStep(model::Proto p, int channels,
+                                                  const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::CostTable costTable(model::Func f, std::uint64_t bytes,
                                                    const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::Choice choose(model::Func f, std::uint64_t bytes,
@@ -28,6 +34,26 @@ class TargetModel {
 // Link parameters of one NIC port from netStep(Simple, 1), never faster than the port's
 // line rate in `cluster.fabric.nic` (netStep may describe a node's aggregate of NICs).
 [[nodiscard]] LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster);
+
+// How a communicator of `nranks` sits on the target, as the tuner and the model see it when
+// every rank is alone on its emulated host: cluster.gpus_per_node consecutive ranks per node.
+[[nodiscard]] model::CommShape blockShape(const ClusterConfig& cluster, int nranks);
+
+// The links a real rank of a communicator drives on the target (Simple protocol, whole
+// links: channels share them through port queues, which is the model's per-channel share
+// link / channels when all channels are busy).
+struct CommLinks {
+  model::CommShape shape;
+  LinkParams nvl;     // NVLink/NVSwitch: to a member of the same node
+  LinkParams net;     // one NIC port: to a member of another node
+  int nics_used = 1;  // NICs of a node the members drive (channel c uses NIC c % nics_used)
+  RingHop ring_nvl;   // a ring channel's share of the GPU's NVLink
+  RingHop ring_net;   // a ring channel's share of the node's NICs (one NIC at most)
+  [[nodiscard]] bool sameNode(int a, int b) const {
+    return a / shape.ranks_per_node == b / shape.ranks_per_node;
+  }
+};
+[[nodiscard]] CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nranks);
 
 // Closed-form stand-in: ring (and tree for all-reduce) over the scale-out fabric, NIC
 // bandwidth shared by the channels; latency = NIC latency + switch hops.

@@ -122,6 +122,8 @@ class NcclModel {
   [[nodiscard]] double allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const;
   // netStep for a connection of a given communicator (NIC share and fabric path of `shape`).
   [[nodiscard]] StepTiming netStep(Proto p, int channels, const CommShape& shape) const;
+  // Same for an NVLink (NVSwitch) step between two members on one node of `shape`.
+  [[nodiscard]] StepTiming nvlStep(Proto p, int channels, const CommShape& shape) const;
   // Same as time(), computed by running the step-level max-plus recurrence instead of its
   // closed form (O(ranks per node x steps)); for validation and benchmarks.
   [[nodiscard]] double timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
