@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: crystal simulate CONFIG --sweep [--op OPS] [-b MIN] [-e MAX] [-f FACTOR | -i INC]\n"
-    "                               [-d TYPE] [--ranks N] [--json FILE]\n"
+    "                               [-d TYPE] [--ranks N] [--proto P] [--json FILE]\n"
     "  Prints NCCL-tests' table (size, count, type, redop, root, time, algbw, busbw) for each\n"
     "  op as the target would run it, with the algorithm/protocol/channels NCCL would pick.\n"
     "  --op OPS    comma list of allreduce,allgather,reducescatter,alltoall,sendrecv,broadcast\n"
@@ -29,6 +29,8 @@ constexpr std::string_view kUsage =
     "  -f FACTOR   multiply the size by FACTOR each step (default 2); -i INC adds INC instead\n"
     "  -d TYPE     NCCL-tests data type (default float)\n"
     "  --ranks N   communicator size (default job.world_size); the first N GPUs of the cluster\n"
+    "  --proto P   only protocol P (Simple, LL, LL128), as NCCL_PROTO=P; `crystal emulate`\n"
+    "              runs with NCCL_PROTO=Simple, so compare emulated runs with --proto Simple\n"
     "  --json FILE the rows as JSON (NCCL-tests' -J keys where they exist)\n";
 
 int parsePositive(std::string_view flag, const std::string& v) {
@@ -89,6 +91,8 @@ int simulateSweep(std::span<const std::string> args) {
       factor = 0;
     } else if (a == "-d") {
       opts.type = sweep::parseDataType(value());
+    } else if (a == "--proto") {
+      opts.proto = sweep::parseProto(value());
     } else if (a == "--ranks") {
       opts.nranks = parsePositive(a, value());
     } else if (a == "--json") {

@@ -243,6 +243,42 @@ model::CommShape sweepShape(const ClusterConfig& cluster, int nranks) {
   return model::CommShape{nranks, nranks / gpn, gpn};
 }
 
+model::Proto parseProto(std::string_view text) {
+  std::string lower;
+  for (char c : text) lower.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+  if (lower == "simple") return model::Proto::Simple;
+  if (lower == "ll") return model::Proto::LL;
+  if (lower == "ll128") return model::Proto::LL128;
+  throw InputError(fmt::format("--proto '{}': expected Simple, LL or LL128", text));
+}
+
+namespace {
+
+// NCCL's pick with only protocol `p` allowed (what the tuner plugin leads NCCL to under
+// NCCL_PROTO=p), timed by the step model. Choice.time_us < 0 if no algorithm has `p`.
+model::Choice chooseWithProto(const model::NcclModel& m, model::Func f, std::uint64_t bytes,
+                              const model::CommShape& shape, model::Proto p) {
+  const model::Choice own = m.choose(f, bytes, shape);
+  if (own.proto == p) return own;
+  const model::CostTable cost = m.costTable(f, bytes, shape);
+  const auto pi = static_cast<std::size_t>(p);
+  int best = -1;
+  for (int a = 0; a < model::kNumAlgos; ++a) {
+    const float c = cost[static_cast<std::size_t>(a)][pi];
+    if (c >= 0 && (best < 0 || c < cost[static_cast<std::size_t>(best)][pi])) best = a;
+  }
+  model::Choice c;
+  c.time_us = -1;
+  if (best < 0) return c;
+  c.algo = static_cast<model::Algo>(best);
+  c.proto = p;
+  c.channels = m.commChannels(shape);
+  c.time_us = m.time(f, bytes, shape, c.algo, p, c.channels);
+  return c;
+}
+
+}  // namespace
+
 std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions& options) {
   const int n = options.nranks > 0 ? options.nranks : model.cluster().world();
   const model::CommShape shape = sweepShape(model.cluster(), n);
@@ -277,7 +313,13 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
           row.algo = "a2a";
           row.proto = "Simple";
         } else {
-          const model::Choice c = model.choose(modelFunc(op), ts.size_bytes, shape);
+          const model::Choice c =
+              options.proto
+                  ? chooseWithProto(model, modelFunc(op), ts.size_bytes, shape, *options.proto)
+                  : model.choose(modelFunc(op), ts.size_bytes, shape);
+          if (c.time_us < 0)
+            throw InputError(fmt::format("--proto {}: no algorithm for {} on {} ranks uses it",
+                                         model::toString(*options.proto), name(op), n));
           row.time_us = c.time_us;
           row.algo = std::string(model::toString(c.algo));
           row.proto = std::string(model::toString(c.proto));

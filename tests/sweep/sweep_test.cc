@@ -204,3 +204,51 @@ TEST(Report, TableAndJson) {
 
 }  // namespace
 }  // namespace crystal::sweep
+
+namespace crystal::sweep {
+namespace {
+
+TEST(Sweep, ProtoRestrictionPicksCheapestAlgorithmOfThatProtocol) {
+  ClusterConfig c;
+  c.nodes = 128;
+  const model::NcclModel m(c, ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::AllReduce, TestOp::AllGather};
+  o.steps = stepSizes(8, 1ULL << 30, 16, 0);
+  o.nranks = 1024;
+  o.proto = model::Proto::Simple;
+  const model::CommShape shape{1024, 128, 8};
+  for (const SweepRow& r : runSweep(m, o)) {
+    SCOPED_TRACE(std::string(name(r.op)) + " " + std::to_string(r.size_bytes));
+    if (r.count == 0) continue;
+    EXPECT_EQ(r.proto, "Simple");
+    const auto f = r.op == TestOp::AllReduce ? model::Func::AllReduce : model::Func::AllGather;
+    const model::CostTable cost = m.costTable(f, r.size_bytes, shape);
+    // No algorithm's Simple entry is cheaper than the chosen one's in NCCL's estimate.
+    int chosen = -1;
+    for (int a = 0; a < model::kNumAlgos; ++a)
+      if (model::toString(static_cast<model::Algo>(a)) == r.algo) chosen = a;
+    ASSERT_GE(chosen, 0);
+    ASSERT_GE(cost[chosen][2], 0);
+    for (int a = 0; a < model::kNumAlgos; ++a)
+      if (cost[a][2] >= 0) {
+        EXPECT_LE(cost[chosen][2], cost[a][2]);
+      }
+    const model::Choice own = m.choose(f, r.size_bytes, shape);
+    if (own.proto == model::Proto::Simple) {
+      EXPECT_DOUBLE_EQ(r.time_us, own.time_us);
+      EXPECT_EQ(r.channels, own.channels);
+    } else {
+      EXPECT_EQ(r.channels, m.commChannels(shape));
+      EXPECT_DOUBLE_EQ(r.time_us, m.time(f, r.size_bytes, shape,
+                                         static_cast<model::Algo>(chosen), model::Proto::Simple,
+                                         r.channels));
+    }
+  }
+  EXPECT_EQ(parseProto("simple"), model::Proto::Simple);
+  EXPECT_EQ(parseProto("LL128"), model::Proto::LL128);
+  EXPECT_THROW((void)parseProto("fast"), InputError);
+}
+
+}  // namespace
+}  // namespace crystal::sweep

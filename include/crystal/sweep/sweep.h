@@ -93,7 +93,15 @@ struct SweepOptions {
   std::vector<std::uint64_t> steps;  // step sizes (stepSizes)
   DataType type;
   int nranks = 0;  // communicator size; <= 0: the cluster's world (nodes x gpus per node)
+  // Only this protocol, as under NCCL_PROTO=<p> (`crystal emulate` sets Simple): the
+  // algorithm is the cheapest of the tuner's cost table (NCCL's estimate) with this protocol,
+  // with the model's channels when that is the model's own choice, else the communicator's
+  // channel count (NCCL's own count, which it lowers for small sizes, is not modelled).
+  std::optional<model::Proto> proto;
 };
+
+// "Simple", "LL", "LL128" (any case) -> protocol; throws InputError naming --proto.
+[[nodiscard]] model::Proto parseProto(std::string_view text);
 
 // How N consecutive ranks sit on the cluster: min(N, gpus per node) per node. Throws
 // InputError when N does not fill whole nodes (N > gpus per node, N % gpus per node != 0).
