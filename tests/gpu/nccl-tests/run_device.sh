@@ -93,7 +93,7 @@ sweep() {
     $B/cli/crystal simulate "$cfg" --sweep -b "$MINB" -e "$MAXB" -f "$FACTOR" --proto Simple \
         --json "$OUT/$n/sweep.json" >"$OUT/$n/sweep.txt" 2>&1
     $B/cli/crystal simulate "$cfg" --sweep -b "$MINB" -e "$MAXB" -f "$FACTOR" \
-        --json "$OUT/$n/sweep-free.json.txt" >"$OUT/$n/sweep-free.txt" 2>&1
+        --json "$OUT/$n/sweep-free.json" >"$OUT/$n/sweep-free.txt" 2>&1
     for op in $OPS; do
       crystal_run "$OUT/$n/$op.txt" "$OUT/$n/$op.json" "$cfg" -- "$NT/${op}_perf" -g 1 $(nt_args)
     done
