@@ -166,29 +166,29 @@ int runNcclTests(std::span<const std::string> args) {
   if (!out.test_name.empty() && !op) op = sweep::parseTestOp(out.test_name);
   if (!op) op = opInCommand(cmd);
   if (!op)
-    throw InputError(fmt::format("nccl-tests: {} names no NCCL-tests op ('# Collective test "
-                                 "starting' line missing); give --op",
-                                 source));
+    throw InputError(
+        fmt::format("nccl-tests: {} names no NCCL-tests op ('# Collective test "
+                    "starting' line missing); give --op",
+                    source));
   if (out.rows.empty()) {
     fmt::print(stderr, "crystal nccl-tests: {} printed no result rows\n", source);
     return code != 0 ? code : kExitBadInput;
   }
   const int target = config.job.world_size;
   const int k = !config.emulation.map_comms ? target
-                : out.nranks > 0 ? out.nranks
-                                 : static_cast<int>(config.emulation.real_ranks.size());
+                : out.nranks > 0            ? out.nranks
+                                            : static_cast<int>(config.emulation.real_ranks.size());
   const auto rows = sweep::targetRows(out, *op, k, target, false, source);
   const auto in_place = sweep::targetRows(out, *op, k, target, true, source);
-  fmt::print("\n# crystal nccl-tests: the run above on the target: {} ranks ({} real, {}), "
-             "out-of-place\n",
-             target, k, config.emulation.map_comms ? "emulation.map_comms" : "no mapping");
-  fmt::print("{}",
-             sweep::formatSweepTable(rows.empty() ? in_place : rows, target,
-                                     sweep::RowSource::Emulated));
+  fmt::print(
+      "\n# crystal nccl-tests: the run above on the target: {} ranks ({} real, {}), "
+      "out-of-place\n",
+      target, k, config.emulation.map_comms ? "emulation.map_comms" : "no mapping");
+  fmt::print("{}", sweep::formatSweepTable(rows.empty() ? in_place : rows, target,
+                                           sweep::RowSource::Emulated));
   if (!json_path.empty()) {
     nlohmann::json j = sweep::sweepJson(rows, target, sweep::RowSource::Emulated);
-    nlohmann::json in_place_json =
-        sweep::sweepJson(in_place, target, sweep::RowSource::Emulated);
+    nlohmann::json in_place_json = sweep::sweepJson(in_place, target, sweep::RowSource::Emulated);
     for (auto& r : in_place_json["results"]) j["results"].push_back(std::move(r));
     j["program_ranks"] = k;
     j["program"] = out.test_name;

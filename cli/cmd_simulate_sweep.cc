@@ -42,7 +42,8 @@ int parsePositive(std::string_view flag, const std::string& v) {
     used = 0;
   }
   if (used != v.size() || n < 1)
-    throw InputError(fmt::format("simulate --sweep: {} wants a positive integer, got '{}'", flag, v));
+    throw InputError(
+        fmt::format("simulate --sweep: {} wants a positive integer, got '{}'", flag, v));
   return n;
 }
 
@@ -114,10 +115,10 @@ int simulateSweep(std::span<const std::string> args) {
   const int world = config.cluster.world();
   if (opts.nranks == 0) opts.nranks = config.job.world_size > 0 ? config.job.world_size : world;
   if (opts.nranks > world)
-    throw InputError(fmt::format(
-        "simulate --sweep: --ranks {} is more than the {} GPUs of {} (cluster.nodes x "
-        "cluster.gpus_per_node)",
-        opts.nranks, world, config_path));
+    throw InputError(
+        fmt::format("simulate --sweep: --ranks {} is more than the {} GPUs of {} (cluster.nodes x "
+                    "cluster.gpus_per_node)",
+                    opts.nranks, world, config_path));
 
   const auto t0 = std::chrono::steady_clock::now();
   const model::NcclModel model(config.cluster, config.model);

@@ -27,8 +27,8 @@ void BM_Sweep8192(benchmark::State& state) {
     benchmark::DoNotOptimize(r.data());
   }
   state.counters["rows"] = static_cast<double>(rows);
-  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(rows),
-                                                    benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rows_per_s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Sweep8192)->Arg(28)->Arg(1000)->Unit(benchmark::kMillisecond);
 

@@ -16,13 +16,12 @@ namespace ci = crystal::interpose;
 
 namespace {
 
-using Stream = void*;     // cudaStream_t
-using DataType = int;     // ncclDataType_t
-using RedOp = int;        // ncclRedOp_t
+using Stream = void*;  // cudaStream_t
+using DataType = int;  // ncclDataType_t
+using RedOp = int;     // ncclRedOp_t
 using CountFn = int (*)(NcclComm, int*);
 using AllGatherFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
-using ReduceScatterFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, NcclComm,
-                                Stream);
+using ReduceScatterFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, NcclComm, Stream);
 using AlltoAllFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
 using P2pSendFn = int (*)(const void*, std::size_t, DataType, int, NcclComm, Stream);
 using P2pRecvFn = int (*)(void*, std::size_t, DataType, int, NcclComm, Stream);
@@ -40,11 +39,11 @@ Fn cached(std::atomic<void*>& slot, const char* name) {
   return reinterpret_cast<Fn>(p);
 }
 
-#define CRYSTAL_REAL(Type, name)                          \
-  static std::atomic<void*> slot_##name{nullptr};         \
-  const auto real_fn = cached<Type>(slot_##name, #name);  \
-  if (real_fn == nullptr)                                 \
-    return ci::reportError(#name, "the real NCCL function is unavailable", ci::kNcclSystemError)
+#define CRYSTAL_REAL(Type, name)                         \
+  static std::atomic<void*> slot_##name{nullptr};        \
+  const auto real_fn = cached<Type>(slot_##name, #name); \
+  if (real_fn == nullptr)                                \
+  return ci::reportError(#name, "the real NCCL function is unavailable", ci::kNcclSystemError)
 
 std::size_t targetBlock(const ci::MappedComm& m, std::size_t count) {
   return static_cast<std::size_t>(

@@ -33,10 +33,10 @@ struct RankMap {
 
 // One communicator's two views.
 struct MappedComm {
-  int program_nranks = 0;  // k
-  int program_rank = 0;    // i
-  int target_nranks = 0;   // N
-  int target_rank = 0;     // r_i
+  int program_nranks = 0;                              // k
+  int program_rank = 0;                                // i
+  int target_nranks = 0;                               // N
+  int target_rank = 0;                                 // r_i
   std::shared_ptr<const std::vector<int>> real_ranks;  // shared: looked up on every call
 };
 

@@ -121,9 +121,10 @@ NcclTestsOutput parseNcclTestsOutput(std::string_view text, std::string_view sou
     if (!allDigits(w[0])) continue;  // NCCL INFO lines, warnings: not part of the table
     const std::size_t group = out.per_iteration ? 8 : 4;
     if (w.size() < 5 + group)
-      fail(fmt::format("a result row needs size, count, type, redop, root and at least {} "
-                       "result columns, found {} words",
-                       group, w.size()));
+      fail(
+          fmt::format("a result row needs size, count, type, redop, root and at least {} "
+                      "result columns, found {} words",
+                      group, w.size()));
     NcclTestsRow row;
     row.line = line_no;
     const auto size = integer<std::uint64_t>(w[0]);

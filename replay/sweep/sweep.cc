@@ -1,4 +1,5 @@
-// NCCL-tests' sizing and bandwidth rules, and the model-driven sweep (include/crystal/sweep/sweep.h).
+// NCCL-tests' sizing and bandwidth rules, and the model-driven sweep
+// (include/crystal/sweep/sweep.h).
 #include "crystal/sweep/sweep.h"
 
 #include <fmt/core.h>
@@ -51,9 +52,7 @@ std::string withoutUnderscores(std::string_view s) {
   return out;
 }
 
-bool isReduction(TestOp op) {
-  return op == TestOp::AllReduce || op == TestOp::ReduceScatter;
-}
+bool isReduction(TestOp op) { return op == TestOp::AllReduce || op == TestOp::ReduceScatter; }
 
 // Per-rank blocks of ops that split the buffer over ranks: (count / N) rounded down to a
 // multiple of 16 bytes (NCCL-tests' "& ~(16/eltSize - 1)").
@@ -307,9 +306,8 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
           row.proto = "Simple";
           row.channels = 1;
         } else if (op == TestOp::AllToAll) {
-          row.time_us = model.allToAllTime(ts.count * static_cast<std::uint64_t>(
-                                                          options.type.bytes),
-                                           shape);
+          row.time_us =
+              model.allToAllTime(ts.count * static_cast<std::uint64_t>(options.type.bytes), shape);
           row.algo = "a2a";
           row.proto = "Simple";
         } else {

@@ -27,8 +27,8 @@ std::string formatSweepTable(std::span<const SweepRow> rows, int nranks, RowSour
       out += fmt::format("# {} ({}) on {} ranks: {}\n", name(r.op), binaryName(r.op), nranks,
                          model ? "crystal model, all ranks virtual"
                                : "measured time, bandwidth for the target's ranks");
-      out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}\n",
-                         "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+      out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}\n", "size",
+                         "count", "type", "redop", "root", "time", "algbw", "busbw",
                          model ? "algo     proto   ch" : "busbw(program)  #wrong");
       out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}\n", "(B)",
                          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)");
@@ -48,10 +48,9 @@ std::string formatSweepTable(std::span<const SweepRow> rows, int nranks, RowSour
 nlohmann::json sweepJson(std::span<const SweepRow> rows, int nranks, RowSource source) {
   nlohmann::json results = nlohmann::json::array();
   for (const SweepRow& r : rows) {
-    nlohmann::json j{{"op", name(r.op)},         {"size", r.size_bytes}, {"count", r.count},
-                     {"type", r.type},           {"redop", r.redop},     {"root", r.root},
-                     {"time", r.time_us},        {"alg_bw", r.algbw_GBps},
-                     {"bus_bw", r.busbw_GBps}};
+    nlohmann::json j{{"op", name(r.op)},  {"size", r.size_bytes},   {"count", r.count},
+                     {"type", r.type},    {"redop", r.redop},       {"root", r.root},
+                     {"time", r.time_us}, {"alg_bw", r.algbw_GBps}, {"bus_bw", r.busbw_GBps}};
     if (source == RowSource::Model) {
       j["algo"] = r.algo;
       j["proto"] = r.proto;

@@ -141,7 +141,7 @@ TEST(RankMap, ParseAndPeers) {
   MappedComm c{3, 2, 1024, 1023, std::make_shared<const std::vector<int>>(m.real_ranks)};
   EXPECT_EQ(targetPeer(c, 0, true), 0);
   EXPECT_EQ(targetPeer(c, 1, false), 512);
-  EXPECT_EQ(targetPeer(c, 2, true), 0);     // itself: (1023 + 1) mod 1024
+  EXPECT_EQ(targetPeer(c, 2, true), 0);  // itself: (1023 + 1) mod 1024
   EXPECT_EQ(targetPeer(c, 2, false), 1022);
   EXPECT_EQ(targetPeer(c, 3, true), -1);
   EXPECT_EQ(targetRoot(c, 1), 512);

@@ -39,7 +39,7 @@ nlohmann::json readJson(const std::string& path) {
 TEST(SweepCli, SimulateSweepTableAndJson) {
   const std::string json = ::testing::TempDir() + "sweep_cli.json";
   const CliRun r = run("simulate " + kConfig + " --sweep --op allreduce,sendrecv -b 8 -e 1G -f 4 " +
-                    "--ranks 1024 --json " + json);
+                       "--ranks 1024 --json " + json);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("# allreduce (all_reduce_perf) on 1024 ranks"), std::string::npos);
   EXPECT_NE(r.out.find("# sendrecv (sendrecv_perf) on 1024 ranks"), std::string::npos);
@@ -60,7 +60,7 @@ TEST(SweepCli, SimulateSweepBadOptionsExit2) {
 TEST(SweepCli, NcclTestsFromLogRestatesForTarget) {
   const std::string json = ::testing::TempDir() + "nccl_tests_cli.json";
   const CliRun r = run("nccl-tests " + kConfig + " --from " + kCorpus + "/all_reduce_1rank.txt" +
-                    " --json " + json);
+                       " --json " + json);
   ASSERT_EQ(r.code, 0) << r.out;
   // 1 GiB in 7351.3 us: algbw 146.06, busbw x 2 * 8191/8192 = 292.09 on the target.
   EXPECT_NE(r.out.find("  1073741824     268435456     float     sum      -1  7351.30  146.06  "

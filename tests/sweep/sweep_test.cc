@@ -240,9 +240,8 @@ TEST(Sweep, ProtoRestrictionPicksCheapestAlgorithmOfThatProtocol) {
       EXPECT_EQ(r.channels, own.channels);
     } else {
       EXPECT_EQ(r.channels, m.commChannels(shape));
-      EXPECT_DOUBLE_EQ(r.time_us, m.time(f, r.size_bytes, shape,
-                                         static_cast<model::Algo>(chosen), model::Proto::Simple,
-                                         r.channels));
+      EXPECT_DOUBLE_EQ(r.time_us, m.time(f, r.size_bytes, shape, static_cast<model::Algo>(chosen),
+                                         model::Proto::Simple, r.channels));
     }
   }
   EXPECT_EQ(parseProto("simple"), model::Proto::Simple);

@@ -45,7 +45,6 @@ struct NcclTestsOutput {
 
 // Throws InputError "<source>:<line>: <what> in '<line>'" for a table row it cannot read
 // (a line whose first word is a number but the rest is not NCCL-tests' row).
-[[nodiscard]] NcclTestsOutput parseNcclTestsOutput(std::string_view text,
-                                                   std::string_view source);
+[[nodiscard]] NcclTestsOutput parseNcclTestsOutput(std::string_view text, std::string_view source);
 
 }  // namespace crystal::sweep

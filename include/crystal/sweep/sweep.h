@@ -60,9 +60,8 @@ struct TestSize {
 
 // The step sizes of `-b min -e max -f factor` (factor > 1) or `-i increment` (factor 0).
 // Throws InputError on min > max, factor 1, or a step of 0.
-[[nodiscard]] std::vector<std::uint64_t> stepSizes(std::uint64_t min_bytes,
-                                                   std::uint64_t max_bytes, double factor,
-                                                   std::uint64_t increment);
+[[nodiscard]] std::vector<std::uint64_t> stepSizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
+                                                   double factor, std::uint64_t increment);
 
 // One row of the table: NCCL-tests' columns + what the model chose.
 struct SweepRow {

@@ -33,7 +33,7 @@ namespace crystal::sweep {
 // without that placement are left out. Throws InputError naming the line for a type name
 // NCCL-tests does not have.
 [[nodiscard]] std::vector<SweepRow> targetRows(const NcclTestsOutput& program, TestOp op,
-                                               int program_ranks, int target_ranks,
-                                               bool in_place, std::string_view source);
+                                               int program_ranks, int target_ranks, bool in_place,
+                                               std::string_view source);
 
 }  // namespace crystal::sweep
