@@ -1,4 +1,4 @@
-// `crystal graph import {kineto,chakra} FILE... --config CFG [-o OUT [--json]]`: one trace
+// `crystal graph import {kineto,chakra,nccl} FILE... --config CFG [-o OUT [--json]]`: one trace
 // per recorded rank (one rank of each pipeline stage at least) -> the target's graph.
 // `crystal graph export chakra CONFIG|FILE -o PREFIX [--ranks all|R,R...]`: Chakra ET files.
 #include <chrono>
@@ -85,9 +85,10 @@ int graphExport(std::span<const std::string> a) {
 }
 
 int graphImport(std::span<const std::string> a) {
-  if (a.empty() || (a[0] != "kineto" && a[0] != "chakra"))
-    throw InputError("graph import: needs a format, kineto or chakra: crystal graph import "
-                     "{kineto,chakra} FILE... --config CONFIG [-o OUT [--json]]");
+  if (a.empty() || (a[0] != "kineto" && a[0] != "chakra" && a[0] != "nccl"))
+    throw InputError("graph import: needs a format, kineto, chakra or nccl (a crystal record "
+                     "file): crystal graph import {kineto,chakra,nccl} FILE... --config CONFIG "
+                     "[-o OUT [--json]]");
   const std::string format = a[0];
   std::string config_path, out;
   bool json = false;
@@ -105,7 +106,9 @@ int graphImport(std::span<const std::string> a) {
   const Config config = loadConfig(config_path);
   std::vector<graph::RecordedRank> recs;
   for (const auto& f : files) {
-    recs.push_back(format == "kineto" ? graph::readKinetoTrace(f) : graph::readChakraTrace(f));
+    recs.push_back(format == "kineto"   ? graph::readKinetoTrace(f)
+                   : format == "chakra" ? graph::readChakraTrace(f)
+                                        : graph::readNcclRecording(f));
     const auto& r = recs.back();
     fmt::print("{}: rank {}, {} ops, {} communicators\n", f, r.rank, r.ops.size(), r.comms.size());
     for (const auto& n : r.notes) fmt::print("  note: {}\n", n);

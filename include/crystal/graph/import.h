@@ -63,6 +63,14 @@ RecordedRank recordingOf(const Graph& g, std::int32_t rank);
 RecordedRank parseKinetoTrace(std::string_view json, const std::string& source);
 RecordedRank readKinetoTrace(const std::string& path);
 
+// A record-mode file (CRYSTAL_RECORD, written by the ncclProfiler_v5 table of
+// libnccl-net-crystal.so): every NCCL call of one process. Communicators are known by size
+// and the rank's place in them (NCCL does not tell the members). It holds no compute time:
+// the graph gets the communication and its streams, and a note says so. Throws InputError
+// naming `source` and the line.
+RecordedRank parseNcclRecording(std::string_view text, const std::string& source);
+RecordedRank readNcclRecording(const std::string& path);
+
 // MLCommons Chakra execution trace (.et: varint-length-delimited protobuf messages,
 // GlobalMetadata first, then Nodes) of one rank. The rank is the metadata's "rank" attribute
 // or the number before ".et" in the file name. Throws InputError naming `source` and the

@@ -1,0 +1,212 @@
+#include "plugin/profiler/recorder.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unistd.h>
+#include <unordered_map>
+
+#include <fmt/core.h>
+
+namespace crystal::profiler {
+namespace {
+
+using namespace crystal::nccl;
+
+std::int64_t nowNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string quoted(const char* s) {
+  std::string out = "\"";
+  for (const char* p = s == nullptr ? "" : s; *p != '\0'; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+// The process's recording file, opened by the first communicator that records.
+class RecordFile {
+ public:
+  bool open(ncclDebugLogger_t log) {
+    std::lock_guard lock(mu_);
+    if (file_ != nullptr) return true;
+    const char* where = std::getenv("CRYSTAL_RECORD");
+    if (where == nullptr || *where == '\0') return false;
+    std::string path = where;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      path += fmt::format("/crystal-record.{}.jsonl", ::getpid());
+    else if (const auto at = path.find("%p"); at != std::string::npos)
+      path.replace(at, 2, std::to_string(::getpid()));
+    file_ = std::fopen(path.c_str(), "w");
+    if (file_ == nullptr) {
+      if (log != nullptr)
+        log(NCCL_LOG_WARN, kSubsysInit, __FILE__, __LINE__,
+            "crystal record: cannot write CRYSTAL_RECORD file %s; not recording", path.c_str());
+      return false;
+    }
+    // The rank in the target: launchers export it (torchrun: RANK).
+    const char* rank = std::getenv("CRYSTAL_RANK");
+    if (rank == nullptr) rank = std::getenv("RANK");
+    std::fprintf(file_, "{\"crystal_record\":1,\"rank\":%s,\"pid\":%d}\n",
+                 rank != nullptr && *rank != '\0' ? quoted(rank).c_str() : "null", ::getpid());
+    std::fflush(file_);
+    return true;
+  }
+
+  void line(const std::string& s) {
+    std::lock_guard lock(mu_);
+    if (file_ == nullptr) return;
+    std::fputs(s.c_str(), file_);
+    std::fputc('\n', file_);
+  }
+
+  void flush() {
+    std::lock_guard lock(mu_);
+    if (file_ != nullptr) std::fflush(file_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* file_ = nullptr;
+};
+
+RecordFile& recordFile() {
+  static RecordFile f;  // lives until exit: proxy threads may report late
+  return f;
+}
+
+struct Context {
+  std::string comm;  // hash, hex
+};
+
+struct Event {
+  std::uint64_t id;
+  std::int64_t parent;
+  std::int64_t t0;
+  const Context* ctx;
+  std::string fields;  // JSON members known at start
+};
+
+std::atomic<std::uint64_t> g_next_id{0};
+std::mutex g_live_mu;
+std::unordered_map<const void*, std::uint64_t>& liveEvents() {
+  static std::unordered_map<const void*, std::uint64_t> m;
+  return m;
+}
+
+std::string describe(const ncclProfilerEventDescr_v5_t& d) {
+  switch (d.type) {
+    case ncclProfileGroupApi:
+      return fmt::format("\"ev\":\"group_api\",\"depth\":{},\"graph\":{}", d.groupApi.groupDepth,
+                         d.groupApi.graphCaptured);
+    case ncclProfileCollApi:
+      return fmt::format("\"ev\":\"coll_api\",\"func\":{},\"count\":{},\"dtype\":{},\"root\":{},"
+                         "\"stream\":\"{}\",\"graph\":{}", quoted(d.collApi.func), d.collApi.count,
+                         quoted(d.collApi.datatype), d.collApi.root, d.collApi.stream,
+                         d.collApi.graphCaptured);
+    case ncclProfileP2pApi:
+      return fmt::format("\"ev\":\"p2p_api\",\"func\":{},\"count\":{},\"dtype\":{},\"stream\":\"{}\","
+                         "\"graph\":{}", quoted(d.p2pApi.func), d.p2pApi.count,
+                         quoted(d.p2pApi.datatype), d.p2pApi.stream, d.p2pApi.graphCaptured);
+    case ncclProfileColl:
+      return fmt::format("\"ev\":\"coll\",\"seq\":{},\"func\":{},\"count\":{},\"dtype\":{},"
+                         "\"root\":{},\"algo\":{},\"proto\":{},\"channels\":{}", d.coll.seqNumber,
+                         quoted(d.coll.func), d.coll.count, quoted(d.coll.datatype), d.coll.root,
+                         quoted(d.coll.algo), quoted(d.coll.proto), d.coll.nChannels);
+    case ncclProfileP2p:
+      return fmt::format("\"ev\":\"p2p\",\"func\":{},\"count\":{},\"dtype\":{},\"peer\":{},"
+                         "\"channels\":{}", quoted(d.p2p.func), d.p2p.count,
+                         quoted(d.p2p.datatype), d.p2p.peer, d.p2p.nChannels);
+    default:
+      return {};
+  }
+}
+
+ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* commName,
+                  int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) noexcept {
+  try {
+    *context = nullptr;
+    *mask = 0;
+    if (!recordFile().open(logfn)) return ncclSuccess;
+    auto ctx = std::make_unique<Context>();
+    ctx->comm = fmt::format("{:016x}", commId);
+    recordFile().line(fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
+                                  "\"rank\":{},\"t\":{}}}", ctx->comm, quoted(commName), nNodes,
+                                  nranks, rank, nowNs()));
+    *mask = static_cast<int>(ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
+                             ncclProfileColl | ncclProfileP2p);
+    *context = ctx.release();
+  } catch (...) {
+    *mask = 0;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) noexcept {
+  *handle = nullptr;
+  if (context == nullptr || d == nullptr) return ncclSuccess;
+  try {
+    std::string fields = describe(*d);
+    if (fields.empty()) return ncclSuccess;
+    auto ev = std::make_unique<Event>();
+    ev->id = g_next_id++;
+    ev->t0 = nowNs();
+    ev->ctx = static_cast<const Context*>(context);
+    ev->fields = std::move(fields);
+    {
+      std::lock_guard lock(g_live_mu);
+      const auto it = liveEvents().find(d->parentObj);
+      ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
+      liveEvents().emplace(ev.get(), ev->id);
+    }
+    *handle = ev.release();
+  } catch (...) {
+    *handle = nullptr;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t stopEvent(void* handle) noexcept {
+  if (handle == nullptr) return ncclSuccess;
+  std::unique_ptr<Event> ev(static_cast<Event*>(handle));
+  try {
+    {
+      std::lock_guard lock(g_live_mu);
+      liveEvents().erase(ev.get());
+    }
+    recordFile().line(fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
+                                  ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
+  } catch (...) {
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t recordEventState(void*, ncclProfilerEventState_v5_t, ncclProfilerEventStateArgs_v5_t*) noexcept {
+  return ncclSuccess;
+}
+
+ncclResult_t finalize(void* context) noexcept {
+  delete static_cast<Context*>(context);
+  recordFile().flush();
+  return ncclSuccess;
+}
+
+const ncclProfiler_v5_t kTable{"crystal", init, startEvent, stopEvent, recordEventState, finalize};
+
+}  // namespace
+
+const nccl::ncclProfiler_v5_t& profilerV5() { return kTable; }
+
+}  // namespace crystal::profiler
