@@ -6,7 +6,6 @@
 
 #include "cli/command.h"
 #include "cli/graph_import.h"
-#include "cli/graph_import.h"
 #include "crystal/base/error.h"
 #include "crystal/graph/graph.h"
 #include "graph/rank_summary.h"
@@ -20,8 +19,6 @@ constexpr std::string_view kUsage =
     "       crystal graph inspect CONFIG|FILE [--rank R]\n"
     "       crystal graph validate CONFIG|FILE [--naive]\n"
     "       crystal graph import {kineto,chakra,nccl} TRACE... --config CONFIG [-o FILE [--json]]\n"
-    "       crystal graph export chakra CONFIG|FILE -o PREFIX [--ranks all|R,R,...]\n"
-    "       crystal graph import {kineto,chakra} TRACE... --config CONFIG [-o FILE [--json]]\n"
     "       crystal graph export chakra CONFIG|FILE -o PREFIX [--ranks all|R,R,...]\n"
     "CONFIG is YAML (.yaml/.yml); FILE is a graph written by expand (binary, or JSON with "
     "--json).\n";
@@ -137,8 +134,6 @@ int graphCommand(std::span<const std::string> args) {
   if (args[1] == "expand") return expand(rest);
   if (args[1] == "inspect") return inspect(rest);
   if (args[1] == "validate") return validate(rest);
-  if (args[1] == "import") return graphImport(rest);
-  if (args[1] == "export") return graphExport(rest);
   if (args[1] == "import") return graphImport(rest);
   if (args[1] == "export") return graphExport(rest);
   throw InputError(fmt::format("graph: unknown subcommand '{}'\n{}", args[1], kUsage));
