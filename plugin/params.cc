@@ -25,6 +25,11 @@ constexpr Param kParams[] = {
     {"CRYSTAL_DATA", "",
      "Data virtual senders deliver: mirror, zero or none; overrides emulation.data (default "
      "mirror)."},
+    {"CRYSTAL_RECORD", "",
+     "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
+     "that the profiler writes every NCCL call to. Unset: no recording."},
+    {"CRYSTAL_RANK", "",
+     "Global rank written into a recording; unset: RANK (torchrun's)."},
 };
 
 const Param& find(std::string_view name) {

@@ -56,7 +56,8 @@ class RecordFile {
             "crystal record: cannot write CRYSTAL_RECORD file %s; not recording", path.c_str());
       return false;
     }
-    // The rank in the target: launchers export it (torchrun: RANK).
+    // The rank in the target: launchers export it (torchrun: RANK). CRYSTAL_RECORD and
+    // CRYSTAL_RANK are registered (name, doc) in plugin/params.cc with the other knobs.
     const char* rank = std::getenv("CRYSTAL_RANK");
     if (rank == nullptr) rank = std::getenv("RANK");
     std::fprintf(file_, "{\"crystal_record\":1,\"rank\":%s,\"pid\":%d}\n",
