@@ -212,7 +212,8 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       id.ordinal = lc.hello.ordinal;
       id.graph = lc.hello.graph;
       auto link = lc.ctx()->virtualLink(id, lc.dev());
-      // The stream stays with the host; nothing is read from it on the data path.
+      link->watchHost(fd.release());  // EOF on it: the host (and the virtual sender) is gone
+      // The stream stays open with the host; the data path only watches it for EOF.
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
                                                   lc.hello.sender_rank);
       *recvComm = HandleTable::instance().insert(std::move(vc));

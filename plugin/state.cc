@@ -59,7 +59,7 @@ std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
   for (int j = 0; j < p.period; ++j) chain.push_back(hopOf(p.position + j));
   // period 1: the previous member is a copy of the real rank, over the same kind of link.
   return std::make_shared<live::RingChannel>(std::move(chain), hopOf(p.position - 1 + ppn),
-                                             kRingSlicesPerStep, p.busy);
+                                             kRingSlicesPerStep, p.busy, p.connected);
 }
 
 std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c, int dev) {
@@ -78,6 +78,7 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     RingPlan& p = planFor(c);
     RingPlan::Channel& ch = p.channels[c.ordinal];
     bool& side = c.send ? ch.has_send : ch.has_recv;
+    if (!ch.ring) p.connected->fetch_add(1, std::memory_order_relaxed);
     if (!ch.ring || side) ch = RingPlan::Channel{makeChannel(p)};  // new ring set-up
     (c.send ? ch.has_send : ch.has_recv) = true;
     return std::make_shared<live::VirtualLink>(ch.ring);

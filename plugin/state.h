@@ -60,6 +60,7 @@ struct NetContext {
     int period = 1;
     int position = 0;  // the real rank's ring position in its node
     std::shared_ptr<std::atomic<int>> busy = std::make_shared<std::atomic<int>>(0);
+    std::shared_ptr<std::atomic<int>> connected = std::make_shared<std::atomic<int>>(0);
     struct Channel {
       std::shared_ptr<live::RingChannel> ring;
       bool has_send = false, has_recv = false;

@@ -122,6 +122,11 @@ void VirtualRecvComm::planDelivery(Request& r) {
 }
 
 bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
+  if (!link_->hostAlive(now))
+    throw PluginError(Errc::Remote,
+                      fmt::format("receive from virtual rank {}: the emulation host closed its "
+                                  "stream (host gone); this communicator cannot continue",
+                                  peer_rank_));
   if (r.due == Request::kUnknown) {
     auto due = link_->recvArrival(r.step, r.posted, r.bytes, now);
     if (!due) return false;

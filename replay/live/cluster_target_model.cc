@@ -168,8 +168,8 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
   const double nvl_all = m.nvlStep(Proto::Simple, kMany, c.shape).bandwidth_GBps * kMany;
   const double net_all = m.netStep(Proto::Simple, kMany, net_shape).bandwidth_GBps * kMany;
   c.ring_nvl = RingHop{c.nvl.latency_ns, nvl_all > 0 ? 1.0 / nvl_all : c.nvl.ns_per_byte, 0.0};
-  c.ring_net =
-      RingHop{c.net.latency_ns, net_all > 0 ? 1.0 / net_all : c.net.ns_per_byte, c.net.ns_per_byte};
+  c.ring_net = RingHop{c.net.latency_ns, net_all > 0 ? 1.0 / net_all : c.net.ns_per_byte,
+                      c.net.ns_per_byte, c.nics_used};
   return c;
 }
 

@@ -1,5 +1,10 @@
 #include "crystal/live/link_timing.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 
 #include "crystal/live/ring_timing.h"
@@ -19,6 +24,25 @@ TimeNs PortQueue::freeAt() const noexcept {
 }
 
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring) : ring_(std::move(ring)) {}
+
+VirtualLink::~VirtualLink() {
+  if (host_fd_ >= 0) ::close(host_fd_);
+}
+
+void VirtualLink::watchHost(int fd) {
+  if (host_fd_ >= 0) ::close(host_fd_);
+  host_fd_ = fd;
+}
+
+bool VirtualLink::hostAlive(TimeNs now) {
+  if (host_fd_ < 0 || !host_alive_ || now < next_check_) return host_alive_;
+  next_check_ = now + kHostCheckNs;
+  char byte = 0;
+  const ssize_t n = ::recv(host_fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    host_alive_ = false;
+  return host_alive_;
+}
 
 TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes) {
   if (ring_) return ring_->postSend(now, bytes);

@@ -6,12 +6,14 @@
 namespace crystal::live {
 
 RingChannel::RingChannel(std::vector<RingHop> chain, RingHop in, int slices,
-                         std::shared_ptr<std::atomic<int>> busy)
+                         std::shared_ptr<std::atomic<int>> busy,
+                         std::shared_ptr<std::atomic<int>> connected)
     : period_(static_cast<int>(chain.size())),
       slices_(std::max(1, slices)),
       chain_(std::move(chain)),
       in_(in),
       busy_(busy ? std::move(busy) : std::make_shared<std::atomic<int>>(0)),
+      connected_(connected ? std::move(connected) : std::make_shared<std::atomic<int>>(0)),
       free_at_(chain_.size() + 1, 0),
       posted_(kWindow, 0),
       bytes_(kWindow, 0),
@@ -43,7 +45,8 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes) {
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                              std::uint64_t bytes) {
   const TimeNs start = std::max(ready, free_at);
-  free_at = start + hop.occupancy(bytes, busy_->load(std::memory_order_relaxed));
+  free_at = start + hop.occupancy(bytes, busy_->load(std::memory_order_relaxed),
+                                 connected_->load(std::memory_order_relaxed));
   return free_at + hop.latency_ns;
 }
 

@@ -1,6 +1,8 @@
 // The live timing model: port serialisation, latency overlap, the ring recurrence of
 // RingChannel (crystal/live/ring_timing.h) on small hand-checked cases.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "crystal/live/link_timing.h"
 #include "crystal/live/ring_timing.h"
@@ -79,6 +81,20 @@ TEST(RingTiming, ReceiveWithoutItsSendIsBoundedByTheStallRule) {
   const TimeNs silence = RingChannel::kStallSteps * step + RingChannel::kStallSlackNs;
   EXPECT_FALSE(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence).has_value());
   EXPECT_EQ(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence + 1), 10'000 + step);
+}
+
+TEST(LinkTiming, HostStreamEofMeansTheVirtualSenderIsGone) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  VirtualLink l(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
+  l.watchHost(sv[0]);  // owned by the link from now on
+  EXPECT_TRUE(l.hostAlive(0));
+  ::close(sv[1]);                                            // the host dies
+  EXPECT_TRUE(l.hostAlive(VirtualLink::kHostCheckNs - 1));   // not looked at yet
+  EXPECT_FALSE(l.hostAlive(VirtualLink::kHostCheckNs));
+  EXPECT_FALSE(l.hostAlive(10 * VirtualLink::kHostCheckNs));  // and stays gone
+  VirtualLink unwatched(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
+  EXPECT_TRUE(unwatched.hostAlive(0));
 }
 
 TEST(LinkTiming, BuiltInTargetLinkOfTheClosedFormModel) {

@@ -71,10 +71,25 @@ class VirtualLink {
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] bool isRing() const { return ring_ != nullptr; }
 
+  // The emulation host's stream that opened this connection (a virtual sender's Hello),
+  // owned from now on. The host keeps it open while the communicator lives; EOF means the
+  // host is gone and the virtual sender with it.
+  void watchHost(int fd);
+  // False once the watched stream reached EOF or failed; looks at most every
+  // kHostCheckNs (one compare otherwise). Always true without a watched stream.
+  static constexpr TimeNs kHostCheckNs = 20'000'000;
+  [[nodiscard]] bool hostAlive(TimeNs now);
+  ~VirtualLink();
+  VirtualLink(const VirtualLink&) = delete;
+  VirtualLink& operator=(const VirtualLink&) = delete;
+
  private:
   LinkParams params_;
   std::shared_ptr<PortQueue> port_;
   std::shared_ptr<RingChannel> ring_;
+  int host_fd_ = -1;
+  TimeNs next_check_ = 0;
+  bool host_alive_ = true;
 };
 
 }  // namespace crystal::live

@@ -39,12 +39,19 @@ namespace crystal::live {
 // One link a ring member sends over. A channel gets an equal share of it while `busy`
 // channels of the ring are in an operation, never more than `one_ns_per_byte` allows (one
 // channel drives one NIC): the model's per-channel bandwidth min(link / channels, cap).
+// A ring the real NCCL built with fewer channels (`connected`) than the link has ports
+// (`ports`, the NICs) lets each channel stand for ports / connected of them: the target's
+// NCCL would have used more channels, and the link, not one port, is what it has.
 struct RingHop {
   TimeNs latency_ns = 0;
   double link_ns_per_byte = 0;  // whole link (NVLink of a GPU, the NICs a node's members drive)
   double one_ns_per_byte = 0;   // one channel's cap (a NIC port), 0 = none
-  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy) const noexcept {
-    const double per_byte = std::max(link_ns_per_byte * std::max(1, busy), one_ns_per_byte);
+  int ports = 1;                // ports the link is made of
+  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int connected = 0) const noexcept {
+    const double stand_for =
+        connected > 0 ? std::max(1.0, static_cast<double>(ports) / connected) : 1.0;
+    const double per_byte =
+        std::max(link_ns_per_byte * std::max(1, busy), one_ns_per_byte / stand_for);
     return static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
   }
 };
@@ -59,8 +66,10 @@ class RingChannel {
   // link (chain[p-1] sends to the real rank). With p = 1, chain[0] is the send link and `in`
   // the link into the real rank. `slices`: units per ring step (Simple: chunkSteps /
   // sliceSteps = 2). `busy`: channels of this ring with receives outstanding (shared).
+  // `connected`: ring channels the real rank's NCCL connected (shared; null = unknown).
   RingChannel(std::vector<RingHop> chain, RingHop in, int slices,
-              std::shared_ptr<std::atomic<int>> busy);
+              std::shared_ptr<std::atomic<int>> busy,
+              std::shared_ptr<std::atomic<int>> connected = nullptr);
 
   [[nodiscard]] int period() const { return period_; }
 
@@ -94,6 +103,7 @@ class RingChannel {
   std::vector<RingHop> chain_;
   RingHop in_;
   std::shared_ptr<std::atomic<int>> busy_;
+  std::shared_ptr<std::atomic<int>> connected_;
   bool in_op_ = false;
   std::vector<TimeNs> free_at_;  // [pos]: the channel's share of pos's link is free; [p]: in_
   std::uint64_t sends_ = 0;        // units the real rank has sent
