@@ -11,6 +11,10 @@
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
 //          --init-only 1 (create the communicators, destroy them, exit)
 // Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups.
+// Never hangs: it waits for the GPU by polling, checks every communicator's async error
+// (an NCCL error from the plugin, e.g. the emulation host gone) and gives up after
+// WAIT_TIMEOUT seconds (default 120) per measurement; then it aborts the communicators and
+// exits 6 (NCCL error) or 7 (timeout) with one line saying why.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sys/stat.h>
@@ -140,6 +144,43 @@ bool verifyRealPeer(ncclComm_t comm, int rank, int peer, cudaStream_t s) {
   return bad == 0;
 }
 
+// Waits for `ev` like cudaEventSynchronize, but returns false (after printing why and
+// aborting the communicators) on an NCCL async error or after `timeout_s`.
+int waitOrFail(cudaEvent_t ev, const std::vector<std::pair<std::string, ncclComm_t>>& comms,
+               int rank, double timeout_s) {
+  const double t0 = now();
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) return 0;
+    if (q != cudaErrorNotReady) {
+      std::printf("hybrid_nccl: rank %d: CUDA error while waiting: %s\n", rank,
+                  cudaGetErrorString(q));
+      std::fflush(stdout);
+      return 3;
+    }
+    for (const auto& [name, comm] : comms) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) continue;
+      if (async != ncclSuccess && async != ncclInProgress) {
+        std::printf("hybrid_nccl: rank %d: NCCL error on comm %s after %.3f s: %s (%d): %s\n",
+                    rank, name.c_str(), now() - t0, ncclGetErrorString(async),
+                    static_cast<int>(async), ncclGetLastError(comm));
+        std::fflush(stdout);
+        for (const auto& c : comms) ncclCommAbort(c.second);
+        return 6;
+      }
+    }
+    if (now() - t0 > timeout_s) {
+      std::printf("hybrid_nccl: rank %d: no completion after %.0f s (hang); aborting\n", rank,
+                  timeout_s);
+      std::fflush(stdout);
+      for (const auto& c : comms) ncclCommAbort(c.second);
+      return 7;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 std::vector<std::string> splitList(const std::string& s) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -182,6 +223,7 @@ int main(int argc, char** argv) {
   }
   const int rank = envInt("RANK", 0), n = envInt("NRANKS", 64);
   const int real_peer = envInt("REAL_PEER", -1);
+  const double wait_s = envInt("WAIT_TIMEOUT", 120);
   const char* idf = std::getenv("ID_FILE");
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
@@ -244,7 +286,7 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(e0, s));
         for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e1, s));
-        CUDA_OK(cudaEventSynchronize(e1));
+        if (const int rc = waitOrFail(e1, comms, rank, wait_s); rc != 0) return rc;
         float ms = 0;
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;

@@ -3,7 +3,13 @@
 #   tests/gpu/hybrid/run_device.sh CASE [hybrid_nccl options...]
 # CASE: build | one (rank 0 real, 63 virtual) | two (ranks 0,1 real, verified bytes) |
 #       rank5 (only rank 5 real) | split (world + 8 groups of 8, alternately) |
-#       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast)
+#       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast) |
+#       kill (the host is killed mid-collective: the real rank must fail with a clear NCCL
+#       error within CRYSTAL_TIMEOUT, no hang) |
+#       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
+#       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
+# Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
+#   OPS, ITERS, CRYSTAL_DATA (default zero: no copies of real bytes for virtual peers).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -49,6 +55,67 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
   return $rc
 }
 
+PROTO=${PROTO-Simple}
+[ -n "$PROTO" ] && export NCCL_PROTO=$PROTO
+export CRYSTAL_DATA=${CRYSTAL_DATA:-zero}
+# Every case with its prediction; appends to $OUT/summary.md. Each case has its own time
+# limit, so one that hangs cannot take the others with it.
+run_all() {
+  local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall}
+  local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-5}"
+  local self=$PWD/tests/gpu/hybrid/run_device.sh
+  local sweep=(-b 1K -e 1G -f 4 ${PROTO:+--proto $PROTO})
+  {
+    echo "# Hybrid emulation vs crystal simulate ($(date -u +%FT%TZ))"
+    echo
+    echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA; emulated = hybrid_nccl's"
+    echo "average over ${ITERS:-5} iterations after 2 warm-ups on the real rank; model ="
+    echo "\`crystal simulate CONFIG --sweep\` for the same communicator; diff = (emulated - model) / model."
+    echo
+  } >"$S"
+  local t_all=$(date +%s)
+  run_case() {  # run_case NAME LIMIT_S ARGS...
+    local name=$1 limit=$2; shift 2
+    local t0=$(date +%s%N)
+    EMULATE_TIMEOUT=$limit timeout -k 5 $((limit + 20)) "$self" "$name" "$@" >"$OUT/$name.txt" 2>&1
+    local rc=$?
+    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|no completion' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
+  }
+  rm -f "$OUT/cases.md"
+  local cfg64 cfg8k
+  cfg64=$(case_name=one config 0); cfg8k=$(case_name=big config 0)
+  $B/cli/crystal simulate "$cfg64" --sweep --op "$ops" "${sweep[@]}" --ranks 64 --json "$OUT/model-64.json" >"$OUT/model-64.txt" 2>&1
+  $B/cli/crystal simulate "$cfg64" --sweep --op "$ops" "${sweep[@]}" --ranks 8 --json "$OUT/model-8.json" >"$OUT/model-8.txt" 2>&1
+  $B/cli/crystal simulate "$cfg8k" --sweep --op allreduce -b 1G -e 1G ${PROTO:+--proto $PROTO} --ranks 8192 --json "$OUT/model-8192.json" >"$OUT/model-8192.txt" 2>&1
+  run_case one 120 --ops "$ops" $sizes $it
+  run_case rank5 60 --ops allreduce,allgather,reducescatter $sizes $it
+  run_case two 60 --ops allreduce,allgather,sendrecv --min 1024 --max 67108864 --step 16 $it
+  run_case split 60 --ops allreduce,allgather --min 1024 --max 67108864 --step 16 $it
+  run_case big 60 --ops allreduce --min 1073741824 --max 1073741824 --iters 2
+  run_case kill 45
+  run_case nohost 20
+  {
+    echo "## Cases"
+    echo
+    echo "| case | exit | wall | key lines |"
+    echo "|---|---|---|---|"
+    cat "$OUT/cases.md"
+    echo
+    echo "## Emulated vs model (us)"
+    echo
+    echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
+    echo "|---|---|---|---|---|---|---|---|"
+    python3 tests/gpu/hybrid/compare.py one "$OUT/one.txt" world="$OUT/model-64.json"
+    python3 tests/gpu/hybrid/compare.py rank5 "$OUT/rank5.txt" world="$OUT/model-64.json"
+    python3 tests/gpu/hybrid/compare.py two "$OUT/two-rank0.txt" world="$OUT/model-64.json"
+    python3 tests/gpu/hybrid/compare.py split "$OUT/split.txt" world="$OUT/model-64.json" split="$OUT/model-8.json"
+    python3 tests/gpu/hybrid/compare.py big "$OUT/big.txt" world="$OUT/model-8192.json"
+    echo
+    echo "Total $(( $(date +%s) - t_all )) s after the build."
+  } >>"$S"
+  cat "$S"
+}
+
 export NCCL_DEBUG=${NCCL_DEBUG:-INFO}
 export NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET,BOOTSTRAP,GRAPH,ENV}
 export NCCL_DEBUG_FILE="$OUT/nccl-$case_name.%h.%p.log"
@@ -72,5 +139,22 @@ case "$case_name" in
            RANK=1 NRANKS=64 ID_ROOT=0 REAL_PEER=0 $P $* > $OUT/two-rank1.txt 2>&1 & b=\$!
            wait \$a; ra=\$?; wait \$b; rb=\$?; exit \$((ra|rb))"
          rc=$?; tail -n 30 "$OUT/two-rank0.txt" "$OUT/two-rank1.txt"; exit $rc ;;
+  kill)  # allreduce 64 MiB for a long time; the host dies after the first results
+         cfg=$(config 0); log=$OUT/kill-rank0.txt; rm -f "$log"
+         CRYSTAL_TIMEOUT=${CRYSTAL_TIMEOUT:-30}  # emulation.timeout_s of hybrid64.yaml
+         $B/cli/crystal emulate "$cfg" --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
+           bash -c "RANK=0 NRANKS=64 WAIT_TIMEOUT=60 $P --ops allreduce --min 67108864 \
+                    --max 67108864 --iters 100000 > $log 2>&1; echo rc=\$? >> $log" \
+           > "$OUT/kill-emulate.txt" 2>&1 & epid=$!
+         for i in $(seq 600); do grep -q "^comm" "$log" 2>/dev/null && break; sleep 0.1; done
+         sleep 2  # warm-ups done, measured iterations running
+         t0=$(date +%s%N); kill -9 $epid; echo "host (crystal emulate, pid $epid) killed"
+         for i in $(seq 300); do grep -q "^rc=" "$log" 2>/dev/null && break; sleep 0.1; done
+         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+         tail -n 5 "$log"
+         rc=$(sed -n 's/^rc=//p' "$log")
+         echo "kill: program rc=${rc:-none (still running: HANG)} ${ms} ms after the host died (CRYSTAL_TIMEOUT=$CRYSTAL_TIMEOUT)"
+         [ -n "$rc" ] && [ "$rc" != 0 ] ;;
+  all)   run_all ;;
   *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Emulated times (hybrid_nccl's table) beside `crystal simulate --sweep`'s prediction.
+
+usage: compare.py CASE HYBRID_OUTPUT COMM=MODEL_JSON [COMM=MODEL_JSON ...]
+Prints markdown rows: | case | comm | op | bytes | emulated us | model us | model pick | diff % |
+for every line of HYBRID_OUTPUT ("comm op bytes avg_us algbw") whose comm has a model file,
+matched to the model row of the same op and nearest size (within 10 %). Rows without a model
+row say so; nothing is dropped silently.
+"""
+import json
+import re
+import sys
+
+LINE = re.compile(r"^(\S+)\s+(allreduce|allgather|reducescatter|broadcast|sendrecv|alltoall)"
+                  r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+\s*$")
+
+
+def load_model(path):
+    with open(path) as f:
+        return json.load(f)["results"]
+
+
+def nearest(rows, op, size):
+    best = None
+    for r in rows:
+        if r["op"] != op:
+            continue
+        d = abs(r["size"] - size) / max(size, 1)
+        if d <= 0.10 and (best is None or d < best[0]):
+            best = (d, r)
+    return best[1] if best else None
+
+
+def main(argv):
+    if len(argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    case, hybrid = argv[1], argv[2]
+    models = {}
+    for spec in argv[3:]:
+        comm, _, path = spec.partition("=")
+        try:
+            models[comm] = load_model(path)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"| {case} | {comm} | model file {path} unreadable: {e} | | | | | |")
+    try:
+        lines = open(hybrid, errors="replace").read().splitlines()
+    except OSError as e:
+        print(f"| {case} | - | no output ({e}) | | | | | |")
+        return 1
+    rows = 0
+    for line in lines:
+        m = LINE.match(line.strip())
+        if not m:
+            continue
+        comm, op, size, us = m.group(1), m.group(2), int(m.group(3)), float(m.group(4))
+        if comm not in models:
+            continue
+        r = nearest(models[comm], op, size)
+        rows += 1
+        if r is None:
+            print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | (no model row) | | |")
+            continue
+        diff = 100.0 * (us - r["time"]) / r["time"] if r["time"] > 0 else float("nan")
+        pick = f"{r.get('algo', '?')}/{r.get('proto', '?')}/{r.get('channels', '?')}"
+        print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | {r['time']:.1f} | {pick} | "
+              f"{diff:+.1f} |")
+    if rows == 0:
+        print(f"| {case} | - | no timing lines in {hybrid} | | | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
