@@ -8,6 +8,7 @@
 
 #include "crystal/live/clock.h"
 #include "crystal/live/handle.h"
+#include "crystal/live/ring_timing.h"
 #include "net_api.h"
 
 namespace {
@@ -90,6 +91,41 @@ void BM_TestNotYetDue(benchmark::State& state) {
   state.counters["still_pending"] = done ? 0 : 1;
 }
 BENCHMARK(BM_TestNotYetDue)->Iterations(2000);
+
+// One unit of a ring channel of a 64-rank communicator (8 per node: 6 virtual members
+// between next and prev): the real rank's send, the receive's post and its arrival, which
+// runs the model's recurrence for the virtual members. Virtual clock: no waiting.
+void BM_RingUnitSendRecv(benchmark::State& state) {
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1}, netw{14000, 1.0 / 400, 1.0 / 50, 8};
+  std::vector<live::RingHop> chain(7, nvl);
+  chain.push_back(netw);
+  live::RingChannel ring(chain, netw, 2, std::make_shared<std::atomic<int>>(16),
+                         std::make_shared<std::atomic<int>>(16));
+  live::TimeNs now = 0;
+  std::uint64_t u = 0;
+  ring.postRecv(u, now, true);
+  for (auto _ : state) {
+    ring.postRecv(u + 4, now, false);
+    benchmark::DoNotOptimize(ring.postSend(now, 512 << 10));
+    benchmark::DoNotOptimize(ring.recvArrival(u, now, 512 << 10, now));
+    now += 2000;
+    ++u;
+  }
+  state.counters["target_ns"] = 1000;
+}
+BENCHMARK(BM_RingUnitSendRecv);
+
+// test() of a ring receive whose unit the real rank has not sent yet: a lock, a compare
+// and the stall check (the proxy polls this while the GPU works on the previous step).
+void BM_RingRecvNotYetKnown(benchmark::State& state) {
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1};
+  live::RingChannel ring({nvl}, nvl, 2, nullptr, nullptr);
+  ring.postRecv(0, 0, true);
+  (void)ring.postSend(0, 4096);
+  for (auto _ : state) benchmark::DoNotOptimize(ring.recvArrival(1, 0, 4096, 100));
+  state.counters["target_ns"] = 100;
+}
+BENCHMARK(BM_RingRecvNotYetKnown);
 
 }  // namespace
 
