@@ -1,4 +1,4 @@
-// libFuzzer: decode of NCCL handle bytes (128) and of the Hello (24) that opens a stream to
+// libFuzzer: decode of NCCL handle bytes (128) and of the Hello (40) that opens a stream to
 // a listener. Any input must decode or raise PluginError; never crash or read out of bounds.
 #include <cstddef>
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "crystal/model/nccl_model.h"
@@ -175,6 +176,29 @@ TEST(RingEmulation, FewerRealChannelsThanTheTarget) {
 TEST(RingEmulation, EightThousandRanksWithinTwoPercent) {
   expectWithin({Func::AllReduce, 1024 * MiB, 8192}, 0.02);
   expectWithin({Func::AllGather, 1024 * MiB, 8192}, 0.02);
+}
+
+// The identity comes over the wire from the host: out of range is refused, not trusted.
+TEST(RingEmulation, ConnectionIdentityOutOfRangeIsRefused) {
+  plugin::PluginState::get().configure(targetOf(8));
+  void* ctx = nullptr;
+  ASSERT_EQ(plugin::net::init(&ctx, 0x99, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  for (const auto& [self, peer, nranks] :
+       std::vector<std::tuple<int, int, int>>{{9, 1, 4}, {0, 7, 4}, {0, 1, -3}, {0, 1, 1 << 30}}) {
+    live::NetHandle h;
+    h.kind = live::HandleKind::VirtualPeer;
+    h.comm_id = 0x99;
+    h.self_rank = self;
+    h.rank = peer;
+    h.nranks = nranks;
+    h.distance = 1;
+    h.graph = live::kGraphRing;
+    void* send = nullptr;
+    EXPECT_EQ(plugin::net::connect(ctx, 0, &h, &send, nullptr), nccl::ncclInvalidArgument)
+        << "self " << self << " peer " << peer << " nranks " << nranks;
+    EXPECT_EQ(send, nullptr);
+  }
+  EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
 }
 
 }  // namespace
