@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
 #include "crystal/control/emulation_host.h"
@@ -84,6 +85,8 @@ pid_t startRank(const std::vector<std::string>& argv, const control::EnvList& en
 }
 
 int runEmulate(std::span<const std::string> args) {
+  // An NCCL-tests binary gets its table restated for the target too (docs/nccl-tests.md).
+  if (const int rc = emulateNcclTests(args); rc >= 0) return rc;
   std::string config_path, plugin, store_listen;
   double store_timeout_s = -1;
   int gpus = 0;

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
 #include "crystal/sweep/nccl_tests_table.h"
@@ -39,6 +41,9 @@ constexpr std::string_view kUsage =
     "  --from LOG    read a saved NCCL-tests output instead of running CMD\n"
     "  --op OP       the test, when neither the output nor CMD names it\n"
     "  other options before -- go to `crystal emulate` (--listen, --split, --plugin, ...)\n";
+
+// Set in the `crystal emulate` child this command starts, so it does not hand back to us.
+constexpr const char* kEnvInner = "CRYSTAL_NCCL_TESTS_INNER";
 
 volatile sig_atomic_t g_emulate_pid = 0;
 void forwardSignal(int sig) {
@@ -73,6 +78,7 @@ int runEmulateTee(const std::vector<std::string>& emulate_args, std::string& out
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    ::setenv(kEnvInner, "1", 1);  // that `crystal emulate` runs CMD itself
     ::dup2(fds[1], STDOUT_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);
@@ -201,6 +207,21 @@ int runNcclTests(std::span<const std::string> args) {
 }
 
 }  // namespace
+
+int emulateNcclTests(std::span<const std::string> args) {
+  const char* inner = std::getenv(kEnvInner);
+  if (inner != nullptr && *inner != '\0') return -1;
+  std::vector<std::string> cmd;
+  for (std::size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--") {
+      cmd.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    }
+  if (!opInCommand(cmd)) return -1;
+  std::vector<std::string> as_nccl_tests(args.begin(), args.end());
+  as_nccl_tests[0] = "nccl-tests";
+  return runNcclTests(as_nccl_tests);
+}
 
 CRYSTAL_COMMAND("nccl-tests",
                 "run an NCCL-tests binary under emulation; its table for the target's ranks",

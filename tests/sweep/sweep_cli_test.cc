@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -73,6 +74,32 @@ TEST(SweepCli, NcclTestsFromLogRestatesForTarget) {
   ASSERT_EQ(j["results"].size(), 8u);  // 4 sizes, out-of-place and in-place
   EXPECT_EQ(j["results"][4]["in_place"], true);
 }
+
+#ifdef INTERPOSER_LIB
+// `crystal emulate` itself recognises an NCCL-tests binary (here a stand-in that prints a
+// saved table) and adds the target's table and --json.
+TEST(SweepCli, EmulateOfAnNcclTestsBinaryAddsTheTargetTable) {
+  const std::string dir = ::testing::TempDir() + "sweep_cli_bin";
+  const std::string bin = dir + "/all_gather_perf";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  {
+    std::ofstream f(bin);
+    f << "#!/bin/sh\nsed s/all_reduce_perf/all_gather_perf/ " << kCorpus
+      << "/all_reduce_1rank.txt\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + bin).c_str()), 0);
+  const std::string json = ::testing::TempDir() + "emulate_nccl_tests.json";
+  const CliRun r = run("emulate " + kConfig + " --plugin " + INTERPOSER_LIB + " --json " + json +
+                       " -- " + bin + " -b 8 -e 1G");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("# Collective test concluded: all_gather_perf"), std::string::npos);
+  // 1 MiB all-gather of 1 rank = 262144 floats per rank -> 32 per rank on 8192.
+  EXPECT_NE(r.out.find("     1048576            32     float"), std::string::npos) << r.out;
+  const nlohmann::json j = readJson(json);
+  EXPECT_EQ(j["program"], "all_gather_perf");
+  EXPECT_EQ(j["results"][2]["count"], 32);
+}
+#endif
 
 TEST(SweepCli, NcclTestsBadLogNamesTheLine) {
   const CliRun r = run("nccl-tests " + kConfig + " --from " + kCorpus + "/bad_row.txt");
