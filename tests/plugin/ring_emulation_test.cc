@@ -37,9 +37,13 @@ struct Comm {
 // NCCL's connection exchange for one real rank: optional tree (graph 2) and p2p connections
 // made before and between the ring's, ring receives in reverse channel order, so creation
 // order says nothing about which send a receive belongs to.
-Comm connect(std::uint64_t comm_id, int self, int nranks, int channels, bool interleave) {
+// `exchanges` > 1: the ring's channels come in that many exchanges (runtime connect of more
+// channels later), each numbering its entries from 0.
+Comm connect(std::uint64_t comm_id, int self, int nranks, int channels, bool interleave,
+             int exchanges = 1) {
   Comm c;
   EXPECT_EQ(plugin::net::init(&c.ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  const int per_exchange = (channels + exchanges - 1) / exchanges;
   const int next = (self + 1) % nranks, prev = (self - 1 + nranks) % nranks;
   const int nics = plugin::PluginState::get().ndev();
   c.ring.resize(static_cast<std::size_t>(channels));
@@ -56,15 +60,18 @@ Comm connect(std::uint64_t comm_id, int self, int nranks, int channels, bool int
   };
   if (interleave)
     for (int k = 0; k < channels; ++k) other(live::kGraphTree, 1, k);
-  for (int k = channels - 1; k >= 0; --k) {
-    RingConns& r = c.ring[static_cast<std::size_t>(k)];
-    r.recv = acceptVirtual(c.ctx, k % nics, ConnId{comm_id, self, prev, nranks, 1, k, 1},
-                           &r.listen, &r.host_fd);
-    if (interleave && k % 2 == 0) other(live::kGraphP2p, 1 + k % (nranks - 1), 0);
+  for (int first = 0; first < channels; first += per_exchange) {
+    const int last = std::min(channels, first + per_exchange);
+    for (int k = last - 1; k >= first; --k) {
+      RingConns& r = c.ring[static_cast<std::size_t>(k)];
+      r.recv = acceptVirtual(c.ctx, k % nics, ConnId{comm_id, self, prev, nranks, 1, k - first, 1},
+                             &r.listen, &r.host_fd);
+      if (interleave && k % 2 == 0) other(live::kGraphP2p, 1 + k % (nranks - 1), 0);
+    }
+    for (int k = first; k < last; ++k)
+      c.ring[static_cast<std::size_t>(k)].send =
+          connectVirtual(c.ctx, k % nics, ConnId{comm_id, self, next, nranks, 1, k - first, 1});
   }
-  for (int k = 0; k < channels; ++k)
-    c.ring[static_cast<std::size_t>(k)].send =
-        connectVirtual(c.ctx, k % nics, ConnId{comm_id, self, next, nranks, 1, k, 1});
   return c;
 }
 
@@ -91,7 +98,7 @@ struct Outcome {
 // Model's ring/Simple time with the channel count NCCL would use (the tuner's), and the
 // emulated time: the proxy's span plus the model's per-call base latency (kernel launch and
 // GPU-side set-up, which a real GPU supplies and the instantaneous one here does not).
-Outcome run(const Case& k, bool interleave = false, int real_channels = 0) {
+Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int exchanges = 1) {
   static std::uint64_t next_comm = 0x1000;
   const Config cfg = targetOf(k.nranks);
   plugin::PluginState::get().configure(cfg);
@@ -107,7 +114,7 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0) {
       model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)][static_cast<int>(model::Proto::Simple)] +
       cfg.model.kernel_launch_us.value_or(0.0);
   Comm c = connect(next_comm++, k.self, k.nranks, real_channels > 0 ? real_channels : channels,
-                   interleave);
+                   interleave, exchanges);
   // Start well after anything an earlier case left on the shared NIC/NVLink queues.
   static live::TimeNs start = 1'000'000'000;
   const RingRun r = runRingCollective(c.ring, k.f, k.bytes, k.nranks, start);
@@ -124,8 +131,8 @@ std::string sizeName(std::uint64_t b) {
 }
 
 void expectWithin(const Case& k, double tolerance, bool interleave = false,
-                  int real_channels = 0) {
-  const Outcome o = run(k, interleave, real_channels);
+                  int real_channels = 0, int exchanges = 1) {
+  const Outcome o = run(k, interleave, real_channels, exchanges);
   const double diff = (o.emulated_us - o.model_us) / o.model_us;
   std::printf("%-13s %5d ranks (rank %d) %8s %2d ch: emulated %11.1f us, model %11.1f us, %+6.2f %%\n",
               std::string(model::toString(k.f)).c_str(), k.nranks, k.self,
@@ -171,6 +178,11 @@ TEST(RingEmulation, FewerRealChannelsThanTheTarget) {
   for (int real : {2, 4, 8})
     for (std::uint64_t b : {MiB, 64 * MiB, 1024 * MiB})
       expectWithin({Func::AllReduce, b, 64}, 0.02, false, real);
+}
+
+TEST(RingEmulation, ChannelsConnectedInTwoExchanges) {
+  expectWithin({Func::AllReduce, 64 * MiB, 64}, 0.02, false, 16, /*exchanges=*/2);
+  expectWithin({Func::AllGather, MiB, 64, 5}, 0.02, true, 8, /*exchanges=*/2);
 }
 
 TEST(RingEmulation, EightThousandRanksWithinTwoPercent) {
