@@ -15,6 +15,7 @@
 #include "net_api.h"
 #include "ring_proxy.h"
 #include "state.h"
+#include "tuner.h"
 
 namespace crystal::test {
 namespace {
@@ -188,6 +189,33 @@ TEST(RingEmulation, ChannelsConnectedInTwoExchanges) {
 TEST(RingEmulation, EightThousandRanksWithinTwoPercent) {
   expectWithin({Func::AllReduce, 1024 * MiB, 8192}, 0.02);
   expectWithin({Func::AllGather, 1024 * MiB, 8192}, 0.02);
+}
+
+// What the tuner tells NCCL (cost table argmin and channels) is the model's choice, the one
+// `crystal simulate` times, at every size and communicator size.
+TEST(RingEmulation, TunerReportsTheModelsChoice) {
+  for (int n : {8, 64, 8192}) {
+    const Config cfg = targetOf(n);
+    const auto tm = live::makeTargetModel(cfg);
+    const model::NcclModel m(cfg.cluster, cfg.model);
+    const model::CommShape shape = plugin::targetShape(cfg.cluster, n, n);
+    for (Func f : {Func::AllReduce, Func::AllGather, Func::ReduceScatter, Func::Broadcast})
+      for (std::uint64_t b = 1024; b <= 1024 * MiB; b *= 4) {
+        float table[model::kNumAlgos][model::kNumProtos] = {};  // NCCL: all usable
+        int ch = 0;
+        ASSERT_TRUE(plugin::applyTargetCosts(*tm, static_cast<nccl::ncclFunc_t>(f), b, shape,
+                                             &table[0][0], model::kNumAlgos, model::kNumProtos,
+                                             &ch));
+        int ba = -1, bp = -1;
+        for (int a = 0; a < model::kNumAlgos; ++a)
+          for (int p = 0; p < model::kNumProtos; ++p)
+            if (table[a][p] >= 0 && (ba < 0 || table[a][p] < table[ba][bp])) ba = a, bp = p;
+        const model::Choice c = m.choose(f, b, shape);
+        EXPECT_EQ(ba, static_cast<int>(c.algo)) << model::toString(f) << " " << b << " B, " << n;
+        EXPECT_EQ(bp, static_cast<int>(c.proto)) << model::toString(f) << " " << b << " B, " << n;
+        EXPECT_EQ(ch, c.channels) << model::toString(f) << " " << b << " B, " << n;
+      }
+  }
 }
 
 // The identity comes over the wire from the host: out of range is refused, not trusted.
