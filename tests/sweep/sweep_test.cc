@@ -59,6 +59,8 @@ TEST(Steps, FactorAndIncrement) {
   EXPECT_THROW((void)stepSizes(8, 16, 1, 0), InputError);
   EXPECT_THROW((void)stepSizes(8, 16, 0, 0), InputError);
   EXPECT_THROW((void)stepSizes(0, 16, 2, 0), InputError);
+  EXPECT_EQ(stepSizes(1, kMaxSteps, 0, 1).size(), kMaxSteps);
+  EXPECT_THROW((void)stepSizes(1, 1ULL << 30, 0, 1), InputError);
 }
 
 TEST(Args, SizesOpsTypes) {

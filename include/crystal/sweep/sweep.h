@@ -7,6 +7,7 @@
 // printed size is the larger buffer; algbw = size / time, busbw = algbw x factor(N).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,8 +59,11 @@ struct TestSize {
 // (binary: 1K = 1024). Throws InputError naming `flag`.
 [[nodiscard]] std::uint64_t parseSizeArg(std::string_view flag, std::string_view text);
 
+// At most this many sizes in one sweep (a table nobody reads, and memory, beyond it).
+inline constexpr std::size_t kMaxSteps = 1'000'000;
+
 // The step sizes of `-b min -e max -f factor` (factor > 1) or `-i increment` (factor 0).
-// Throws InputError on min > max, factor 1, or a step of 0.
+// Throws InputError on min > max, factor 1, a step of 0, or more than kMaxSteps sizes.
 [[nodiscard]] std::vector<std::uint64_t> stepSizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
                                                    double factor, std::uint64_t increment);
 
