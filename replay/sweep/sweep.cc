@@ -212,11 +212,10 @@ std::vector<std::uint64_t> stepSizes(std::uint64_t min_bytes, std::uint64_t max_
   std::vector<std::uint64_t> steps;
   for (std::uint64_t s = min_bytes; s <= max_bytes;) {
     if (steps.size() == kMaxSteps)
-      throw InputError(fmt::format("-b {} -e {} with {} {} makes more than {} sizes", min_bytes,
-                                   max_bytes, factor != 0 ? "-f" : "-i",
-                                   factor != 0 ? fmt::format("{}", factor)
-                                               : fmt::format("{}", increment),
-                                   kMaxSteps));
+      throw InputError(fmt::format(
+          "-b {} -e {} with {} {} makes more than {} sizes", min_bytes, max_bytes,
+          factor != 0 ? "-f" : "-i",
+          factor != 0 ? fmt::format("{}", factor) : fmt::format("{}", increment), kMaxSteps));
     steps.push_back(s);
     const std::uint64_t next =
         factor != 0 ? static_cast<std::uint64_t>(static_cast<double>(s) * factor) : s + increment;
