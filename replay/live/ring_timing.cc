@@ -65,6 +65,8 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle) {
   // A later start for the same unit (re-posted after a fallback) replaces the earlier one.
   if (!starts_.empty() && starts_.back().first == unit) starts_.back().second = now;
   else starts_.emplace_back(unit, now);
+  // A connection that only receives (the end of a broadcast chain) never consumes them.
+  if (starts_.size() > kMaxStarts) starts_.erase(starts_.begin());
 }
 
 TimeNs RingChannel::depReady(int pos, std::uint64_t u) {

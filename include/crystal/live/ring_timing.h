@@ -61,6 +61,7 @@ class RingChannel {
   static constexpr int kStallSteps = 4;
   static constexpr TimeNs kStallSlackNs = 200'000;
   static constexpr std::uint64_t kWindow = 1024;  // units kept per channel (power of two)
+  static constexpr std::size_t kMaxStarts = 64;    // operation starts not yet sent, kept
 
   // chain[0]: the real rank's send link; chain[j], 0 < j < p: virtual position q+j's send
   // link (chain[p-1] sends to the real rank). With p = 1, chain[0] is the send link and `in`
