@@ -71,6 +71,7 @@ struct NetContext {
   [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
   std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
   std::map<int, live::CommLinks> links_;                    // by nranks
+  bool ring_warned_ = false;
   std::vector<std::shared_ptr<MirrorChannel>> mirrors_;
   std::size_t mirror_sends_ = 0, mirror_recvs_ = 0;
 };

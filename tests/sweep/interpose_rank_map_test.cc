@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "crystal/base/error.h"
+#include "crystal/config/config.h"
+#include "crystal/control/emulation_host.h"
 #include "crystal/control/server.h"
 #include "fake_nccl.h"
 #include "plugin/interpose/rank_map.h"
@@ -132,6 +134,26 @@ TEST_F(RankMapInterposer, BadMapFailsTheInitWithItsName) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 2), 5);  // rank 2 of a 2-rank comm
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("rank 2"), std::string::npos);
+}
+
+TEST(RankMap, LaunchEnvironmentCarriesTheMapOnlyWithMapComms) {
+  Config c;
+  c.job.world_size = 8192;
+  c.emulation.real_ranks = {0, 4096};
+  auto find = [](const control::EnvList& env) -> std::string {
+    for (const auto& [k, v] : env)
+      if (k == kEnvRankMap) return v;
+    return "<unset>";
+  };
+  EXPECT_EQ(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1)),
+            "<unset>");
+  c.emulation.map_comms = true;
+  const std::string map =
+      find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1));
+  EXPECT_EQ(map, "8192:0,4096");
+  const RankMap m = parseRankMap(map);  // what the interposer reads back
+  EXPECT_EQ(m.target_nranks, 8192);
+  EXPECT_EQ(m.real_ranks, (std::vector<int>{0, 4096}));
 }
 
 TEST(RankMap, ParseAndPeers) {
