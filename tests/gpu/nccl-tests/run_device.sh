@@ -53,6 +53,18 @@ build_nccl_tests() {
     { tail -30 "$OUT/nccl-tests-build.log"; return 1; }
   # The MPI flavour (for two real processes) only where MPI headers exist.
   local mpi=${MPI_HOME:-/usr/lib/x86_64-linux-gnu/openmpi}
+  if [ ! -f "$mpi/include/mpi.h" ] && command -v mpicc >/dev/null; then
+    # Elsewhere: a folder of links laid out as NCCL-tests' Makefile expects.
+    local inc lib
+    inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
+    lib=$(mpicc --showme:libdirs 2>/dev/null | awk '{print $1}')
+    if [ -f "$inc/mpi.h" ]; then
+      mpi=$PWD/$B/mpi-home
+      mkdir -p "$mpi"
+      ln -sfn "$inc" "$mpi/include"
+      ln -sfn "$lib" "$mpi/lib"
+    fi
+  fi
   if [ -f "$mpi/include/mpi.h" ]; then
     make -C "$SRC/src" -j 16 build MPI=1 MPI_HOME="$mpi" NAME_SUFFIX=_mpi BUILDDIR="$NT-mpi" \
          NCCL_HOME="$home" CUDA_HOME="$CUDA" NVCC_GENCODE="$gencode" \
