@@ -10,7 +10,9 @@
 #                   store's message within --store-timeout (10 s), not hang
 # Each case: `crystal emulate CONFIG -- python3 train_gpt.py` plus `crystal simulate CONFIG`
 # for the same target. Logs go to $OUT (default /tmp/pytorch-out); $OUT/summary.md holds
-# per real rank: steady-state iteration time, peak memory, losses, beside the simulation.
+# per real rank: steady-state iteration time, peak memory (torch.cuda.max_memory_allocated),
+# losses, NCCL kernel time and its exposed part in one profiled step, beside the simulation;
+# $OUT/trace-CASE/rank*.json are that step's Perfetto timelines.
 set -uo pipefail
 OUT=${OUT:-/tmp/pytorch-out}
 mkdir -p "$OUT"
@@ -40,21 +42,23 @@ run_case() {  # run_case NAME WORLD REAL_RANKS
   local name=$1 world=$2 real=$3
   local cfg; cfg=$(config "$name" "$world" "$real")
   local t0=$(date +%s%N)
-  NCCL_DEBUG_FILE="$OUT/nccl-$name.%h.%p.log" \
+  NCCL_DEBUG_FILE="$OUT/nccl-$name.%h.%p.log" TRACE_DIR="$OUT/trace-$name" \
     timeout -k 5 ${EMULATE_TIMEOUT:-150} $B/cli/crystal emulate "$cfg" --split stride:8,block:8 \
       --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
       python3 $here/train_gpt.py --tp 8 >"$OUT/$name.txt" 2>&1
   local rc=$?
   local wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   echo "$name: rc=$rc wall=${wall} ms"
-  grep -E "^(INIT|RESULT)|crystal (emulate|error)|Error|error:" "$OUT/$name.txt" | head -20
+  grep -E "^(INIT|RESULT|COMM)|crystal (emulate|error)|Error|error:" "$OUT/$name.txt" | head -20
   timeout 60 $B/cli/crystal simulate "$cfg" --json "$OUT/simulate-$name.json" >"$OUT/simulate-$name.txt" 2>&1
   {
     echo "## $name (world $world, real ranks [$real]): rc=$rc, wall ${wall} ms"
     echo
     echo '```'
-    grep -E "^(INIT|RESULT)" "$OUT/$name.txt"
+    grep -E "^(INIT|RESULT|COMM)" "$OUT/$name.txt"
     echo '```'
+    echo "Perfetto timelines of one steady step per real rank: trace-$name/rank*.json"
+    echo
     echo "crystal simulate (same target):"
     echo '```'
     head -30 "$OUT/simulate-$name.txt"

@@ -13,9 +13,14 @@ Prints, on every rank:
   STEP rank=R step=S loss=L ms=T
   RESULT rank=R world=W tp=T dp=D steps=S loss_first=.. loss_last=.. finite=1
          iter_ms_median=.. iter_ms_steady=[..] peak_mem_bytes=.. params=..
-and exits 0 if every loss was finite.
+and exits 0 if every loss was finite. With --trace-dir DIR, one steady-state step is
+recorded with torch.profiler: DIR/rank<R>.json is a Chrome/Perfetto timeline, and
+  COMM rank=R step=S kernels_ms=.. nccl_ms=.. exposed_nccl_ms=..
+gives the GPU time of NCCL kernels in that step and the part of it not overlapped by any
+other kernel (exposed communication).
 """
 import argparse
+import json
 import math
 import os
 import statistics
@@ -100,6 +105,41 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+def _merged(intervals):
+    out = []
+    for b, e in sorted(intervals):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return out
+
+
+def report_comm(prof, trace_dir, rank, step):
+    """Writes the step's timeline and prints NCCL kernel time and its exposed part."""
+    try:
+        os.makedirs(trace_dir, exist_ok=True)
+        path = os.path.join(trace_dir, f"rank{rank}.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+        kernels = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
+                   for e in events if e.get("cat") == "kernel" and "ts" in e]
+        nccl = _merged([(b, e) for b, e, n in kernels if "nccl" in n.lower()])
+        other = _merged([(b, e) for b, e, n in kernels if "nccl" not in n.lower()])
+        nccl_us = sum(e - b for b, e in nccl)
+        covered = 0.0
+        for b, e in nccl:
+            for ob, oe in other:
+                covered += max(0.0, min(e, oe) - max(b, ob))
+        busy_us = sum(e - b for b, e in _merged([(b, e) for b, e, _ in kernels]))
+        print(f"COMM rank={rank} step={step} kernels_ms={busy_us / 1e3:.3f} "
+              f"nccl_ms={nccl_us / 1e3:.3f} exposed_nccl_ms={(nccl_us - covered) / 1e3:.3f} "
+              f"trace={path}", flush=True)
+    except Exception as e:  # the timeline is a report, never a reason to fail training
+        print(f"COMM rank={rank} step={step} unavailable: {type(e).__name__}: {e}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tp", type=int, default=8)
@@ -112,6 +152,7 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--trace-dir", default=os.environ.get("TRACE_DIR", ""))
     a = p.parse_args()
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -136,7 +177,12 @@ def main():
 
     losses, times = [], []
     torch.cuda.reset_peak_memory_stats(dev)
+    prof = None
     for step in range(a.steps):
+        if a.trace_dir and step == a.warmup:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
         torch.cuda.synchronize(dev)
         t = time.perf_counter()
         tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=g)
@@ -158,6 +204,10 @@ def main():
         losses.append(loss.item())
         times.append(ms)
         print(f"STEP rank={rank} step={step} loss={losses[-1]:.4f} ms={ms:.2f}", flush=True)
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            report_comm(prof, a.trace_dir, rank, step)
+            prof = None
     dist.barrier()
     steady = times[a.warmup:] or times
     finite = all(math.isfinite(x) for x in losses)
