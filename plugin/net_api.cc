@@ -141,7 +141,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       vc.graph = h.graph;
       auto link = c->virtualLink(vc, dev);
       *sendComm = table.insert(
-          std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank));
+          std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank, c->mirrorFor(vc)));
       return;
     }
     // RealListen: non-blocking TCP connect + Hello, progressed over repeated calls.
@@ -215,7 +215,7 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       link->watchHost(fd.release());  // EOF on it: the host (and the virtual sender) is gone
       // The stream stays open with the host; the data path only watches it for EOF.
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
-                                                  lc.hello.sender_rank);
+                                                  lc.hello.sender_rank, lc.ctx()->mirrorFor(id));
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;
     }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "crystal/config/config.h"
@@ -50,9 +51,12 @@ struct NetContext {
   std::mutex mu;
   // The timing of a new connection to a virtual peer on net device `dev`.
   [[nodiscard]] std::shared_ptr<live::VirtualLink> virtualLink(const VirtualConn& c, int dev);
-  // Data policy mirror (virtual_data.h): the k-th virtual send comm and the k-th virtual
-  // receive comm of this context share one MirrorChannel (creation order).
-  [[nodiscard]] std::shared_ptr<MirrorChannel> nextMirror(bool for_send);
+  // Data policy mirror (virtual_data.h): the MirrorChannel a connection shares with its
+  // partner. A ring channel's receive (from prev) pairs with the same ring channel's send
+  // (to next) by (comm, real rank, channel ordinal); a connection without identity (a host
+  // or test that does not send one) pairs by creation order (k-th send with k-th receive);
+  // tree, PAT and p2p connections get none (their receives carry zeros).
+  [[nodiscard]] std::shared_ptr<MirrorChannel> mirrorFor(const VirtualConn& c);
 
  private:
   struct RingPlan {
@@ -71,8 +75,12 @@ struct NetContext {
   [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
   std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
   std::map<int, live::CommLinks> links_;                    // by nranks
-  bool ring_warned_ = false;
-  std::vector<std::shared_ptr<MirrorChannel>> mirrors_;
+  struct MirrorPair {
+    std::shared_ptr<MirrorChannel> channel = std::make_shared<MirrorChannel>();
+    bool has_send = false, has_recv = false;
+  };
+  std::map<std::tuple<std::uint64_t, int, int>, MirrorPair> ring_mirrors_;  // comm, rank, ordinal
+  std::vector<std::shared_ptr<MirrorChannel>> mirrors_;  // connections without identity
   std::size_t mirror_sends_ = 0, mirror_recvs_ = 0;
 };
 // The target config: CRYSTAL_CONFIG through crystal::loadConfig, else built-in defaults.

@@ -10,9 +10,8 @@
 namespace crystal::plugin {
 namespace {
 
-std::shared_ptr<MirrorChannel> mirrorFor(NetContext* ctx, DataPolicy policy, bool for_send) {
-  if (policy != DataPolicy::Mirror || ctx == nullptr) return nullptr;
-  return ctx->nextMirror(for_send);
+std::shared_ptr<MirrorChannel> onlyForMirror(std::shared_ptr<MirrorChannel> m) {
+  return PluginState::get().dataPolicy() == DataPolicy::Mirror ? std::move(m) : nullptr;
 }
 
 // NCCL registers a connection's protocol buffers before its first data call.
@@ -21,10 +20,12 @@ int protocolBuffers(const DataComm& c) { return std::min(3, c.registrations()); 
 }  // namespace
 
 VirtualSendComm::VirtualSendComm(NetContext* ctx, int dev, int max_requests,
-                                 std::shared_ptr<live::VirtualLink> link, int peer_rank)
+                                 std::shared_ptr<live::VirtualLink> link, int peer_rank,
+                                 std::shared_ptr<MirrorChannel> mirror)
     : DataComm(CommKind::Send, ctx, dev, max_requests), link_(std::move(link)),
-      peer_rank_(peer_rank),
-      mirror_(mirrorFor(ctx, PluginState::get().dataPolicy(), /*for_send=*/true)) {}
+      peer_rank_(peer_rank), mirror_(onlyForMirror(std::move(mirror))) {
+  if (mirror_) mirror_->attachSender();
+}
 
 void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
   r.n = 1;
@@ -53,10 +54,11 @@ bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
 }
 
 VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
-                                 std::shared_ptr<live::VirtualLink> link, int peer_rank)
+                                 std::shared_ptr<live::VirtualLink> link, int peer_rank,
+                                 std::shared_ptr<MirrorChannel> mirror)
     : DataComm(CommKind::Recv, ctx, dev, max_requests), link_(std::move(link)),
       peer_rank_(peer_rank), policy_(PluginState::get().dataPolicy()),
-      mirror_(mirrorFor(ctx, policy_, /*for_send=*/false)),
+      mirror_(onlyForMirror(std::move(mirror))),
       deliveries_(static_cast<std::size_t>(max_requests)) {
   if (mirror_) mirror_->attachReceiver();
 }
@@ -121,6 +123,18 @@ void VirtualRecvComm::planDelivery(Request& r) {
   d.write = true;
 }
 
+bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
+  if (!mirror_ || !mirror_->hasSender()) return false;
+  if (mirror_->sent(r.step)) {
+    mirror_no_wait_ = false;  // the send came first: holding is worth it again
+    return false;
+  }
+  if (mirror_no_wait_) return false;
+  if (now < r.due + kMirrorWaitNs) return true;
+  mirror_no_wait_ = true;  // the real rank's send waits for this receive (broadcast, ...)
+  return false;
+}
+
 bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (!link_->hostAlive(now))
     throw PluginError(Errc::Remote,
@@ -133,8 +147,9 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     r.due = *due;
   }
   if (now < r.due) return false;
-  // The virtual sender filled every posted buffer completely: write what it delivered.
   const Delivery& d = deliveries_[static_cast<std::size_t>(slotOf(r))];
+  if (d.write && holdForMirror(r, now)) return false;
+  // The virtual sender filled every posted buffer completely: write what it delivered.
   if (d.write)
     deliverVirtualData(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
                        d.conn_step);

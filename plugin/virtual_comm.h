@@ -18,8 +18,11 @@ namespace crystal::plugin {
 
 class VirtualSendComm final : public DataComm {
  public:
+  // `mirror`: the channel shared with the paired receive (NetContext::mirrorFor); kept only
+  // under data policy mirror.
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
-                  std::shared_ptr<live::VirtualLink> link, int peer_rank);
+                  std::shared_ptr<live::VirtualLink> link, int peer_rank,
+                  std::shared_ptr<MirrorChannel> mirror);
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
@@ -35,7 +38,8 @@ class VirtualSendComm final : public DataComm {
 class VirtualRecvComm final : public DataComm {
  public:
   VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
-                  std::shared_ptr<live::VirtualLink> link, int peer_rank);
+                  std::shared_ptr<live::VirtualLink> link, int peer_rank,
+                  std::shared_ptr<MirrorChannel> mirror);
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
@@ -49,6 +53,12 @@ class VirtualRecvComm final : public DataComm {
     std::uint64_t conn_step = 0;  // NCCL's absolute step: LL/LL128 flags
   };
   void planDelivery(Request& r);
+  // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
+  // it mirrors, at most kMirrorWaitNs past its modelled time. A hold that runs out means the
+  // real send depends on this receive (broadcast forwards what it gets): no more holds on
+  // this connection until a paired send again comes before its receive (all-gather, ...).
+  static constexpr live::TimeNs kMirrorWaitNs = 200'000;
+  [[nodiscard]] bool holdForMirror(const Request& r, live::TimeNs now);
 
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
@@ -58,6 +68,7 @@ class VirtualRecvComm final : public DataComm {
   std::vector<Delivery> deliveries_;
   proto::StepTracker steps_;
   int protocol_buffers_ = -1;  // fixed at the first irecv
+  bool mirror_no_wait_ = false;
 };
 
 }  // namespace crystal::plugin

@@ -52,6 +52,19 @@ class MirrorChannel {
     std::lock_guard l(mu_);
     has_receiver_ = true;
   }
+  void attachSender() {
+    std::lock_guard l(mu_);
+    has_sender_ = true;
+  }
+  [[nodiscard]] bool hasSender() const {
+    std::lock_guard l(mu_);
+    return has_sender_;
+  }
+  // Whether send k was posted (and not yet replaced by send k + kDepth).
+  [[nodiscard]] bool sent(std::uint64_t k) const {
+    std::lock_guard l(mu_);
+    return entries_[k % kDepth].k == k;
+  }
   [[nodiscard]] std::uint64_t copiesKept() const {
     std::lock_guard l(mu_);
     return kept_;
@@ -70,6 +83,7 @@ class MirrorChannel {
   mutable std::mutex mu_;
   std::array<Entry, kDepth> entries_;
   bool has_receiver_ = false;
+  bool has_sender_ = false;
   std::uint64_t kept_ = 0;
 };
 

@@ -38,7 +38,9 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
       {"NCCL_RUNTIME_CONNECT", "0"},
       {"NCCL_LOCAL_REGISTER", "0"},
       {"NCCL_GRAPH_REGISTER", "0"},
-      {"NCCL_PROTO", "Simple"},
+      // No NCCL_PROTO: LL and LL128 lines from virtual senders are written by the plugin
+      // (docs/plugin.md "Data policy and protocols"); a NCCL_PROTO in the caller's
+      // environment (e.g. Simple, the former default) passes through unchanged.
       {"NCCL_SOCKET_IFNAME", "lo"},
       {"NCCL_UID_STAGGER_THRESHOLD", "100000"},
       {"CRYSTAL_CONFIG", fs::absolute(config_path).string()},

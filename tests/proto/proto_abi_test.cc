@@ -41,23 +41,34 @@ bool policyIs(const char* want) {
   return v && std::string(v) == want;
 }
 
-// One ring channel of a real rank between two virtual neighbours.
-void open(Conn& c, std::uint64_t comm_id) {
+// A real rank's connections to its virtual neighbours: with `ordinal` >= 0 as the host
+// writes them for ring channel `ordinal` of real rank 0 of 4 (identity pairing), else
+// without identity (creation-order pairing).
+void openSend(Conn& c, std::uint64_t comm_id, int ordinal) {
   const ncclNet_v11_t* n = Plugin::get().v11;
-  ASSERT_EQ(n->init(&c.ctx, comm_id, nullptr, testLogger, nullptr), ncclSuccess);
-  live::NetHandle vh = virtualPeerHandle(1, 4);
+  live::NetHandle vh = ordinal >= 0 ? ringPeerHandle(0, 4, ordinal) : virtualPeerHandle(1, 4);
+  vh.comm_id = comm_id;
   char hb[128];
   std::memcpy(hb, &vh, sizeof vh);
   ASSERT_EQ(n->connect(c.ctx, 0, hb, &c.send, nullptr), ncclSuccess);
   ASSERT_NE(c.send, nullptr);
+}
+
+void openRecv(Conn& c, int ordinal) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
   char lh[128] = {};
   ASSERT_EQ(n->listen(c.ctx, 0, lh, &c.listen), ncclSuccess);
   live::NetHandle h;
   ASSERT_TRUE(live::decodeHandle(lh, h));
-  c.host_sock = openHello(h, live::PeerKind::Virtual);
+  c.host_sock =
+      ordinal >= 0 ? openRingHello(h, 0, 4, ordinal) : openHello(h, live::PeerKind::Virtual);
   ASSERT_GE(c.host_sock, 0);
   c.recv = pollUntil([&](void** out) { return n->accept(c.listen, out, nullptr); });
   ASSERT_NE(c.recv, nullptr);
+}
+
+void registerBuffers(Conn& c) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
   for (int p = 0; p < 3; ++p) {
     c.sbuf[p].assign(kSlotBytes[p], 0);  // 8 slots x kSlotBytes / 8 words
     c.rbuf[p].assign(kSlotBytes[p], 0);  // NCCL's host buffers are zeroed
@@ -66,6 +77,15 @@ void open(Conn& c, std::uint64_t comm_id) {
     ASSERT_EQ(n->regMr(c.recv, c.rbuf[p].data(), kSlotBytes[p] * 8, NCCL_PTR_HOST, &c.rmr[p]),
               ncclSuccess);
   }
+}
+
+// One channel of a real rank between two virtual neighbours, in its own net context.
+void open(Conn& c, std::uint64_t comm_id) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  ASSERT_EQ(n->init(&c.ctx, comm_id, nullptr, testLogger, nullptr), ncclSuccess);
+  openSend(c, comm_id, -1);
+  openRecv(c, -1);
+  registerBuffers(c);
 }
 
 void close(Conn& c) {
@@ -77,7 +97,9 @@ void close(Conn& c) {
   EXPECT_EQ(n->closeSend(c.send), ncclSuccess);
   EXPECT_EQ(n->closeRecv(c.recv), ncclSuccess);
   EXPECT_EQ(n->closeListen(c.listen), ncclSuccess);
-  EXPECT_EQ(n->finalize(c.ctx), ncclSuccess);
+  if (c.ctx) {
+    EXPECT_EQ(n->finalize(c.ctx), ncclSuccess);
+  }
   ::close(c.host_sock);
 }
 
@@ -164,6 +186,75 @@ TEST(ProtoAbiMirror, LinesCarryTheRealRanksDataWithTheReceiversFlags) {
     ASSERT_EQ(got[15], static_cast<std::uint32_t>(s + 1)) << "step " << s;
   }
   close(c);
+}
+
+// A receive whose mirrored send never comes first (a broadcast from a virtual root: the real
+// rank forwards what it receives) is held at most the mirror wait, then gets zeros; the
+// next such receive is not held; a send that comes first turns mirroring back on.
+TEST(ProtoAbiMirror, ReceiveBeforeItsSendFallsBackToZeroWithoutHanging) {
+  if (!policyIs("mirror")) GTEST_SKIP() << "run with CRYSTAL_DATA=mirror (ctest does)";
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  Conn c;
+  open(c, 0x6004);
+  auto recvOnly = [&](int slot) {
+    std::memset(c.rslot(kLL, slot), 0x5a, 64);
+    void* data = c.rslot(kLL, slot);
+    std::size_t size = 64;
+    int tag = 1;
+    void* req = nullptr;
+    EXPECT_EQ(n->irecv(c.recv, 1, &data, &size, &tag, &c.rmr[kLL], nullptr, &req), ncclSuccess);
+    const live::TimeNs t0 = live::nowNs();
+    EXPECT_GT(waitDone(n, req), 0);
+    return live::nowNs() - t0;
+  };
+  const live::TimeNs first = recvOnly(0);
+  const std::vector<std::uint32_t> zero1 = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+  EXPECT_EQ(words32(c.rslot(kLL, 0), 64), zero1);
+  EXPECT_LT(first, 2'000'000'000) << "a receive without its send must not hang";
+  EXPECT_GE(first, 200'000) << "held for the mirror wait (VirtualRecvComm::kMirrorWaitNs)";
+  // The next receive is not held (its send would wait for it too): zeros, flag of step 1.
+  (void)recvOnly(1);
+  EXPECT_EQ(words32(c.rslot(kLL, 1), 64)[0], 0u);
+  EXPECT_EQ(words32(c.rslot(kLL, 1), 64)[1], 2u);
+  // The real rank forwards what it got (sends 0 and 1, as a broadcast does).
+  for (int k = 0; k < 2; ++k) {
+    fillLL(c.sslot(kLL, k), 0x300, static_cast<std::uint32_t>(k + 1));
+    void* sreq = nullptr;
+    ASSERT_EQ(n->isend(c.send, c.sslot(kLL, k), 64, 0, c.smr[kLL], nullptr, &sreq), ncclSuccess);
+    ASSERT_GT(waitDone(n, sreq), 0);
+  }
+  // A send that precedes its receive is mirrored again.
+  fillLL(c.sslot(kLL, 2), 0x700, 3);
+  step(c, kLL, kLL, 2);
+  EXPECT_EQ(words32(c.rslot(kLL, 2), 64)[0], 0x700u);
+  close(c);
+}
+
+// Ring channels pair by the identity the host writes (channel ordinal), not by the order in
+// which NCCL's proxy happens to complete connect/accept: channel 1's receive accepted first
+// still mirrors channel 1's send.
+TEST(ProtoAbiMirror, RingChannelsPairByOrdinalNotCreationOrder) {
+  if (!policyIs("mirror")) GTEST_SKIP() << "run with CRYSTAL_DATA=mirror (ctest does)";
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  constexpr std::uint64_t kComm = 0x6005;
+  void* ctx = nullptr;
+  ASSERT_EQ(n->init(&ctx, kComm, nullptr, testLogger, nullptr), ncclSuccess);
+  Conn ch[2];
+  for (auto& c : ch) c.ctx = ctx;
+  openSend(ch[0], kComm, 0);
+  openSend(ch[1], kComm, 1);
+  openRecv(ch[1], 1);
+  openRecv(ch[0], 0);
+  for (auto& c : ch) registerBuffers(c);
+  fillLL(ch[0].sslot(kLL, 0), 0xa000, 1);
+  fillLL(ch[1].sslot(kLL, 0), 0xb000, 1);
+  step(ch[0], kLL, kLL, 0);
+  step(ch[1], kLL, kLL, 0);
+  EXPECT_EQ(words32(ch[0].rslot(kLL, 0), 64)[0], 0xa000u);
+  EXPECT_EQ(words32(ch[1].rslot(kLL, 0), 64)[0], 0xb000u);
+  ch[0].ctx = nullptr;  // one finalize for the shared context
+  close(ch[0]);
+  close(ch[1]);
 }
 
 TEST(ProtoAbiZero, LinesCarryZerosAndFlags) {
