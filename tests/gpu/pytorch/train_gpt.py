@@ -13,8 +13,8 @@ Prints, on every rank:
   STEP rank=R step=S loss=L ms=T
   RESULT rank=R world=W tp=T dp=D steps=S loss_first=.. loss_last=.. finite=1
          iter_ms_median=.. iter_ms_steady=[..] peak_mem_bytes=.. params=..
-and exits 0 if every loss was finite. With --trace-dir DIR, one steady-state step is
-recorded with torch.profiler: DIR/rank<R>.json is a Chrome/Perfetto timeline, and
+and exits 0 if every loss was finite. With --trace-dir DIR, one steady-state step
+(the last, kept out of iter_ms_steady) is recorded with torch.profiler: DIR/rank<R>.json is a Chrome/Perfetto timeline, and
   COMM rank=R step=S kernels_ms=.. nccl_ms=.. exposed_nccl_ms=..
 gives the GPU time of NCCL kernels in that step and the part of it not overlapped by any
 other kernel (exposed communication).
@@ -149,7 +149,7 @@ def main():
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--trace-dir", default=os.environ.get("TRACE_DIR", ""))
@@ -179,7 +179,7 @@ def main():
     torch.cuda.reset_peak_memory_stats(dev)
     prof = None
     for step in range(a.steps):
-        if a.trace_dir and step == a.warmup:
+        if a.trace_dir and step == a.steps - 1:  # last step: kept out of the steady times
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                       torch.profiler.ProfilerActivity.CUDA])
             prof.__enter__()
@@ -209,7 +209,7 @@ def main():
             report_comm(prof, a.trace_dir, rank, step)
             prof = None
     dist.barrier()
-    steady = times[a.warmup:] or times
+    steady = times[a.warmup:len(times) - (1 if a.trace_dir else 0)] or times
     finite = all(math.isfinite(x) for x in losses)
     print(f"RESULT rank={rank} world={world} tp={a.tp} dp={dp} steps={a.steps} "
           f"loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f} finite={int(finite)} "
