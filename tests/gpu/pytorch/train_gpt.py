@@ -13,8 +13,9 @@ Prints, on every rank:
   STEP rank=R step=S loss=L ms=T
   RESULT rank=R world=W tp=T dp=D steps=S loss_first=.. loss_last=.. finite=1
          iter_ms_median=.. iter_ms_steady=[..] peak_mem_bytes=.. params=..
-and exits 0 if every loss was finite. With --trace-dir DIR, one steady-state step
-(the last, kept out of iter_ms_steady) is recorded with torch.profiler: DIR/rank<R>.json is a Chrome/Perfetto timeline, and
+and exits 0 if every loss was finite. With --trace-dir DIR (or $TRACE_DIR), the last step
+(kept out of iter_ms_steady) is recorded with torch.profiler: DIR/rank<R>.json is its
+Chrome/Perfetto timeline, and
   COMM rank=R step=S kernels_ms=.. nccl_ms=.. exposed_nccl_ms=..
 gives the GPU time of NCCL kernels in that step and the part of it not overlapped by any
 other kernel (exposed communication).
