@@ -156,7 +156,8 @@ class HostTest : public ::testing::Test {
       // virtual recvPeer.
       if (!isReal(next)) {
         ASSERT_EQ(o.setup.from_send_peer.size(), 2u);
-        for (const auto& e : o.setup.from_send_peer) {
+        for (std::size_t k = 0; k < o.setup.from_send_peer.size(); ++k) {
+          const auto& e = o.setup.from_send_peer[k];
           live::NetHandle h;
           ASSERT_TRUE(live::decodeHandle(e.bytes, h));
           EXPECT_EQ(h.kind, live::HandleKind::VirtualPeer);
@@ -165,6 +166,11 @@ class HostTest : public ::testing::Test {
           EXPECT_EQ(h.comm_id, hash);
           EXPECT_EQ(h.emulation, 77u);
           EXPECT_EQ(e.useGdr(), 1);
+          // Identity of the connection (wire v2): ring graph, distance 1, k-th channel.
+          EXPECT_EQ(h.self_rank, r);
+          EXPECT_EQ(h.distance, 1);
+          EXPECT_EQ(h.ordinal, k);
+          EXPECT_EQ(h.graph, live::kGraphRing);
         }
       }
       if (!isReal(prev)) {
@@ -184,6 +190,12 @@ class HostTest : public ::testing::Test {
           EXPECT_EQ(h.comm_id, hash);
           EXPECT_GE(h.listen_id, o.first_listen_id);
           EXPECT_LT(h.listen_id, o.first_listen_id + 2);
+          // The k-th receive entry (listen k) is channel ordinal k of the ring exchange.
+          EXPECT_EQ(h.ordinal, h.listen_id - o.first_listen_id);
+          EXPECT_EQ(h.receiver_rank, r);
+          EXPECT_EQ(h.nranks, n);
+          EXPECT_EQ(h.distance, 1);
+          EXPECT_EQ(h.graph, live::kGraphRing);
         }
         EXPECT_NE(o.hellos[0].listen_id, o.hellos[1].listen_id);
       }
