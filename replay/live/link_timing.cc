@@ -3,9 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 
 #include "crystal/live/ring_timing.h"
 

@@ -46,7 +46,7 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                              std::uint64_t bytes) {
   const TimeNs start = std::max(ready, free_at);
   free_at = start + hop.occupancy(bytes, busy_->load(std::memory_order_relaxed),
-                                 connected_->load(std::memory_order_relaxed));
+                                  connected_->load(std::memory_order_relaxed));
   return free_at + hop.latency_ns;
 }
 
@@ -63,8 +63,10 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle) {
   if (!in_op_) busy_->fetch_add(1, std::memory_order_relaxed);
   in_op_ = true;
   // A later start for the same unit (re-posted after a fallback) replaces the earlier one.
-  if (!starts_.empty() && starts_.back().first == unit) starts_.back().second = now;
-  else starts_.emplace_back(unit, now);
+  if (!starts_.empty() && starts_.back().first == unit)
+    starts_.back().second = now;
+  else
+    starts_.emplace_back(unit, now);
   // A connection that only receives (the end of a broadcast chain) never consumes them.
   if (starts_.size() > kMaxStarts) starts_.erase(starts_.begin());
 }
@@ -82,7 +84,8 @@ void RingChannel::advance(int pos, std::uint64_t upto) {
   const auto p = static_cast<std::size_t>(pos);
   for (; next <= upto; ++next) {
     if (!kept(next)) continue;
-    delivered(pos, next) = transmit(chain_[p], free_at_[p], depReady(pos, next), bytes_[slot(next)]);
+    delivered(pos, next) =
+        transmit(chain_[p], free_at_[p], depReady(pos, next), bytes_[slot(next)]);
   }
 }
 

@@ -1,10 +1,11 @@
 // The live timing model: port serialisation, latency overlap, the ring recurrence of
 // RingChannel (crystal/live/ring_timing.h) on small hand-checked cases.
+#include "crystal/live/link_timing.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "crystal/live/link_timing.h"
 #include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
 
@@ -13,10 +14,10 @@ namespace {
 
 TEST(LinkTiming, SendsSerialiseOnThePortAndOverlapLatency) {
   auto port = std::make_shared<PortQueue>();
-  VirtualLink l(LinkParams{1000, 0.02}, port);  // 1 us, 50 GB/s
-  EXPECT_EQ(l.postSend(0, 50'000), 1000 + 1000);      // occupies [0, 1000)
-  EXPECT_EQ(l.postSend(100, 50'000), 2000 + 1000);    // waits for the port
-  EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);    // idle port: latency only
+  VirtualLink l(LinkParams{1000, 0.02}, port);      // 1 us, 50 GB/s
+  EXPECT_EQ(l.postSend(0, 50'000), 1000 + 1000);    // occupies [0, 1000)
+  EXPECT_EQ(l.postSend(100, 50'000), 2000 + 1000);  // waits for the port
+  EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);  // idle port: latency only
 }
 
 TEST(LinkTiming, UnpairedReceiveIsTimedFromItsOwnPost) {
@@ -35,7 +36,7 @@ TEST(RingTiming, PeriodOneMirrorsTheRealRanksSends) {
   RingChannel ring({kHop}, kHop, 2, nullptr);
   ring.postRecv(0, 0, true);
   EXPECT_FALSE(ring.recvArrival(0, 0, 50'000, 0).has_value());  // not sent yet: wait
-  EXPECT_EQ(ring.postSend(500, 50'000), 500 + 1000);             // done when it left
+  EXPECT_EQ(ring.postSend(500, 50'000), 500 + 1000);            // done when it left
   EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 600), 500 + 1000 + 1000);
 }
 
@@ -89,8 +90,8 @@ TEST(LinkTiming, HostStreamEofMeansTheVirtualSenderIsGone) {
   VirtualLink l(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
   l.watchHost(sv[0]);  // owned by the link from now on
   EXPECT_TRUE(l.hostAlive(0));
-  ::close(sv[1]);                                            // the host dies
-  EXPECT_TRUE(l.hostAlive(VirtualLink::kHostCheckNs - 1));   // not looked at yet
+  ::close(sv[1]);                                           // the host dies
+  EXPECT_TRUE(l.hostAlive(VirtualLink::kHostCheckNs - 1));  // not looked at yet
   EXPECT_FALSE(l.hostAlive(VirtualLink::kHostCheckNs));
   EXPECT_FALSE(l.hostAlive(10 * VirtualLink::kHostCheckNs));  // and stays gone
   VirtualLink unwatched(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());

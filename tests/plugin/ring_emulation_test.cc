@@ -50,13 +50,13 @@ Comm connect(std::uint64_t comm_id, int self, int nranks, int channels, bool int
   c.ring.resize(static_cast<std::size_t>(channels));
   auto other = [&](int graph, int distance, int ordinal) {
     const int peer = (self + distance) % nranks;
-    c.others.push_back(connectVirtual(c.ctx, ordinal % nics,
-                                      ConnId{comm_id, self, peer, nranks, distance, ordinal, graph}));
+    c.others.push_back(connectVirtual(
+        c.ctx, ordinal % nics, ConnId{comm_id, self, peer, nranks, distance, ordinal, graph}));
     RingConns r;
     const int from = (self - distance + nranks) % nranks;
     r.recv = acceptVirtual(c.ctx, ordinal % nics,
-                           ConnId{comm_id, self, from, nranks, distance, ordinal, graph},
-                           &r.listen, &r.host_fd);
+                           ConnId{comm_id, self, from, nranks, distance, ordinal, graph}, &r.listen,
+                           &r.host_fd);
     c.other_recvs.push_back(r);
   };
   if (interleave)
@@ -111,9 +111,9 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
                            : m.commChannels(shape);
   const double model_us =
       m.time(k.f, k.bytes, shape, model::Algo::Ring, model::Proto::Simple, channels);
-  const double base_us =
-      model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)][static_cast<int>(model::Proto::Simple)] +
-      cfg.model.kernel_launch_us.value_or(0.0);
+  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
+                                              [static_cast<int>(model::Proto::Simple)] +
+                         cfg.model.kernel_launch_us.value_or(0.0);
   Comm c = connect(next_comm++, k.self, k.nranks, real_channels > 0 ? real_channels : channels,
                    interleave, exchanges);
   // Start well after anything an earlier case left on the shared NIC/NVLink queues.
@@ -131,13 +131,14 @@ std::string sizeName(std::uint64_t b) {
   return std::to_string(b >> 20) + " MiB";
 }
 
-void expectWithin(const Case& k, double tolerance, bool interleave = false,
-                  int real_channels = 0, int exchanges = 1) {
+void expectWithin(const Case& k, double tolerance, bool interleave = false, int real_channels = 0,
+                  int exchanges = 1) {
   const Outcome o = run(k, interleave, real_channels, exchanges);
   const double diff = (o.emulated_us - o.model_us) / o.model_us;
-  std::printf("%-13s %5d ranks (rank %d) %8s %2d ch: emulated %11.1f us, model %11.1f us, %+6.2f %%\n",
-              std::string(model::toString(k.f)).c_str(), k.nranks, k.self,
-              sizeName(k.bytes).c_str(), o.channels, o.emulated_us, o.model_us, 100 * diff);
+  std::printf(
+      "%-13s %5d ranks (rank %d) %8s %2d ch: emulated %11.1f us, model %11.1f us, %+6.2f %%\n",
+      std::string(model::toString(k.f)).c_str(), k.nranks, k.self, sizeName(k.bytes).c_str(),
+      o.channels, o.emulated_us, o.model_us, 100 * diff);
   EXPECT_LE(std::abs(diff), tolerance)
       << model::toString(k.f) << " " << k.bytes << " B on " << k.nranks << " ranks";
   EXPECT_EQ(o.unknown_waits, 0) << "a receive was timed by the fallback, not by its ring";

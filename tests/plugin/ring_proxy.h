@@ -31,8 +31,8 @@ struct RingConns {
 // One connection to a virtual peer as NCCL's exchange names it.
 struct ConnId {
   std::uint64_t comm_id = 0;
-  int self = 0;     // the real rank
-  int peer = 0;     // the virtual rank
+  int self = 0;  // the real rank
+  int peer = 0;  // the virtual rank
   int nranks = 0;
   int distance = 1;
   int ordinal = 0;  // channel ordinal in the exchange
@@ -48,8 +48,8 @@ void closeConns(std::vector<RingConns>& conns);
 
 struct RingRun {
   live::TimeNs start = 0;
-  live::TimeNs end = 0;        // last request of the real rank completed
-  long unknown_waits = 0;      // times no request had a known completion (should stay 0)
+  live::TimeNs end = 0;    // last request of the real rank completed
+  long unknown_waits = 0;  // times no request had a known completion (should stay 0)
   long requests = 0;
 };
 

@@ -61,7 +61,7 @@ class RingChannel {
   static constexpr int kStallSteps = 4;
   static constexpr TimeNs kStallSlackNs = 200'000;
   static constexpr std::uint64_t kWindow = 1024;  // units kept per channel (power of two)
-  static constexpr std::size_t kMaxStarts = 64;    // operation starts not yet sent, kept
+  static constexpr std::size_t kMaxStarts = 64;   // operation starts not yet sent, kept
 
   // chain[0]: the real rank's send link; chain[j], 0 < j < p: virtual position q+j's send
   // link (chain[p-1] sends to the real rank). With p = 1, chain[0] is the send link and `in`
@@ -106,13 +106,13 @@ class RingChannel {
   std::shared_ptr<std::atomic<int>> busy_;
   std::shared_ptr<std::atomic<int>> connected_;
   bool in_op_ = false;
-  std::vector<TimeNs> free_at_;  // [pos]: the channel's share of pos's link is free; [p]: in_
-  std::uint64_t sends_ = 0;        // units the real rank has sent
-  TimeNs last_send_ = 0;           // post time of its newest send
-  std::vector<TimeNs> posted_;     // [slot]: real send post time
-  std::vector<std::uint64_t> bytes_;   // [slot]: its size (every member sends the same)
-  std::vector<TimeNs> op_start_;   // [slot]: start of the operation the unit belongs to
-  std::vector<TimeNs> delivered_;  // [pos * kWindow + slot]: delivery of pos's send
+  std::vector<TimeNs> free_at_;       // [pos]: the channel's share of pos's link is free; [p]: in_
+  std::uint64_t sends_ = 0;           // units the real rank has sent
+  TimeNs last_send_ = 0;              // post time of its newest send
+  std::vector<TimeNs> posted_;        // [slot]: real send post time
+  std::vector<std::uint64_t> bytes_;  // [slot]: its size (every member sends the same)
+  std::vector<TimeNs> op_start_;      // [slot]: start of the operation the unit belongs to
+  std::vector<TimeNs> delivered_;     // [pos * kWindow + slot]: delivery of pos's send
   std::vector<std::uint64_t> frontier_;  // [pos]: next unit to compute (pos >= 1)
   // Operation starts seen on the receive side, (first unit, time), oldest first.
   std::vector<std::pair<std::uint64_t, TimeNs>> starts_;
