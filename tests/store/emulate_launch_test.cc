@@ -2,7 +2,11 @@
 // with its RANK/WORLD_SIZE/MASTER_* and reaches the store; a virtual rank 0 hands out an id
 // the host minted; an unanswerable key fails the rank within --store-timeout; torchrun is
 // bypassed. The ranks are python3-fake-rank (fake_torch_rank.cc), so no PyTorch is needed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,10 +14,13 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <string>
+
+#include "wire.h"
 
 namespace {
 
@@ -141,6 +148,65 @@ TEST(StoreEmulate, AFailingRankStopsTheOthers) {
   EXPECT_EQ(r.status, 5) << r.out;
   EXPECT_NE(r.out.find("stopping rank 32 after rank 0 failed"), std::string::npos) << r.out;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// `crystal host` (the SLURM path) runs the store too and exports where it is.
+TEST(StoreHost, ExportsTheStoreAndServesIt) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const std::string config = std::string(TEST_DIR) + "/emulate64_ranks_5.yaml";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::execl(CRYSTAL_EXE, CRYSTAL_EXE, "host", config.c_str(), "--plugin", INTERPOSER_LIB, nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::map<std::string, std::string> exports;
+  std::string line;
+  char c = 0;
+  while (exports.count("TORCH_NCCL_RANKS_PER_ROOT") == 0 && ::read(out[0], &c, 1) == 1) {
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(export (\w+)='(.*)')"))) exports[m[1]] = m[2];
+    line.clear();
+  }
+  EXPECT_EQ(exports["MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(exports["WORLD_SIZE"], "64");
+  EXPECT_EQ(exports["TORCHELASTIC_USE_AGENT_STORE"], "True");
+  EXPECT_EQ(exports["TORCH_NCCL_RANKS_PER_ROOT"], "64");
+  EXPECT_EQ(exports.count("RANK"), 0u);  // each srun task sets its own
+  ASSERT_FALSE(exports["MASTER_PORT"].empty());
+  // The exported store answers like PyTorch's: 63 virtual check-ins + this one.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(exports["MASTER_PORT"])));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  namespace cl = crystal::store::client;
+  const std::string req = cl::validate() + cl::ping(77) + cl::add("init/", 1);
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  char reply[12];
+  std::size_t got = 0;
+  while (got < sizeof reply) {
+    const ssize_t n = ::recv(fd, reply + got, sizeof reply - got, 0);
+    ASSERT_GT(n, 0);
+    got += static_cast<std::size_t>(n);
+  }
+  std::int64_t init = 0;
+  std::memcpy(&init, reply + 4, 8);
+  EXPECT_EQ(init, 64);
+  ::close(fd);
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ::close(out[0]);
 }
 
 }  // namespace
