@@ -1,12 +1,12 @@
 // `crystal graph import {kineto,chakra,nccl} FILE... --config CFG [-o OUT [--json]]`: one trace
 // per recorded rank (one rank of each pipeline stage at least) -> the target's graph.
 // `crystal graph export chakra CONFIG|FILE -o PREFIX [--ranks all|R,R...]`: Chakra ET files.
+#include <fmt/core.h>
+
 #include <chrono>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "cli/graph_import.h"
 #include "crystal/base/error.h"
@@ -50,16 +50,22 @@ std::vector<std::int32_t> parseRanks(const std::string& s, std::int32_t world) {
 
 int graphExport(std::span<const std::string> a) {
   if (a.empty() || a[0] != "chakra")
-    throw InputError("graph export: needs a format: crystal graph export chakra CONFIG|FILE -o "
-                     "PREFIX [--ranks all|R,R,...]");
+    throw InputError(
+        "graph export: needs a format: crystal graph export chakra CONFIG|FILE -o "
+        "PREFIX [--ranks all|R,R,...]");
   std::string in, prefix, ranks;
   for (std::size_t i = 1; i < a.size(); ++i) {
-    if (a[i] == "-o" && i + 1 < a.size()) prefix = a[++i];
-    else if (a[i] == "--ranks" && i + 1 < a.size()) ranks = a[++i];
-    else if (in.empty() && !a[i].starts_with("-")) in = a[i];
-    else throw InputError(fmt::format("graph export: unexpected argument '{}'", a[i]));
+    if (a[i] == "-o" && i + 1 < a.size())
+      prefix = a[++i];
+    else if (a[i] == "--ranks" && i + 1 < a.size())
+      ranks = a[++i];
+    else if (in.empty() && !a[i].starts_with("-"))
+      in = a[i];
+    else
+      throw InputError(fmt::format("graph export: unexpected argument '{}'", a[i]));
   }
-  if (in.empty() || prefix.empty()) throw InputError("graph export: needs CONFIG|FILE and -o PREFIX");
+  if (in.empty() || prefix.empty())
+    throw InputError("graph export: needs CONFIG|FILE and -o PREFIX");
   const auto t0 = std::chrono::steady_clock::now();
   const auto g = in.ends_with(".yaml") || in.ends_with(".yml") ? graph::buildGraph(loadConfig(in))
                                                                : graph::loadGraphFile(in);
@@ -79,26 +85,32 @@ int graphExport(std::span<const std::string> a) {
     if (!out) throw InputError(fmt::format("{}: cannot write", path));
     bytes += et.size();
   }
-  fmt::print("wrote {} Chakra ET file(s) {}.<rank>.et ({} bytes), {:.2f} s\n", which.size(),
-             prefix, bytes, seconds(t0));
+  fmt::print("wrote {} Chakra ET file(s) {}.<rank>.et ({} bytes), {:.2f} s\n", which.size(), prefix,
+             bytes, seconds(t0));
   return 0;
 }
 
 int graphImport(std::span<const std::string> a) {
   if (a.empty() || (a[0] != "kineto" && a[0] != "chakra" && a[0] != "nccl"))
-    throw InputError("graph import: needs a format, kineto, chakra or nccl (a crystal record "
-                     "file): crystal graph import {kineto,chakra,nccl} FILE... --config CONFIG "
-                     "[-o OUT [--json]]");
+    throw InputError(
+        "graph import: needs a format, kineto, chakra or nccl (a crystal record "
+        "file): crystal graph import {kineto,chakra,nccl} FILE... --config CONFIG "
+        "[-o OUT [--json]]");
   const std::string format = a[0];
   std::string config_path, out;
   bool json = false;
   std::vector<std::string> files;
   for (std::size_t i = 1; i < a.size(); ++i) {
-    if (a[i] == "--config" && i + 1 < a.size()) config_path = a[++i];
-    else if (a[i] == "-o" && i + 1 < a.size()) out = a[++i];
-    else if (a[i] == "--json") json = true;
-    else if (a[i].starts_with("-")) throw InputError(fmt::format("graph import: unknown option '{}'", a[i]));
-    else files.push_back(a[i]);
+    if (a[i] == "--config" && i + 1 < a.size())
+      config_path = a[++i];
+    else if (a[i] == "-o" && i + 1 < a.size())
+      out = a[++i];
+    else if (a[i] == "--json")
+      json = true;
+    else if (a[i].starts_with("-"))
+      throw InputError(fmt::format("graph import: unknown option '{}'", a[i]));
+    else
+      files.push_back(a[i]);
   }
   if (config_path.empty() || files.empty())
     throw InputError("graph import: needs trace FILEs and --config CONFIG (the target job)");
@@ -115,11 +127,14 @@ int graphImport(std::span<const std::string> a) {
   }
   const auto g = graph::sliceRecordings(config, recs);
   const auto rep = graph::validateGraph(*g);
-  fmt::print("graph of {}: world size {}, {} classes, {} ops in total, valid ({} check), {:.2f} s\n",
-             config_path, g->worldSize(), g->numClasses(), g->totalOps(), rep.method, seconds(t0));
+  fmt::print(
+      "graph of {}: world size {}, {} classes, {} ops in total, valid ({} check), {:.2f} s\n",
+      config_path, g->worldSize(), g->numClasses(), g->totalOps(), rep.method, seconds(t0));
   if (!out.empty()) {
-    if (json) graph::saveGraphJson(*g, out);
-    else graph::saveGraphBinary(*g, out);
+    if (json)
+      graph::saveGraphJson(*g, out);
+    else
+      graph::saveGraphBinary(*g, out);
     fmt::print("wrote {} ({})\n", out, json ? "json" : "binary");
   }
   return 0;

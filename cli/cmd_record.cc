@@ -2,6 +2,7 @@
 // (the unmodified program, e.g. torchrun ..., or `crystal emulate CONFIG -- ...` so that the
 // real ranks' peers are virtual) with NCCL's profiler pointed at libnccl-net-crystal.so, then
 // builds the target's graph from what each process recorded (docs/record.md).
+#include <fmt/core.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "cli/command.h"
 #include "crystal/base/error.h"
@@ -47,7 +46,8 @@ std::string pluginPath(const std::string& explicit_path) {
 #endif
 }
 
-int runChild(const std::vector<std::string>& cmd, const std::vector<std::pair<std::string, std::string>>& env) {
+int runChild(const std::vector<std::string>& cmd,
+             const std::vector<std::pair<std::string, std::string>>& env) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
@@ -87,22 +87,32 @@ int runRecord(std::span<const std::string> args) {
       fmt::print("{}", kUsage);
       return 0;
     }
-    if (a == "-o") out = value();
-    else if (a == "--json") json = true;
-    else if (a == "--dir") dir = value();
-    else if (a == "--plugin") plugin = value();
-    else if (!a.empty() && a[0] == '-') throw InputError(fmt::format("record: unknown option '{}'\n{}", a, kUsage));
-    else if (config_path.empty()) config_path = a;
-    else throw InputError(fmt::format("record: unexpected argument '{}'\n{}", a, kUsage));
+    if (a == "-o")
+      out = value();
+    else if (a == "--json")
+      json = true;
+    else if (a == "--dir")
+      dir = value();
+    else if (a == "--plugin")
+      plugin = value();
+    else if (!a.empty() && a[0] == '-')
+      throw InputError(fmt::format("record: unknown option '{}'\n{}", a, kUsage));
+    else if (config_path.empty())
+      config_path = a;
+    else
+      throw InputError(fmt::format("record: unexpected argument '{}'\n{}", a, kUsage));
   }
-  if (config_path.empty() || cmd.empty()) throw InputError(fmt::format("record: needs CONFIG and -- CMD\n{}", kUsage));
+  if (config_path.empty() || cmd.empty())
+    throw InputError(fmt::format("record: needs CONFIG and -- CMD\n{}", kUsage));
   const Config config = loadConfig(config_path);  // bad configs fail before the run
   const std::string lib = fs::absolute(pluginPath(plugin)).string();
   if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/crystal-record-XXXXXX";
+    std::string templ =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/crystal-record-XXXXXX";
     if (::mkdtemp(templ.data()) == nullptr)
-      throw std::runtime_error(fmt::format("record: cannot create {}: {}", templ, std::strerror(errno)));
+      throw std::runtime_error(
+          fmt::format("record: cannot create {}: {}", templ, std::strerror(errno)));
     dir = templ;
   } else {
     fs::create_directories(dir);
@@ -123,16 +133,20 @@ int runRecord(std::span<const std::string> args) {
     fmt::print("{}: rank {}, {} ops, {} communicators\n", p, r.rank, r.ops.size(), r.comms.size());
   }
   if (recs.empty())
-    throw InputError(fmt::format("record: no recording in {}: did the program use NCCL (and load "
-                                 "{} as NCCL_PROFILER_PLUGIN)?", dir, lib));
+    throw InputError(
+        fmt::format("record: no recording in {}: did the program use NCCL (and load "
+                    "{} as NCCL_PROFILER_PLUGIN)?",
+                    dir, lib));
   for (const auto& n : recs.front().notes) fmt::print("  note: {}\n", n);
   const auto g = graph::sliceRecordings(config, recs);
   const auto rep = graph::validateGraph(*g);
   fmt::print("graph of {}: world size {}, {} classes, {} ops in total, valid ({} check)\n",
              config_path, g->worldSize(), g->numClasses(), g->totalOps(), rep.method);
   if (!out.empty()) {
-    if (json) graph::saveGraphJson(*g, out);
-    else graph::saveGraphBinary(*g, out);
+    if (json)
+      graph::saveGraphJson(*g, out);
+    else
+      graph::saveGraphBinary(*g, out);
     fmt::print("wrote {}\n", out);
   }
   return rc == 0 ? 0 : 1;
@@ -140,6 +154,7 @@ int runRecord(std::span<const std::string> args) {
 
 }  // namespace
 
-CRYSTAL_COMMAND("record", "run CMD with NCCL recording on; build the target graph from it", runRecord);
+CRYSTAL_COMMAND("record", "run CMD with NCCL recording on; build the target graph from it",
+                runRecord);
 
 }  // namespace crystal::cli

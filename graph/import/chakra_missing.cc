@@ -8,9 +8,11 @@ namespace crystal::graph {
 namespace {
 
 [[noreturn]] void missing(const std::string& what) {
-  throw InputError(fmt::format("{}: this crystal was built without protobuf, so it cannot read "
-                               "or write Chakra ET; install libprotobuf-dev and "
-                               "protobuf-compiler and rebuild", what));
+  throw InputError(
+      fmt::format("{}: this crystal was built without protobuf, so it cannot read "
+                  "or write Chakra ET; install libprotobuf-dev and "
+                  "protobuf-compiler and rebuild",
+                  what));
 }
 
 }  // namespace

@@ -5,14 +5,14 @@
 // pg_name (members from a "pg:<name>" metadata attribute) and comm_src/comm_dst, in file
 // order on stream 0 unless "crystal.stream" says otherwise; memory/storage nodes are skipped
 // with a note.
+#include <fmt/core.h>
+#include <google/protobuf/io/coded_stream.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include <fmt/core.h>
-#include <google/protobuf/io/coded_stream.h>
 
 #include "chakra_et.pb.h"
 #include "crystal/base/error.h"
@@ -27,13 +27,17 @@ namespace pb = ChakraProtoMsg;
 // Integer value of an attribute whatever integer field the producer chose.
 std::optional<std::int64_t> intOf(const pb::AttributeProto& a) {
   switch (a.value_case()) {
-    case pb::AttributeProto::kInt32Val: return a.int32_val();
-    case pb::AttributeProto::kInt64Val: return a.int64_val();
-    case pb::AttributeProto::kUint32Val: return a.uint32_val();
+    case pb::AttributeProto::kInt32Val:
+      return a.int32_val();
+    case pb::AttributeProto::kInt64Val:
+      return a.int64_val();
+    case pb::AttributeProto::kUint32Val:
+      return a.uint32_val();
     case pb::AttributeProto::kUint64Val:
       if (a.uint64_val() > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
       return static_cast<std::int64_t>(a.uint64_val());
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -52,11 +56,13 @@ class Reader {
 
   RecordedRank read() {
     if (size_ > static_cast<std::size_t>(INT32_MAX))
-      throw InputError(fmt::format("{}: {} bytes; Chakra files above 2 GiB are not read", source_, size_));
+      throw InputError(
+          fmt::format("{}: {} bytes; Chakra files above 2 GiB are not read", source_, size_));
     rec_.source = source_;
     pb::GlobalMetadata meta;
     if (!next(meta, "GlobalMetadata"))
-      throw InputError(fmt::format("{}: empty file; a Chakra ET starts with GlobalMetadata", source_));
+      throw InputError(
+          fmt::format("{}: empty file; a Chakra ET starts with GlobalMetadata", source_));
     readMetadata(meta);
     pb::Node n;
     for (std::size_t i = 0; next(n, fmt::format("node {}", i).c_str()); ++i) readNode(n, i);
@@ -70,7 +76,8 @@ class Reader {
     if (static_cast<std::size_t>(at) == size_) return false;
     std::uint32_t len = 0;
     if (!in_.ReadVarint32(&len))
-      throw InputError(fmt::format("{}: {} at byte {}: bad or truncated length", source_, what, at));
+      throw InputError(
+          fmt::format("{}: {} at byte {}: bad or truncated length", source_, what, at));
     if (len > size_ - static_cast<std::size_t>(in_.CurrentPosition()))
       throw InputError(fmt::format("{}: {} at byte {}: length {} runs past the end of the file",
                                    source_, what, at, len));
@@ -94,7 +101,8 @@ class Reader {
         c.key = a.name().substr(std::string_view(chakra::kPgPrefix).size());
         c.name = a.doc_string();
         if (a.value_case() != pb::AttributeProto::kInt64List)
-          throw InputError(fmt::format("{}: metadata '{}' is not a list of ranks", source_, a.name()));
+          throw InputError(
+              fmt::format("{}: metadata '{}' is not a list of ranks", source_, a.name()));
         for (std::int64_t m : a.int64_list().values()) {
           if (m < 0 || m > INT32_MAX)
             throw InputError(fmt::format("{}: metadata '{}' holds rank {}", source_, a.name(), m));
@@ -108,7 +116,8 @@ class Reader {
     for (auto& [key, c] : pgs_) {
       const auto me = std::find(c.ranks.begin(), c.ranks.end(), rec_.rank);
       if (me == c.ranks.end())
-        throw InputError(fmt::format("{}: process group '{}' does not hold rank {}", source_, key, rec_.rank));
+        throw InputError(
+            fmt::format("{}: process group '{}' does not hold rank {}", source_, key, rec_.rank));
       c.rank = static_cast<std::int32_t>(me - c.ranks.begin());
     }
   }
@@ -124,12 +133,15 @@ class Reader {
       const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
       if (ec == std::errc{} && p == digits.data() + digits.size() && v >= 0) return v;
     }
-    throw InputError(fmt::format("{}: no 'rank' metadata and no NAME.<rank>.et file name: which "
-                                 "rank recorded it?", source_));
+    throw InputError(
+        fmt::format("{}: no 'rank' metadata and no NAME.<rank>.et file name: which "
+                    "rank recorded it?",
+                    source_));
   }
 
   [[noreturn]] void fail(std::size_t i, const pb::Node& n, const std::string& what) const {
-    throw InputError(fmt::format("{}: node {} (id {}, '{}'): {}", source_, i, n.id(), n.name(), what));
+    throw InputError(
+        fmt::format("{}: node {} (id {}, '{}'): {}", source_, i, n.id(), n.name(), what));
   }
 
   std::int64_t intAttr(const pb::Node& n, std::size_t i, const char* name, std::int64_t lo,
@@ -140,7 +152,8 @@ class Reader {
       fail(i, n, fmt::format("attribute '{}' missing", name));
     }
     const auto v = intOf(*a);
-    if (!v || *v < lo || *v > hi) fail(i, n, fmt::format("attribute '{}' not an integer in {}..{}", name, lo, hi));
+    if (!v || *v < lo || *v > hi)
+      fail(i, n, fmt::format("attribute '{}' not an integer in {}..{}", name, lo, hi));
     return *v;
   }
 
@@ -150,8 +163,9 @@ class Reader {
       fail(i, n, "communication node without a 'pg_name' string");
     const auto it = pgs_.find(a->string_val());
     if (it == pgs_.end())
-      fail(i, n, fmt::format("process group '{}' has no 'pg:{}' member list in the metadata",
-                             a->string_val(), a->string_val()));
+      fail(i, n,
+           fmt::format("process group '{}' has no 'pg:{}' member list in the metadata",
+                       a->string_val(), a->string_val()));
     for (std::size_t k = 0; k < rec_.comms.size(); ++k)
       if (rec_.comms[k].key == it->first) return static_cast<std::int32_t>(k);
     rec_.comms.push_back(it->second);
@@ -161,7 +175,8 @@ class Reader {
   void readNode(const pb::Node& n, std::size_t i) {
     Op op;
     op.stream = static_cast<std::uint8_t>(intAttr(n, i, chakra::kStream, 0, 255, 0));
-    op.dtype = static_cast<DType>(intAttr(n, i, chakra::kDtype, 0, 11, static_cast<int>(DType::BFloat16)));
+    op.dtype =
+        static_cast<DType>(intAttr(n, i, chakra::kDtype, 0, 11, static_cast<int>(DType::BFloat16)));
     switch (n.type()) {
       case pb::COMP_NODE:
         op.kind = OpKind::Compute;
@@ -183,8 +198,10 @@ class Reader {
         break;
       default:
         if (skipped_++ == 0)
-          rec_.notes.push_back(fmt::format("node {}: node type {} has no graph op; such nodes are "
-                                           "skipped", i, pb::NodeType_Name(n.type())));
+          rec_.notes.push_back(
+              fmt::format("node {}: node type {} has no graph op; such nodes are "
+                          "skipped",
+                          i, pb::NodeType_Name(n.type())));
         return;
     }
     std::uint32_t name = 0;
@@ -211,13 +228,28 @@ class Reader {
         op.coll = static_cast<CollKind>(k);
       } else {
         switch (intAttr(n, i, chakra::kCommType, 0, 9)) {
-          case pb::ALL_REDUCE: op.coll = CollKind::AllReduce; break;
-          case pb::REDUCE: op.coll = CollKind::Reduce; break;
-          case pb::ALL_GATHER: op.coll = CollKind::AllGather; break;
-          case pb::BROADCAST: op.coll = CollKind::Broadcast; break;
-          case pb::ALL_TO_ALL: op.coll = CollKind::AllToAll; break;
-          case pb::REDUCE_SCATTER: op.coll = CollKind::ReduceScatter; break;
-          default: fail(i, n, "comm_type GATHER, SCATTER, REDUCE_SCATTER_BLOCK or BARRIER has no graph collective");
+          case pb::ALL_REDUCE:
+            op.coll = CollKind::AllReduce;
+            break;
+          case pb::REDUCE:
+            op.coll = CollKind::Reduce;
+            break;
+          case pb::ALL_GATHER:
+            op.coll = CollKind::AllGather;
+            break;
+          case pb::BROADCAST:
+            op.coll = CollKind::Broadcast;
+            break;
+          case pb::ALL_TO_ALL:
+            op.coll = CollKind::AllToAll;
+            break;
+          case pb::REDUCE_SCATTER:
+            op.coll = CollKind::ReduceScatter;
+            break;
+          default:
+            fail(i, n,
+                 "comm_type GATHER, SCATTER, REDUCE_SCATTER_BLOCK or BARRIER has no graph "
+                 "collective");
         }
       }
       if (op.coll == CollKind::Broadcast || op.coll == CollKind::Reduce)
@@ -238,12 +270,17 @@ class Reader {
     const pb::AttributeProto* k = find(n, chakra::kKind);
     if (k == nullptr) return false;  // another producer's metadata
     static const std::pair<std::string_view, OpKind> kKinds[] = {
-        {"group_begin", OpKind::GroupBegin}, {"group_end", OpKind::GroupEnd},
-        {"alloc", OpKind::Alloc}, {"free", OpKind::Free}, {"record", OpKind::Record},
-        {"wait", OpKind::Wait}, {"iteration", OpKind::IterationMark}};
+        {"group_begin", OpKind::GroupBegin},
+        {"group_end", OpKind::GroupEnd},
+        {"alloc", OpKind::Alloc},
+        {"free", OpKind::Free},
+        {"record", OpKind::Record},
+        {"wait", OpKind::Wait},
+        {"iteration", OpKind::IterationMark}};
     const auto* hit = std::find_if(std::begin(kKinds), std::end(kKinds),
                                    [&](const auto& p) { return p.first == k->string_val(); });
-    if (hit == std::end(kKinds)) fail(i, n, fmt::format("'crystal.kind' '{}' unknown", k->string_val()));
+    if (hit == std::end(kKinds))
+      fail(i, n, fmt::format("'crystal.kind' '{}' unknown", k->string_val()));
     op.kind = hit->second;
     if (op.kind == OpKind::Alloc || op.kind == OpKind::Free)
       op.bytes = static_cast<std::uint64_t>(intAttr(n, i, chakra::kBytes, 0, INT64_MAX));

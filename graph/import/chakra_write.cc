@@ -1,9 +1,9 @@
 // writeChakraTrace: one rank of a graph -> Chakra ET bytes.
-#include <map>
-
 #include <fmt/core.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <map>
 
 #include "chakra_et.pb.h"
 #include "crystal/graph/import.h"
@@ -27,13 +27,19 @@ pb::AttributeProto* attr(pb::Node& n, const char* name) {
 
 pb::CollectiveCommType commType(CollKind k) {
   switch (k) {
-    case CollKind::AllReduce: return pb::ALL_REDUCE;
-    case CollKind::Reduce: return pb::REDUCE;
-    case CollKind::AllGather: return pb::ALL_GATHER;
-    case CollKind::Broadcast: return pb::BROADCAST;
-    case CollKind::ReduceScatter: return pb::REDUCE_SCATTER;
+    case CollKind::AllReduce:
+      return pb::ALL_REDUCE;
+    case CollKind::Reduce:
+      return pb::REDUCE;
+    case CollKind::AllGather:
+      return pb::ALL_GATHER;
+    case CollKind::Broadcast:
+      return pb::BROADCAST;
+    case CollKind::ReduceScatter:
+      return pb::REDUCE_SCATTER;
     case CollKind::AllToAll:
-    case CollKind::AllToAllv: return pb::ALL_TO_ALL;
+    case CollKind::AllToAllv:
+      return pb::ALL_TO_ALL;
   }
   return pb::ALL_REDUCE;
 }
@@ -72,7 +78,8 @@ std::string writeChakraTrace(const Graph& g, std::int32_t rank) {
         n.add_data_deps(it->second);
       last_on_stream[op.stream] = id;
       attr(n, chakra::kStream)->set_int32_val(op.stream);
-      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      const bool comm =
+          op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
       if (comm) {
         const RecordedComm& c = r.comms[static_cast<std::size_t>(op.comm)];
         attr(n, chakra::kIsCpuOp)->set_bool_val(false);
@@ -104,11 +111,13 @@ std::string writeChakraTrace(const Graph& g, std::int32_t rank) {
         attr(n, chakra::kKind)->set_string_val(std::string(toString(op.kind)));
         if (op.kind == OpKind::Alloc || op.kind == OpKind::Free)
           attr(n, chakra::kBytes)->set_int64_val(static_cast<std::int64_t>(op.bytes));
-        if (op.kind == OpKind::Record || op.kind == OpKind::Wait || op.kind == OpKind::IterationMark)
+        if (op.kind == OpKind::Record || op.kind == OpKind::Wait ||
+            op.kind == OpKind::IterationMark)
           attr(n, chakra::kTag)->set_int64_val(op.tag);
         if (op.kind == OpKind::Record) record_node[op.tag] = id;
         if (op.kind == OpKind::Wait)
-          if (auto it = record_node.find(op.tag); it != record_node.end()) n.add_data_deps(it->second);
+          if (auto it = record_node.find(op.tag); it != record_node.end())
+            n.add_data_deps(it->second);
       }
       if (!comm) attr(n, chakra::kDtype)->set_int32_val(static_cast<int>(op.dtype));
       put(out, n);

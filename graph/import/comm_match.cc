@@ -1,16 +1,17 @@
 #include "graph/import/comm_match.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "crystal/base/error.h"
 
 namespace crystal::graph {
 namespace {
 
-bool sameMembers(const LayoutCommTable& table, std::int32_t comm, const std::vector<std::int32_t>& ranks) {
+bool sameMembers(const LayoutCommTable& table, std::int32_t comm,
+                 const std::vector<std::int32_t>& ranks) {
   if (table.info(comm).size != static_cast<std::int32_t>(ranks.size())) return false;
   for (std::size_t i = 0; i < ranks.size(); ++i)
     if (table.member(comm, static_cast<std::int32_t>(i)) != ranks[i]) return false;
@@ -33,8 +34,10 @@ std::vector<std::int32_t> matchFamilies(const LayoutCommTable& table, const Reco
     const RecordedComm& c = rec.comms[k];
     if (!c.ranks.empty() && static_cast<std::int32_t>(c.ranks.size()) != c.size)
       throw InputError(fmt::format("{}: lists {} member ranks", describe(rec, c), c.ranks.size()));
-    if (!c.ranks.empty() && (c.rank < 0 || c.rank >= c.size || c.ranks[static_cast<std::size_t>(c.rank)] != rec.rank))
-      throw InputError(fmt::format("{}: member {} is not the recorded rank", describe(rec, c), c.rank));
+    if (!c.ranks.empty() &&
+        (c.rank < 0 || c.rank >= c.size || c.ranks[static_cast<std::size_t>(c.rank)] != rec.rank))
+      throw InputError(
+          fmt::format("{}: member {} is not the recorded rank", describe(rec, c), c.rank));
     for (std::size_t f = 0; f < fams.size(); ++f) {
       const std::int32_t comm = table.commOfFamily(static_cast<std::int32_t>(f), rec.rank);
       if (comm < 0) continue;
@@ -67,9 +70,10 @@ std::vector<std::int32_t> matchFamilies(const LayoutCommTable& table, const Reco
     std::vector<std::string> names;
     for (std::int32_t f : fitting[k]) names.push_back(fams[static_cast<std::size_t>(f)].name);
     if (c.ranks.empty())
-      throw InputError(fmt::format("{} fits layout families {} alike; the recording does not "
-                                   "give its member ranks or a family name to tell them apart",
-                                   describe(rec, c), fmt::join(names, ", ")));
+      throw InputError(
+          fmt::format("{} fits layout families {} alike; the recording does not "
+                      "give its member ranks or a family name to tell them apart",
+                      describe(rec, c), fmt::join(names, ", ")));
     for (std::int32_t f : fitting[k]) {
       bool taken = false;
       for (std::size_t j = 0; j < rec.comms.size(); ++j)
@@ -80,8 +84,10 @@ std::vector<std::int32_t> matchFamilies(const LayoutCommTable& table, const Reco
       }
     }
     if (out[k] < 0)
-      throw InputError(fmt::format("{}: more communicators with these members than layout "
-                                   "families {}", describe(rec, c), fmt::join(names, ", ")));
+      throw InputError(
+          fmt::format("{}: more communicators with these members than layout "
+                      "families {}",
+                      describe(rec, c), fmt::join(names, ", ")));
   }
   return out;
 }

@@ -12,14 +12,14 @@
 // * "[memory]" instant events on CUDA devices: Alloc (Bytes > 0) / Free (Bytes < 0).
 // * "ProfilerStep#N" ranges: an IterationMark each. "nccl:coalesced" CPU ranges: the
 //   communication launched inside them forms one NCCL group.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <map>
-#include <sstream>
-
-#include <fmt/core.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
@@ -30,12 +30,12 @@ namespace {
 using nlohmann::json;
 
 struct Item {
-  double key = 0;        // CPU issue time, microseconds
-  std::size_t seq = 0;   // file order, breaks ties
+  double key = 0;            // CPU issue time, microseconds
+  std::size_t seq = 0;       // file order, breaks ties
   std::int64_t stream = -1;  // trace stream id; -1 = the compute stream (memory, iterations)
   Op op;
-  std::string name;      // op name
-  std::size_t event = 0; // index in traceEvents
+  std::string name;       // op name
+  std::size_t event = 0;  // index in traceEvents
 };
 
 class Reader {
@@ -64,13 +64,17 @@ class Reader {
     if (it != doc_.end() && it->is_object() && it->contains("rank")) {
       const json& r = (*it)["rank"];
       std::int64_t v = -1;
-      if (r.is_number_integer()) v = r.get<std::int64_t>();
-      else if (r.is_string()) v = parseInt(r.get<std::string>()).value_or(-1);
+      if (r.is_number_integer())
+        v = r.get<std::int64_t>();
+      else if (r.is_string())
+        v = parseInt(r.get<std::string>()).value_or(-1);
       if (v >= 0 && v <= INT32_MAX) return static_cast<std::int32_t>(v);
       throw InputError(fmt::format("{}: 'distributedInfo.rank' is not a rank number", source_));
     }
-    throw InputError(fmt::format("{}: no 'distributedInfo.rank': the trace does not say which "
-                                 "rank recorded it (profile a torch.distributed program)", source_));
+    throw InputError(
+        fmt::format("{}: no 'distributedInfo.rank': the trace does not say which "
+                    "rank recorded it (profile a torch.distributed program)",
+                    source_));
   }
 
   static std::optional<std::int64_t> parseInt(std::string_view s) {
@@ -147,7 +151,8 @@ class Reader {
       if (!(op.duration_us >= 0)) fail(i, "negative duration");
       add(launchTime(e, i), stream, op, name, i);
     } else if (ph == "X" && cat == "cuda_sync" &&
-               (name == "Stream Wait Event" || text(args ? *args : json{}, "cuda_sync_kind") == "Stream Wait Event")) {
+               (name == "Stream Wait Event" ||
+                text(args ? *args : json{}, "cuda_sync_kind") == "Stream Wait Event")) {
       if (args == nullptr) fail(i, "Stream Wait Event without args");
       const std::int64_t waiter = integer(*args, i, "stream");
       const std::int64_t producer = integer(*args, i, "wait_on_stream");
@@ -155,7 +160,8 @@ class Reader {
       const auto rec = runtime_ts_.find(rec_corr);
       if (rec == runtime_ts_.end())
         fail(i, fmt::format("Stream Wait Event on the cudaEventRecord with correlation {}, which "
-                            "the trace does not hold (trace window cut a dependency?)", rec_corr));
+                            "the trace does not hold (trace window cut a dependency?)",
+                            rec_corr));
       Op r, w;
       r.kind = OpKind::Record;
       w.kind = OpKind::Wait;
@@ -170,7 +176,8 @@ class Reader {
       if (bytes == 0) return;
       Op op;
       op.kind = bytes > 0 ? OpKind::Alloc : OpKind::Free;
-      op.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes) : static_cast<std::uint64_t>(-(bytes + 1)) + 1;
+      op.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes)
+                           : static_cast<std::uint64_t>(-(bytes + 1)) + 1;
       add(number(e, i, "ts"), -1, op, "", i);
     } else if (ph == "X" && name.starts_with("ProfilerStep#")) {
       Op op;
@@ -186,11 +193,19 @@ class Reader {
   static std::optional<DType> dtypeOf(std::string_view s) {
     // c10::toString(ScalarType) names.
     static const std::pair<std::string_view, DType> kNames[] = {
-        {"Float", DType::Float32},   {"Half", DType::Float16},   {"BFloat16", DType::BFloat16},
-        {"Double", DType::Float64},  {"Int", DType::Int32},      {"Long", DType::Int64},
-        {"Char", DType::Int8},       {"Byte", DType::Uint8},     {"Bool", DType::Uint8},
-        {"UInt32", DType::Uint32},   {"UInt64", DType::Uint64},
-        {"Float8_e4m3fn", DType::Float8e4m3}, {"Float8_e5m2", DType::Float8e5m2}};
+        {"Float", DType::Float32},
+        {"Half", DType::Float16},
+        {"BFloat16", DType::BFloat16},
+        {"Double", DType::Float64},
+        {"Int", DType::Int32},
+        {"Long", DType::Int64},
+        {"Char", DType::Int8},
+        {"Byte", DType::Uint8},
+        {"Bool", DType::Uint8},
+        {"UInt32", DType::Uint32},
+        {"UInt64", DType::Uint64},
+        {"Float8_e4m3fn", DType::Float8e4m3},
+        {"Float8_e5m2", DType::Float8e5m2}};
     for (const auto& [n, t] : kNames)
       if (n == s) return t;
     return std::nullopt;
@@ -200,7 +215,8 @@ class Reader {
     std::string key = text(args, "Process Group Name");
     const std::string desc = text(args, "Process Group Description");
     if (key.empty()) key = desc;
-    if (key.empty()) fail(i, "collective without 'Process Group Name' or 'Process Group Description'");
+    if (key.empty())
+      fail(i, "collective without 'Process Group Name' or 'Process Group Description'");
     const std::int64_t size = integer(args, i, "Group size");
     if (size < 1 || size > INT32_MAX) fail(i, fmt::format("'Group size' {} out of range", size));
     RecordedComm c;
@@ -259,7 +275,8 @@ class Reader {
 
   void readComm(const json& e, const json& args, std::size_t i, std::int64_t stream) {
     std::string coll = text(args, "Collective name");
-    std::transform(coll.begin(), coll.end(), coll.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    std::transform(coll.begin(), coll.end(), coll.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
     const std::string dt = text(args, "dtype");
     const auto dtype = dtypeOf(dt);
     if (!dtype) fail(i, fmt::format("'dtype' '{}' is not a type NCCL moves", dt));
@@ -286,8 +303,8 @@ class Reader {
     } else if (is({"broadcast", "reduce"})) {
       op.coll = coll == "broadcast" ? CollKind::Broadcast : CollKind::Reduce;
       op.peer = 0;
-      note(fmt::format("{} at traceEvents[{}]: Kineto does not record the root; taken as 0",
-                       coll, i));
+      note(fmt::format("{} at traceEvents[{}]: Kineto does not record the root; taken as 0", coll,
+                       i));
     } else if (is({"all_to_all", "alltoall", "alltoall_base", "all_to_all_single"})) {
       const std::string split = text(args, "In split size");
       op.coll = splitsEqual(split) ? CollKind::AllToAll : CollKind::AllToAllv;
@@ -313,8 +330,10 @@ class Reader {
       while (!v.empty() && (v.front() == ' ' || v.front() == '[')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == ']')) v.remove_suffix(1);
       if (!v.empty()) {
-        if (first.empty()) first = v;
-        else if (v != first) return false;
+        if (first.empty())
+          first = v;
+        else if (v != first)
+          return false;
       }
       if (comma == std::string_view::npos) break;
       s.remove_prefix(comma + 1);
@@ -337,15 +356,18 @@ class Reader {
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     if (ids.size() > 255)
-      throw InputError(fmt::format("{}: {} CUDA streams; the graph holds at most 255", source_, ids.size()));
+      throw InputError(
+          fmt::format("{}: {} CUDA streams; the graph holds at most 255", source_, ids.size()));
     auto streamOf = [&](std::int64_t id) {
       return id < 0 ? std::uint8_t{0}
-                    : static_cast<std::uint8_t>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
+                    : static_cast<std::uint8_t>(std::lower_bound(ids.begin(), ids.end(), id) -
+                                                ids.begin());
     };
     std::map<std::string, std::uint32_t> names;
     auto groupOf = [&](const Item& it) -> std::int64_t {
       for (std::size_t g = 0; g < groups_.size(); ++g)
-        if (it.key >= groups_[g].begin && it.key <= groups_[g].end) return static_cast<std::int64_t>(g);
+        if (it.key >= groups_[g].begin && it.key <= groups_[g].end)
+          return static_cast<std::int64_t>(g);
       return -1;
     };
     std::int64_t open = -1;
@@ -367,7 +389,8 @@ class Reader {
     for (const Item& it : items_) {
       Op op = it.op;
       op.stream = streamOf(it.stream);
-      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      const bool comm =
+          op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
       const bool memory = op.kind == OpKind::Alloc || op.kind == OpKind::Free;
       if (memory && open >= 0 && groupOf(it) == open) {
         deferred.emplace_back(op, fmt::format("traceEvents[{}]", it.event));
@@ -376,8 +399,9 @@ class Reader {
       const std::int64_t g = comm ? groupOf(it) : -1;
       if (g != open && open >= 0) closeGroup();
       if (!comm && !memory && groupOf(it) >= 0)
-        fail(it.event, fmt::format("{} launched inside the nccl:coalesced range at traceEvents[{}]",
-                                   toString(op.kind), groups_[static_cast<std::size_t>(groupOf(it))].event));
+        fail(it.event,
+             fmt::format("{} launched inside the nccl:coalesced range at traceEvents[{}]",
+                         toString(op.kind), groups_[static_cast<std::size_t>(groupOf(it))].event));
       if (g >= 0 && g != open) {
         Op begin;
         begin.kind = OpKind::GroupBegin;

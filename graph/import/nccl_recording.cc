@@ -4,14 +4,14 @@
 // is on the task NCCL made of it (p2p event): tasks are matched to calls first-in first-out
 // per (communicator, func, count, datatype). Calls whose parent is one group_api event form
 // one group. CUDA streams become graph streams in order of first use.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
@@ -76,12 +76,14 @@ class Reader {
 
   std::string str(const json& j, std::size_t line, const char* k) const {
     const auto it = j.find(k);
-    if (it == j.end() || !it->is_string()) fail(line, fmt::format("'{}' missing or not a string", k));
+    if (it == j.end() || !it->is_string())
+      fail(line, fmt::format("'{}' missing or not a string", k));
     return it->get<std::string>();
   }
   std::int64_t num(const json& j, std::size_t line, const char* k) const {
     const auto it = j.find(k);
-    if (it == j.end() || !it->is_number_integer()) fail(line, fmt::format("'{}' missing or not an integer", k));
+    if (it == j.end() || !it->is_number_integer())
+      fail(line, fmt::format("'{}' missing or not an integer", k));
     return it->get<std::int64_t>();
   }
 
@@ -90,7 +92,8 @@ class Reader {
       fail(line, "not a crystal record file (first line lacks \"crystal_record\":1)");
     const json& r = j.contains("rank") ? j["rank"] : json();
     std::int64_t rank = -1;
-    if (r.is_number_integer()) rank = r.get<std::int64_t>();
+    if (r.is_number_integer())
+      rank = r.get<std::int64_t>();
     else if (r.is_string()) {
       try {
         std::size_t used = 0;
@@ -101,8 +104,9 @@ class Reader {
       }
     }
     if (rank < 0 || rank > INT32_MAX)
-      fail(line, "the recording does not say its global rank: run the program with RANK or "
-                 "CRYSTAL_RANK set");
+      fail(line,
+           "the recording does not say its global rank: run the program with RANK or "
+           "CRYSTAL_RANK set");
     rec_.rank = static_cast<std::int32_t>(rank);
   }
 
@@ -111,10 +115,12 @@ class Reader {
     c.key = str(j, line, "comm");
     c.name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : "";
     const auto n = num(j, line, "nranks"), r = num(j, line, "rank");
-    if (n < 1 || n > INT32_MAX || r < 0 || r >= n) fail(line, fmt::format("rank {} of {} ranks", r, n));
+    if (n < 1 || n > INT32_MAX || r < 0 || r >= n)
+      fail(line, fmt::format("rank {} of {} ranks", r, n));
     c.size = static_cast<std::int32_t>(n);
     c.rank = static_cast<std::int32_t>(r);
-    if (comm_index_.contains(c.key)) fail(line, fmt::format("communicator {} initialised twice", c.key));
+    if (comm_index_.contains(c.key))
+      fail(line, fmt::format("communicator {} initialised twice", c.key));
     comm_index_[c.key] = static_cast<std::int32_t>(rec_.comms.size());
     rec_.comms.push_back(std::move(c));
   }
@@ -131,7 +137,8 @@ class Reader {
     c.parent = num(j, line, "parent");
     c.line = line;
     c.comm = str(j, line, "comm");
-    if (!comm_index_.contains(c.comm)) fail(line, fmt::format("communicator {} was never initialised", c.comm));
+    if (!comm_index_.contains(c.comm))
+      fail(line, fmt::format("communicator {} was never initialised", c.comm));
     c.func = str(j, line, "func");
     c.dtype = str(j, line, "dtype");
     const auto count = num(j, line, "count");
@@ -147,34 +154,50 @@ class Reader {
     c.stream = str(j, line, "stream");
     if (!c.p2p) c.root = static_cast<std::int32_t>(num(j, line, "root"));
     if (j.contains("graph") && j["graph"] == true && graph_note_++ == 0)
-      rec_.notes.push_back(fmt::format("line {}: calls captured in CUDA graphs are recorded once "
-                                       "per capture, not per replay", line));
+      rec_.notes.push_back(
+          fmt::format("line {}: calls captured in CUDA graphs are recorded once "
+                      "per capture, not per replay",
+                      line));
     calls_.push_back(std::move(c));
   }
 
   static std::optional<DType> dtypeOf(std::string s) {
     if (s.starts_with("nccl")) s = s.substr(4);
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    static const std::pair<std::string_view, DType> kNames[] = {
-        {"int8", DType::Int8}, {"char", DType::Int8}, {"uint8", DType::Uint8},
-        {"int32", DType::Int32}, {"int", DType::Int32}, {"uint32", DType::Uint32},
-        {"int64", DType::Int64}, {"uint64", DType::Uint64}, {"float16", DType::Float16},
-        {"half", DType::Float16}, {"float32", DType::Float32}, {"float", DType::Float32},
-        {"float64", DType::Float64}, {"double", DType::Float64}, {"bfloat16", DType::BFloat16},
-        {"float8e4m3", DType::Float8e4m3}, {"float8e5m2", DType::Float8e5m2}};
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    static const std::pair<std::string_view, DType> kNames[] = {{"int8", DType::Int8},
+                                                                {"char", DType::Int8},
+                                                                {"uint8", DType::Uint8},
+                                                                {"int32", DType::Int32},
+                                                                {"int", DType::Int32},
+                                                                {"uint32", DType::Uint32},
+                                                                {"int64", DType::Int64},
+                                                                {"uint64", DType::Uint64},
+                                                                {"float16", DType::Float16},
+                                                                {"half", DType::Float16},
+                                                                {"float32", DType::Float32},
+                                                                {"float", DType::Float32},
+                                                                {"float64", DType::Float64},
+                                                                {"double", DType::Float64},
+                                                                {"bfloat16", DType::BFloat16},
+                                                                {"float8e4m3", DType::Float8e4m3},
+                                                                {"float8e5m2", DType::Float8e5m2}};
     for (const auto& [n, t] : kNames)
       if (n == s) return t;
     return std::nullopt;
   }
 
   static std::string lower(std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
     return s;
   }
 
   void build() {
-    std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.id < b.id; });
-    std::sort(tasks_.begin(), tasks_.end(), [](const Call& a, const Call& b) { return a.id < b.id; });
+    std::sort(calls_.begin(), calls_.end(),
+              [](const Call& a, const Call& b) { return a.id < b.id; });
+    std::sort(tasks_.begin(), tasks_.end(),
+              [](const Call& a, const Call& b) { return a.id < b.id; });
     std::vector<bool> used(tasks_.size(), false);
     std::map<std::string, std::uint8_t> streams;
     std::int64_t open = -1;
@@ -198,28 +221,38 @@ class Reader {
         op.bytes = bytes;
         // The oldest unmatched task of the same call shape carries the peer.
         std::size_t t = 0;
-        while (t < tasks_.size() && (used[t] || tasks_[t].comm != c.comm || lower(tasks_[t].func) != f ||
-                                     tasks_[t].count != c.count || tasks_[t].dtype != c.dtype))
+        while (t < tasks_.size() &&
+               (used[t] || tasks_[t].comm != c.comm || lower(tasks_[t].func) != f ||
+                tasks_[t].count != c.count || tasks_[t].dtype != c.dtype))
           ++t;
         if (t == tasks_.size())
-          fail(c.line, fmt::format("{} of {} elements has no p2p task event, so its peer is unknown",
-                                   c.func, c.count));
+          fail(c.line,
+               fmt::format("{} of {} elements has no p2p task event, so its peer is unknown",
+                           c.func, c.count));
         used[t] = true;
         op.peer = tasks_[t].peer;
         if (op.peer < 0 || op.peer >= comm.size)
-          fail(tasks_[t].line, fmt::format("peer {} outside communicator of {} ranks", op.peer, comm.size));
+          fail(tasks_[t].line,
+               fmt::format("peer {} outside communicator of {} ranks", op.peer, comm.size));
       } else {
         op.kind = OpKind::Collective;
         const auto n = static_cast<std::uint64_t>(comm.size);
         // NCCL counts: all-gather sendcount and reduce-scatter recvcount are per rank; the
         // graph's size is the whole buffer (nccl-tests "size").
-        if (f == "allreduce") op.coll = CollKind::AllReduce, op.bytes = bytes;
-        else if (f == "broadcast") op.coll = CollKind::Broadcast, op.bytes = bytes, op.peer = c.root;
-        else if (f == "reduce") op.coll = CollKind::Reduce, op.bytes = bytes, op.peer = c.root;
-        else if (f == "allgather") op.coll = CollKind::AllGather, op.bytes = bytes * n;
-        else if (f == "reducescatter") op.coll = CollKind::ReduceScatter, op.bytes = bytes * n;
-        else if (f == "alltoall") op.coll = CollKind::AllToAll, op.bytes = bytes * n;
-        else fail(c.line, fmt::format("collective '{}' is not one the graph knows", c.func));
+        if (f == "allreduce")
+          op.coll = CollKind::AllReduce, op.bytes = bytes;
+        else if (f == "broadcast")
+          op.coll = CollKind::Broadcast, op.bytes = bytes, op.peer = c.root;
+        else if (f == "reduce")
+          op.coll = CollKind::Reduce, op.bytes = bytes, op.peer = c.root;
+        else if (f == "allgather")
+          op.coll = CollKind::AllGather, op.bytes = bytes * n;
+        else if (f == "reducescatter")
+          op.coll = CollKind::ReduceScatter, op.bytes = bytes * n;
+        else if (f == "alltoall")
+          op.coll = CollKind::AllToAll, op.bytes = bytes * n;
+        else
+          fail(c.line, fmt::format("collective '{}' is not one the graph knows", c.func));
         if ((op.coll == CollKind::Broadcast || op.coll == CollKind::Reduce) &&
             (c.root < 0 || c.root >= comm.size))
           fail(c.line, fmt::format("root {} outside communicator of {} ranks", c.root, comm.size));
@@ -252,8 +285,9 @@ class Reader {
       end.stream = open_stream;
       push(end, calls_.back().line);
     }
-    rec_.notes.push_back("an NCCL profiler recording has no compute time: the graph holds the "
-                         "communication and its streams only (add compute from a Kineto trace)");
+    rec_.notes.push_back(
+        "an NCCL profiler recording has no compute time: the graph holds the "
+        "communication and its streams only (add compute from a Kineto trace)");
   }
 
   const std::string& source_;

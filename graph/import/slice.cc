@@ -1,9 +1,9 @@
 // sliceRecordings: recordings of one rank per pipeline stage -> TemplateGraph of the target.
-#include <algorithm>
-#include <map>
-
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
 
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
@@ -42,14 +42,14 @@ std::vector<Op> symbolize(const LayoutCommTable& table, const RecordedRank& r, T
     op.name = intern(t.strings, r.strings[op.name]);
     if (!usesComm(op.kind)) {
       if (op.comm != -1)
-        throw InputError(fmt::format("{}: rank {} {}: {} op names a communicator", r.source,
-                                     r.rank, where(r, i), toString(op.kind)));
+        throw InputError(fmt::format("{}: rank {} {}: {} op names a communicator", r.source, r.rank,
+                                     where(r, i), toString(op.kind)));
       out.push_back(op);
       continue;
     }
     if (op.comm < 0 || static_cast<std::size_t>(op.comm) >= r.comms.size())
-      throw InputError(fmt::format("{}: rank {} {}: communicator {} not recorded", r.source,
-                                   r.rank, where(r, i), op.comm));
+      throw InputError(fmt::format("{}: rank {} {}: communicator {} not recorded", r.source, r.rank,
+                                   where(r, i), op.comm));
     const RecordedComm& c = r.comms[static_cast<std::size_t>(op.comm)];
     const std::int32_t f = fam[static_cast<std::size_t>(op.comm)];
     const std::string& family = table.families()[static_cast<std::size_t>(f)].name;
@@ -68,8 +68,8 @@ std::vector<Op> symbolize(const LayoutCommTable& table, const RecordedRank& r, T
                                    c.key, c.size));
     if (p2p) {
       if (op.peer == me)
-        throw InputError(fmt::format("{}: rank {} {}: {} to itself", r.source, r.rank,
-                                     where(r, i), toString(op.kind)));
+        throw InputError(fmt::format("{}: rank {} {}: {} to itself", r.source, r.rank, where(r, i),
+                                     toString(op.kind)));
       op.peer = (op.peer - me + c.size) % c.size;
       op.tag = 0;
     } else if (!rooted) {
@@ -123,19 +123,22 @@ std::unique_ptr<Graph> sliceRecordings(const Config& config, std::span<const Rec
     if (i < n || want.size() != ops.size())
       throw InputError(fmt::format(
           "{} (rank {}) and {} (rank {}) are both pipeline stage {} but differ at {}: {} vs {}; "
-          "ranks of a stage must run the same ops", first[cls]->source, first[cls]->rank,
-          r->source, r->rank, cls, where(*r, i), i < want.size() ? describeOp(want[i]) : "end",
+          "ranks of a stage must run the same ops",
+          first[cls]->source, first[cls]->rank, r->source, r->rank, cls, where(*r, i),
+          i < want.size() ? describeOp(want[i]) : "end",
           i < ops.size() ? describeOp(ops[i]) : "end"));
   }
   std::vector<std::string> missing;
   for (int c = 0; c < nclasses; ++c)
     if (first[static_cast<std::size_t>(c)] == nullptr)
-      missing.push_back(fmt::format("stage {} (e.g. rank {})", c, layout.offsetOf(c, t.class_dims)));
+      missing.push_back(
+          fmt::format("stage {} (e.g. rank {})", c, layout.offsetOf(c, t.class_dims)));
   if (!missing.empty())
-    throw InputError(fmt::format("{}: recordings cover {} of {} pipeline stages; missing {}: "
-                                 "record one rank of each",
-                                 config.source, nclasses - static_cast<int>(missing.size()),
-                                 nclasses, fmt::join(missing, ", ")));
+    throw InputError(
+        fmt::format("{}: recordings cover {} of {} pipeline stages; missing {}: "
+                    "record one rank of each",
+                    config.source, nclasses - static_cast<int>(missing.size()), nclasses,
+                    fmt::join(missing, ", ")));
   return std::make_unique<TemplateGraph>(config, std::move(t));
 }
 
@@ -166,7 +169,8 @@ RecordedRank recordingOf(const Graph& g, std::int32_t rank) {
         for (std::int32_t m = 0; m < info.size; ++m) c.ranks.push_back(table.member(op.comm, m));
         r.comms.push_back(std::move(c));
       }
-      if (op.kind == OpKind::Send || op.kind == OpKind::Recv) op.peer = table.indexOf(op.comm, op.peer);
+      if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
+        op.peer = table.indexOf(op.comm, op.peer);
       op.comm = it->second;
     }
     r.ops.push_back(op);

@@ -3,5 +3,5 @@
 #include "plugin/profiler/recorder.h"
 
 // `extern "C"` without braces: the const object gets external linkage and C's name.
-extern "C" __attribute__((visibility("default"))) const crystal::nccl::ncclProfiler_v5_t
-    ncclProfiler_v5 = crystal::profiler::profilerV5();
+extern "C" __attribute__((visibility("default")))
+const crystal::nccl::ncclProfiler_v5_t ncclProfiler_v5 = crystal::profiler::profilerV5();

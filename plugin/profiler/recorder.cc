@@ -1,5 +1,8 @@
 #include "plugin/profiler/recorder.h"
 
+#include <fmt/core.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,10 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unistd.h>
 #include <unordered_map>
-
-#include <fmt/core.h>
 
 namespace crystal::profiler {
 namespace {
@@ -28,9 +28,12 @@ std::string quoted(const char* s) {
   std::string out = "\"";
   for (const char* p = s == nullptr ? "" : s; *p != '\0'; ++p) {
     const auto c = static_cast<unsigned char>(*p);
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += static_cast<char>(c);
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += static_cast<char>(c);
   }
   return out + "\"";
 }
@@ -113,39 +116,45 @@ std::string describe(const ncclProfilerEventDescr_v5_t& d) {
       return fmt::format("\"ev\":\"group_api\",\"depth\":{},\"graph\":{}", d.groupApi.groupDepth,
                          d.groupApi.graphCaptured);
     case ncclProfileCollApi:
-      return fmt::format("\"ev\":\"coll_api\",\"func\":{},\"count\":{},\"dtype\":{},\"root\":{},"
-                         "\"stream\":\"{}\",\"graph\":{}", quoted(d.collApi.func), d.collApi.count,
-                         quoted(d.collApi.datatype), d.collApi.root, d.collApi.stream,
-                         d.collApi.graphCaptured);
+      return fmt::format(
+          "\"ev\":\"coll_api\",\"func\":{},\"count\":{},\"dtype\":{},\"root\":{},"
+          "\"stream\":\"{}\",\"graph\":{}",
+          quoted(d.collApi.func), d.collApi.count, quoted(d.collApi.datatype), d.collApi.root,
+          d.collApi.stream, d.collApi.graphCaptured);
     case ncclProfileP2pApi:
-      return fmt::format("\"ev\":\"p2p_api\",\"func\":{},\"count\":{},\"dtype\":{},\"stream\":\"{}\","
-                         "\"graph\":{}", quoted(d.p2pApi.func), d.p2pApi.count,
-                         quoted(d.p2pApi.datatype), d.p2pApi.stream, d.p2pApi.graphCaptured);
+      return fmt::format(
+          "\"ev\":\"p2p_api\",\"func\":{},\"count\":{},\"dtype\":{},\"stream\":\"{}\","
+          "\"graph\":{}",
+          quoted(d.p2pApi.func), d.p2pApi.count, quoted(d.p2pApi.datatype), d.p2pApi.stream,
+          d.p2pApi.graphCaptured);
     case ncclProfileColl:
-      return fmt::format("\"ev\":\"coll\",\"seq\":{},\"func\":{},\"count\":{},\"dtype\":{},"
-                         "\"root\":{},\"algo\":{},\"proto\":{},\"channels\":{}", d.coll.seqNumber,
-                         quoted(d.coll.func), d.coll.count, quoted(d.coll.datatype), d.coll.root,
-                         quoted(d.coll.algo), quoted(d.coll.proto), d.coll.nChannels);
+      return fmt::format(
+          "\"ev\":\"coll\",\"seq\":{},\"func\":{},\"count\":{},\"dtype\":{},"
+          "\"root\":{},\"algo\":{},\"proto\":{},\"channels\":{}",
+          d.coll.seqNumber, quoted(d.coll.func), d.coll.count, quoted(d.coll.datatype), d.coll.root,
+          quoted(d.coll.algo), quoted(d.coll.proto), d.coll.nChannels);
     case ncclProfileP2p:
-      return fmt::format("\"ev\":\"p2p\",\"func\":{},\"count\":{},\"dtype\":{},\"peer\":{},"
-                         "\"channels\":{}", quoted(d.p2p.func), d.p2p.count,
-                         quoted(d.p2p.datatype), d.p2p.peer, d.p2p.nChannels);
+      return fmt::format(
+          "\"ev\":\"p2p\",\"func\":{},\"count\":{},\"dtype\":{},\"peer\":{},"
+          "\"channels\":{}",
+          quoted(d.p2p.func), d.p2p.count, quoted(d.p2p.datatype), d.p2p.peer, d.p2p.nChannels);
     default:
       return {};
   }
 }
 
-ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* commName,
-                  int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) noexcept {
+ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* commName, int nNodes,
+                  int nranks, int rank, ncclDebugLogger_t logfn) noexcept {
   try {
     *context = nullptr;
     *mask = 0;
     if (!recordFile().open(logfn)) return ncclSuccess;
     auto ctx = std::make_unique<Context>();
     ctx->comm = fmt::format("{:016x}", commId);
-    recordFile().line(fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
-                                  "\"rank\":{},\"t\":{}}}", ctx->comm, quoted(commName), nNodes,
-                                  nranks, rank, nowNs()));
+    recordFile().line(
+        fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
+                    "\"rank\":{},\"t\":{}}}",
+                    ctx->comm, quoted(commName), nNodes, nranks, rank, nowNs()));
     *mask = static_cast<int>(ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
                              ncclProfileColl | ncclProfileP2p);
     *context = ctx.release();
@@ -187,14 +196,16 @@ ncclResult_t stopEvent(void* handle) noexcept {
       std::lock_guard lock(g_live_mu);
       liveEvents().erase(ev.get());
     }
-    recordFile().line(fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
-                                  ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
+    recordFile().line(
+        fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
+                    ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
   } catch (...) {
   }
   return ncclSuccess;
 }
 
-ncclResult_t recordEventState(void*, ncclProfilerEventState_v5_t, ncclProfilerEventStateArgs_v5_t*) noexcept {
+ncclResult_t recordEventState(void*, ncclProfilerEventState_v5_t,
+                              ncclProfilerEventStateArgs_v5_t*) noexcept {
   return ncclSuccess;
 }
 

@@ -11,9 +11,9 @@
 namespace crystal::graph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Compare;
 using testing::firstDifference;
+using ::testing::HasSubstr;
 
 std::unique_ptr<Graph> roundTrip(const Config& cfg, const Graph& g) {
   std::vector<RecordedRank> recs;
@@ -66,7 +66,8 @@ TEST(Chakra, BadFilesNameFileAndNode) {
   const std::string et = writeChakraTrace(*g, 0);
   EXPECT_THAT(errorOf(""), HasSubstr("bad.3.et: empty file"));
   EXPECT_THAT(errorOf(et.substr(0, et.size() - 3)), HasSubstr("runs past the end of the file"));
-  EXPECT_THAT(errorOf(std::string("\xff\xff\xff\xff\xff\xff", 6)), HasSubstr("bad or truncated length"));
+  EXPECT_THAT(errorOf(std::string("\xff\xff\xff\xff\xff\xff", 6)),
+              HasSubstr("bad or truncated length"));
   // A node whose bytes are not a Node message: length 2, then a field with wire type 7.
   std::string junk = et;
   junk += std::string("\x02\x0f\x01", 3);
@@ -99,7 +100,8 @@ TEST(Chakra, NodeErrorsNameTheNode) {
   file += meta;
   varint(file, static_cast<std::uint32_t>(node.size()));
   file += node;
-  EXPECT_THAT(errorOf(file), HasSubstr("bad.3.et: node 0 (id 7, 'ar'): communication node without a 'pg_name'"));
+  EXPECT_THAT(errorOf(file),
+              HasSubstr("bad.3.et: node 0 (id 7, 'ar'): communication node without a 'pg_name'"));
   EXPECT_THAT(errorOf(file, "norank.et"), HasSubstr("no 'rank' metadata and no NAME.<rank>.et"));
 }
 

@@ -1,8 +1,8 @@
 // Kineto (PyTorch profiler) traces -> recordings -> graph; bad traces name file and event.
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "crystal/base/error.h"
@@ -15,10 +15,10 @@
 namespace crystal::graph {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::Compare;
 using testing::firstDifference;
+using ::testing::HasSubstr;
 using testing::KinetoWriteOptions;
 using testing::writeKinetoTrace;
 
@@ -43,7 +43,8 @@ TEST(Kineto, DenseExampleTracesBuildTheYamlGraph) {
 TEST(Kineto, MembersAloneIdentifyCommunicators) {
   const Config cfg = graph::testing::smallMoe();
   const auto yaml = buildGraph(cfg);
-  const auto imported = sliceRecordings(cfg, viaKineto(*yaml, {.members = true, .descriptions = false}));
+  const auto imported =
+      sliceRecordings(cfg, viaKineto(*yaml, {.members = true, .descriptions = false}));
   EXPECT_EQ(firstDifference(*yaml, *imported, Compare::TraceVisible), "");
 }
 
@@ -152,9 +153,12 @@ TEST(Kineto, BadTracesNameFileAndEvent) {
   d["traceEvents"][1]["dur"] = "long";
   EXPECT_THAT(errorOf(d), HasSubstr("traceEvents[1]: 'dur' missing or not a number"));
   d = minimalTrace();
-  d["traceEvents"].push_back(json::parse(R"({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event",
+  d["traceEvents"].push_back(
+      json::parse(R"({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event",
       "ts": 30, "dur": 0, "args": {"stream": 7, "wait_on_stream": 9, "wait_on_cuda_event_record_corr_id": 77}})"));
-  EXPECT_THAT(errorOf(d), HasSubstr("traceEvents[3]: Stream Wait Event on the cudaEventRecord with correlation 77"));
+  EXPECT_THAT(
+      errorOf(d),
+      HasSubstr("traceEvents[3]: Stream Wait Event on the cudaEventRecord with correlation 77"));
 }
 
 TEST(Kineto, ShortenedMemberListFallsBackToSize) {

@@ -2,17 +2,15 @@
 // communicator, API and task events with parents, stop, finalize); the file it writes is
 // read back into a recording and sliced. Bad record files name the file and line.
 #include <dlfcn.h>
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
-
-#include <fmt/core.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
@@ -24,7 +22,8 @@ namespace {
 using namespace crystal::nccl;
 using ::testing::HasSubstr;
 
-ncclProfilerEventDescr_v5_t collApi(void* parent, const char* func, std::size_t count, void* stream) {
+ncclProfilerEventDescr_v5_t collApi(void* parent, const char* func, std::size_t count,
+                                    void* stream) {
   ncclProfilerEventDescr_v5_t d{};
   d.type = ncclProfileCollApi;
   d.parentObj = parent;
@@ -36,7 +35,8 @@ ncclProfilerEventDescr_v5_t collApi(void* parent, const char* func, std::size_t 
   return d;
 }
 
-ncclProfilerEventDescr_v5_t p2pApi(void* parent, const char* func, std::size_t count, void* stream) {
+ncclProfilerEventDescr_v5_t p2pApi(void* parent, const char* func, std::size_t count,
+                                   void* stream) {
   ncclProfilerEventDescr_v5_t d{};
   d.type = ncclProfileP2pApi;
   d.parentObj = parent;
@@ -70,7 +70,8 @@ TEST(Profiler, HarnessDrivesTheAbiLikeNccl) {
   EXPECT_EQ(mask, 0);
   EXPECT_EQ(ctx, nullptr);
 
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("crystal-rec-{}", ::getpid());
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("crystal-rec-{}", ::getpid());
   std::filesystem::create_directories(dir);
   const std::string file = (dir / "rank.%p.jsonl").string();
   ::setenv("CRYSTAL_RECORD", file.c_str(), 1);
@@ -155,39 +156,54 @@ std::string errorOf(const std::string& text) {
 }
 
 constexpr const char* kHeader = "{\"crystal_record\":1,\"rank\":\"3\",\"pid\":1}\n";
-constexpr const char* kComm = "{\"comm\":\"00ab\",\"name\":\"\",\"nnodes\":1,\"nranks\":2,\"rank\":1,\"t\":0}\n";
+constexpr const char* kComm =
+    "{\"comm\":\"00ab\",\"name\":\"\",\"nnodes\":1,\"nranks\":2,\"rank\":1,\"t\":0}\n";
 
 TEST(Profiler, BadRecordFilesNameFileAndLine) {
   EXPECT_THAT(errorOf(""), HasSubstr("rec.jsonl: empty recording"));
   EXPECT_THAT(errorOf("{\"x\":1}\n"), HasSubstr("rec.jsonl:1: not a crystal record file"));
-  EXPECT_THAT(errorOf("{\"crystal_record\":1,\"rank\":null}\n"), HasSubstr("rec.jsonl:1: the recording does not say its global rank"));
+  EXPECT_THAT(errorOf("{\"crystal_record\":1,\"rank\":null}\n"),
+              HasSubstr("rec.jsonl:1: the recording does not say its global rank"));
   EXPECT_THAT(errorOf(std::string(kHeader) + "{oops\n"), HasSubstr("rec.jsonl:2: not JSON"));
-  EXPECT_THAT(errorOf(std::string(kHeader) +
-                      "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
-                      "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n"),
-              HasSubstr("rec.jsonl:2: communicator 00ab was never initialised"));
+  EXPECT_THAT(
+      errorOf(
+          std::string(kHeader) +
+          "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
+          "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n"),
+      HasSubstr("rec.jsonl:2: communicator 00ab was never initialised"));
   const std::string base = std::string(kHeader) + kComm;
-  EXPECT_THAT(errorOf(base + "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
-                             "\"count\":1,\"dtype\":\"ncclComplex\",\"root\":0,\"stream\":\"0x1\"}\n"),
-              HasSubstr("rec.jsonl:3: datatype 'ncclComplex' unknown"));
-  EXPECT_THAT(errorOf(base + "{\"ev\":\"p2p_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"Send\","
-                             "\"count\":1,\"dtype\":\"ncclFloat32\",\"stream\":\"0x1\"}\n"),
-              HasSubstr("rec.jsonl:3: Send of 1 elements has no p2p task event"));
-  EXPECT_THAT(errorOf(base + "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"Gather\","
-                             "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n"),
-              HasSubstr("rec.jsonl:3: collective 'Gather'"));
-  EXPECT_THAT(errorOf(base + "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
-                             "\"count\":1,\"dtype\":\"ncclFloat32\",\"stream\":\"0x1\"}\n"),
-              HasSubstr("rec.jsonl:3: 'root' missing"));
+  EXPECT_THAT(
+      errorOf(
+          base +
+          "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
+          "\"count\":1,\"dtype\":\"ncclComplex\",\"root\":0,\"stream\":\"0x1\"}\n"),
+      HasSubstr("rec.jsonl:3: datatype 'ncclComplex' unknown"));
+  EXPECT_THAT(
+      errorOf(base +
+              "{\"ev\":\"p2p_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"Send\","
+              "\"count\":1,\"dtype\":\"ncclFloat32\",\"stream\":\"0x1\"}\n"),
+      HasSubstr("rec.jsonl:3: Send of 1 elements has no p2p task event"));
+  EXPECT_THAT(
+      errorOf(base +
+              "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"Gather\","
+              "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n"),
+      HasSubstr("rec.jsonl:3: collective 'Gather'"));
+  EXPECT_THAT(
+      errorOf(
+          base +
+          "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
+          "\"count\":1,\"dtype\":\"ncclFloat32\",\"stream\":\"0x1\"}\n"),
+      HasSubstr("rec.jsonl:3: 'root' missing"));
 }
 
 TEST(Profiler, SizeOnlyCommunicatorsNeedANameToSlice) {
   // dense-8gpu (tp2 dp2 pp2): rank 5's size-2 communicator with it at index 1 could be tp or
   // pp; without a name the slice refuses to guess.
   const Config cfg = loadConfig(CRYSTAL_SOURCE_DIR "/config/examples/dense-8gpu.yaml");
-  const std::string text = std::string("{\"crystal_record\":1,\"rank\":5}\n") + kComm +
-                           "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
-                           "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n";
+  const std::string text =
+      std::string("{\"crystal_record\":1,\"rank\":5}\n") + kComm +
+      "{\"ev\":\"coll_api\",\"comm\":\"00ab\",\"id\":0,\"parent\":-1,\"func\":\"AllReduce\","
+      "\"count\":1,\"dtype\":\"ncclFloat32\",\"root\":0,\"stream\":\"0x1\"}\n";
   std::vector<RecordedRank> recs{parseNcclRecording(text, "r5.jsonl")};
   recs.push_back(recs[0]);
   recs[1].rank = 1;
@@ -195,14 +211,16 @@ TEST(Profiler, SizeOnlyCommunicatorsNeedANameToSlice) {
     (void)sliceRecordings(cfg, recs);
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("r5.jsonl: rank 5: communicator '00ab' (size 2, rank 1 in it) fits layout families tp, pp alike"));
+    EXPECT_THAT(e.what(), HasSubstr("r5.jsonl: rank 5: communicator '00ab' (size 2, rank 1 in it) "
+                                    "fits layout families tp, pp alike"));
   }
 }
 
 #ifdef CRYSTAL_PLUGIN_SO
 TEST(Profiler, PluginLibraryExportsTheTable) {
   // Built by the same build, but not a link dependency (the test binary must not wait on it).
-  if (!std::filesystem::exists(CRYSTAL_PLUGIN_SO)) GTEST_SKIP() << CRYSTAL_PLUGIN_SO << " not built";
+  if (!std::filesystem::exists(CRYSTAL_PLUGIN_SO))
+    GTEST_SKIP() << CRYSTAL_PLUGIN_SO << " not built";
   void* lib = ::dlopen(CRYSTAL_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << ::dlerror();
   const auto* table = static_cast<const ncclProfiler_v5_t*>(::dlsym(lib, "ncclProfiler_v5"));

@@ -12,9 +12,9 @@
 namespace crystal::graph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Compare;
 using testing::firstDifference;
+using ::testing::HasSubstr;
 
 // A Llama-like dense job at 8192 ranks with two pipeline stages: the 2-class slice.
 Config dense8192TwoStages() {
@@ -97,7 +97,8 @@ TEST(Slice, MissingStagesAreListed) {
     (void)sliceRecordings(cfg, recs);
     FAIL() << "sliced without stage 1";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("cover 1 of 2 pipeline stages; missing stage 1 (e.g. rank 4096)"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("cover 1 of 2 pipeline stages; missing stage 1 (e.g. rank 4096)"));
   }
 }
 
@@ -155,7 +156,8 @@ TEST(Slice, BadOpsAreNamed) {
         (void)sliceRecordings(cfg, recs);
         FAIL();
       } catch (const InputError& e) {
-        EXPECT_THAT(e.what(), HasSubstr(fmt::format("r8.json: rank 8 op {} (traceEvents[5]): peer 99 outside", i)));
+        EXPECT_THAT(e.what(), HasSubstr(fmt::format(
+                                  "r8.json: rank 8 op {} (traceEvents[5]): peer 99 outside", i)));
       }
       return;
     }

@@ -27,8 +27,8 @@ struct RecordedComm {
   std::string name;  // what the program called it (PG description, NCCL commName); a layout
                      // family name ("tp", "dp", ...) settles ties between families
   std::int32_t size = 0;
-  std::int32_t rank = -1;             // the recorded rank's index in it, -1 if unknown
-  std::vector<std::int32_t> ranks;    // global ranks, member i = ranks[i]; empty if unknown
+  std::int32_t rank = -1;           // the recorded rank's index in it, -1 if unknown
+  std::vector<std::int32_t> ranks;  // global ranks, member i = ranks[i]; empty if unknown
   friend bool operator==(const RecordedComm&, const RecordedComm&) = default;
 };
 

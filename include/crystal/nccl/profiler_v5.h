@@ -6,9 +6,10 @@
 // the descriptor, state-argument union and function table. Only layout and values matter.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
-#include <sys/types.h>
 
 #include "crystal/nccl/common.h"
 
