@@ -276,10 +276,7 @@ LaunchPlan planLaunch(const std::vector<std::string>& cmd, const LaunchInputs& i
       extra.emplace_back("OMP_NUM_THREADS", "1");
   } else {
     plan.kind = LaunchKind::Python;
-    argv = cmd;
-    extra = {{"LOCAL_WORLD_SIZE",
-              std::to_string(std::min<std::size_t>(
-                  in.real_ranks.size(), static_cast<std::size_t>(std::max(in.local_gpus, 1))))}};
+    argv = cmd;  // a plain launch: only what env:// reads, plus LOCAL_RANK below
   }
   const int gpus = std::max(in.local_gpus, 1);
   for (std::size_t i = 0; i < in.real_ranks.size(); ++i) {

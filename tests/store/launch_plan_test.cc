@@ -49,6 +49,7 @@ TEST(StoreLaunch, PythonRunsOncePerRealRank) {
     EXPECT_EQ(env["TORCH_NCCL_RANKS_PER_ROOT"], "64");
     EXPECT_EQ(env["TORCH_NCCL_ENABLE_MONITORING"], "0");
     EXPECT_EQ(env["TORCH_DIST_INIT_BARRIER"], "0");
+    EXPECT_EQ(env.count("LOCAL_WORLD_SIZE"), 0u);  // a plain launch sets only what env:// reads
   }
 }
 
