@@ -132,9 +132,9 @@ ParseResult parseRequest(std::span<const std::byte> bytes, const Limits& limits)
   const auto code = static_cast<std::uint8_t>(bytes[0]);
   if (code > kLastCommand) {
     res.status = ParseStatus::Invalid;
-    res.error =
-        fmt::format("unknown TCPStore command byte {} (PyTorch 2.11 knows 0..{}; a newer PyTorch?)",
-                    code, kLastCommand);
+    res.error = fmt::format(
+        "unknown TCPStore command byte {} (PyTorch 2.11 knows 0..{}; another PyTorch version?)",
+        code, kLastCommand);
     return res;
   }
   res.request.command = static_cast<Command>(code);
