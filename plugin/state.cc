@@ -78,10 +78,20 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     RingPlan& p = planFor(c);
     RingPlan::Channel& ch = p.channels[c.ordinal];
     bool& side = c.send ? ch.has_send : ch.has_recv;
-    if (!ch.ring) p.connected->fetch_add(1, std::memory_order_relaxed);
-    if (!ch.ring || side) ch = RingPlan::Channel{makeChannel(p)};  // new ring set-up
+    // A second exchange of the same ring (runtime connect of more channels) numbers its
+    // entries from 0 again: the same ordinal on the same side is a new channel.
+    if (!ch.ring || side) {
+      p.connected->fetch_add(1, std::memory_order_relaxed);
+      ch = RingPlan::Channel{makeChannel(p)};
+    }
     (c.send ? ch.has_send : ch.has_recv) = true;
     return std::make_shared<live::VirtualLink>(ch.ring);
+  }
+  if (c.graph == live::kGraphRing && !ring_warned_) {
+    ring_warned_ = true;  // once per context: NCCL's ring is not in rank order
+    CRYSTAL_INFO("ring connection of rank {} {} rank {} (distance {}, {} ranks) is not a "
+                 "rank-order neighbour: timed with the peer-ready rule, not the ring's",
+                 c.self_rank, c.send ? "to" : "from", c.peer_rank, c.distance, c.nranks);
   }
   // Any other connection: the peer is taken as ready; NVLink inside the target node. A peer
   // that did not say who it is gets the world's NIC link.

@@ -75,6 +75,7 @@ struct NetContext {
   [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
   std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
   std::map<int, live::CommLinks> links_;                    // by nranks
+  bool ring_warned_ = false;
   struct MirrorPair {
     std::shared_ptr<MirrorChannel> channel = std::make_shared<MirrorChannel>();
     bool has_send = false, has_recv = false;
