@@ -15,15 +15,21 @@
 // (an NCCL error from the plugin, e.g. the emulation host gone) and gives up after
 // WAIT_TIMEOUT seconds (default 120) per measurement; then it aborts the communicators and
 // exits 6 (NCCL error) or 7 (timeout) with one line saying why.
+// A watchdog thread checks the async errors too (every millisecond, as PyTorch's NCCL
+// watchdog does): with many iterations in flight the main thread blocks inside an enqueue
+// once CUDA's launch queue is full, and only another thread can see the error and abort.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,10 +150,53 @@ bool verifyRealPeer(ncclComm_t comm, int rank, int peer, cudaStream_t s) {
   return bad == 0;
 }
 
-// Waits for `ev` like cudaEventSynchronize, but returns false (after printing why and
-// aborting the communicators) on an NCCL async error or after `timeout_s`.
-int waitOrFail(cudaEvent_t ev, const std::vector<std::pair<std::string, ncclComm_t>>& comms,
-               int rank, double timeout_s) {
+// Owns the end of the run on failure: polls every communicator's async error from its own
+// thread; on an error (or a timeout reported by the main thread) it prints one line, aborts
+// the communicators (which releases kernels stuck on the failed connection) and ends the
+// process with 6 (NCCL error) or 7 (timeout), whatever the main thread is blocked in.
+class Watchdog {
+ public:
+  Watchdog(const std::vector<std::pair<std::string, ncclComm_t>>& comms, int rank)
+      : comms_(comms), rank_(rank), t0_(now()), thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  [[noreturn]] void abortAndExit(int code) {
+    std::lock_guard lock(abort_mu_);  // one abort, from whichever thread comes first
+    for (const auto& c : comms_) ncclCommAbort(c.second);
+    std::printf("hybrid_nccl: rank %d: communicators aborted, exiting %d\n", rank_, code);
+    std::fflush(stdout);
+    std::_Exit(code);
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      for (const auto& [name, comm] : comms_) {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) continue;
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        std::printf("hybrid_nccl: rank %d: NCCL error on comm %s after %.3f s: %s (%d): %s\n",
+                    rank_, name.c_str(), now() - t0_, ncclGetErrorString(async),
+                    static_cast<int>(async), ncclGetLastError(comm));
+        std::fflush(stdout);
+        abortAndExit(6);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  const std::vector<std::pair<std::string, ncclComm_t>> comms_;
+  const int rank_;
+  const double t0_;
+  std::mutex abort_mu_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Waits for `ev` like cudaEventSynchronize, by polling; NCCL errors are the watchdog's, a
+// wait longer than `timeout_s` ends the run through it (exit 7).
+int waitOrFail(cudaEvent_t ev, Watchdog& watchdog, int rank, double timeout_s) {
   const double t0 = now();
   for (;;) {
     const cudaError_t q = cudaEventQuery(ev);
@@ -158,24 +207,11 @@ int waitOrFail(cudaEvent_t ev, const std::vector<std::pair<std::string, ncclComm
       std::fflush(stdout);
       return 3;
     }
-    for (const auto& [name, comm] : comms) {
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) continue;
-      if (async != ncclSuccess && async != ncclInProgress) {
-        std::printf("hybrid_nccl: rank %d: NCCL error on comm %s after %.3f s: %s (%d): %s\n",
-                    rank, name.c_str(), now() - t0, ncclGetErrorString(async),
-                    static_cast<int>(async), ncclGetLastError(comm));
-        std::fflush(stdout);
-        for (const auto& c : comms) ncclCommAbort(c.second);
-        return 6;
-      }
-    }
     if (now() - t0 > timeout_s) {
       std::printf("hybrid_nccl: rank %d: no completion after %.0f s (hang); aborting\n", rank,
                   timeout_s);
       std::fflush(stdout);
-      for (const auto& c : comms) ncclCommAbort(c.second);
-      return 7;
+      watchdog.abortAndExit(7);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -254,6 +290,7 @@ int main(int argc, char** argv) {
   }
   cudaStream_t s;
   CUDA_OK(cudaStreamCreate(&s));
+  auto watchdog = std::make_unique<Watchdog>(comms, rank);
   Buffers b;
   b.bytes = max_b;
   CUDA_OK(cudaMalloc(&b.send, max_b));
@@ -286,7 +323,7 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(e0, s));
         for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e1, s));
-        if (const int rc = waitOrFail(e1, comms, rank, wait_s); rc != 0) return rc;
+        if (const int rc = waitOrFail(e1, *watchdog, rank, wait_s); rc != 0) return rc;
         float ms = 0;
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
@@ -296,6 +333,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  watchdog.reset();  // before the communicators go away
   for (auto& [name, comm] : comms) NCCL_OK(ncclCommDestroy(comm));
   std::printf("hybrid_nccl: rank %d done (%s)\n", rank, ok ? "ok" : "VERIFY FAILED");
   return ok ? 0 : 1;
