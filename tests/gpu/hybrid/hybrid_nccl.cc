@@ -18,8 +18,8 @@
 // A watchdog thread checks the async errors too (every millisecond, as PyTorch's NCCL
 // watchdog does): with many iterations in flight the main thread blocks inside an enqueue
 // once CUDA's launch queue is full, and only another thread can see the error and abort.
-#include <cuda_runtime.h>
-#include <nccl.h>
+#define CRYSTAL_GPU_PROGRAM "hybrid_nccl"
+#include "gpu_check.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,34 +34,10 @@
 #include <thread>
 #include <vector>
 
-#define CUDA_OK(x)                                                               \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "hybrid_nccl: %s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(3);                                                              \
-    }                                                                            \
-  } while (0)
-#define NCCL_OK(x)                                                                   \
-  do {                                                                               \
-    ncclResult_t r_ = (x);                                                           \
-    if (r_ != ncclSuccess) {                                                         \
-      std::fprintf(stderr, "hybrid_nccl: %s: %s (%d)\n", #x, ncclGetErrorString(r_), \
-                   static_cast<int>(r_));                                            \
-      std::exit(4);                                                                  \
-    }                                                                                \
-  } while (0)
-
 namespace {
 
-int envInt(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
-}
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using gpu_check::envInt;
+using gpu_check::now;
 
 ncclUniqueId shareId(int rank, const std::string& file) {
   ncclUniqueId id{};

@@ -10,8 +10,8 @@
 // Sums (all-reduce, reduce-scatter) are reported, not failed: their expectation holds for a
 // ring only. Environment: RANK (default 5), NRANKS (64), CRYSTAL_DATA. Option: --max BYTES.
 // Prints one line per (op, size): time, and "ok"/"BAD n wrong"; exits 1 if any BAD.
-#include <cuda_runtime.h>
-#include <nccl.h>
+#define CRYSTAL_GPU_PROGRAM "proto_check"
+#include "gpu_check.h"
 
 #include <chrono>
 #include <cmath>
@@ -21,29 +21,10 @@
 #include <string>
 #include <vector>
 
-#define CUDA_OK(x)                                                                        \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "proto_check: %s: %s\n", #x, cudaGetErrorString(e_));          \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
-#define NCCL_OK(x)                                                                        \
-  do {                                                                                    \
-    ncclResult_t r_ = (x);                                                                \
-    if (r_ != ncclSuccess) {                                                              \
-      std::fprintf(stderr, "proto_check: %s: %s\n", #x, ncclGetErrorString(r_));           \
-      std::exit(4);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 namespace {
 
-int envInt(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : dflt;
-}
+using gpu_check::envInt;
+using gpu_check::now;
 
 // Small integers: sums of up to 8192 copies stay exact in float.
 float input(int rank, size_t i) { return static_cast<float>((rank + 1) * 3 + i % 61); }

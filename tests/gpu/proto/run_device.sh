@@ -31,7 +31,7 @@ build() {
         "${deps[@]}" >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
   cmake --build $B -j 16 --target crystal crystal_nccl_plugin >"$OUT/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$OUT/build.log" | head -30; return 1; }
-  g++ -O2 -std=c++17 $here/proto_check.cc -I"$NCCL_HOME/include" -I"$CUDA/include" \
+  g++ -O2 -std=c++17 $here/proto_check.cc -Itests/gpu/common -I"$NCCL_HOME/include" -I"$CUDA/include" \
       -L"$NCCL_HOME/lib" -l:libnccl.so.2 -L"$CUDA/lib64" -lcudart \
       -Wl,-rpath,"$NCCL_HOME/lib" -o $B/proto_check || return 1
   echo "built: $(ls $B/cli/crystal $B/plugin/libnccl-net-crystal.so $B/proto_check)"
