@@ -127,9 +127,12 @@ bool verifyRealPeer(ncclComm_t comm, int rank, int peer, cudaStream_t s) {
 }
 
 // Owns the end of the run on failure: polls every communicator's async error from its own
-// thread; on an error (or a timeout reported by the main thread) it prints one line, aborts
-// the communicators (which releases kernels stuck on the failed connection) and ends the
-// process with 6 (NCCL error) or 7 (timeout), whatever the main thread is blocked in.
+// thread; on an error it prints one line and ends the process with 6, whatever the main
+// thread is blocked in (with many iterations queued it sits inside an enqueue, waiting for
+// CUDA's full launch queue). It does not call ncclCommAbort then: aborting while the main
+// thread is inside ncclAllReduce on the same communicator crashed NCCL on the H200
+// (SIGSEGV, 2026-12-03 kill case); process exit releases the GPU and the connections. A
+// timeout seen by the main thread (not inside NCCL) aborts the communicators first (exit 7).
 class Watchdog {
  public:
   Watchdog(const std::vector<std::pair<std::string, ncclComm_t>>& comms, int rank)
@@ -139,7 +142,7 @@ class Watchdog {
     thread_.join();
   }
   [[noreturn]] void abortAndExit(int code) {
-    std::lock_guard lock(abort_mu_);  // one abort, from whichever thread comes first
+    std::lock_guard lock(abort_mu_);  // one end, from whichever thread comes first
     for (const auto& c : comms_) ncclCommAbort(c.second);
     std::printf("hybrid_nccl: rank %d: communicators aborted, exiting %d\n", rank_, code);
     std::fflush(stdout);
@@ -157,7 +160,8 @@ class Watchdog {
                     rank_, name.c_str(), now() - t0_, ncclGetErrorString(async),
                     static_cast<int>(async), ncclGetLastError(comm));
         std::fflush(stdout);
-        abortAndExit(6);
+        std::lock_guard lock(abort_mu_);
+        std::_Exit(6);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -64,6 +64,7 @@ cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=(build choices mirror zero none ll128)
 rc_all=0
 for c in "${cases[@]}"; do
+  r=0
   if [ "$c" != build ] && ! { [ -x $B/proto_check ] && [ -x $B/cli/crystal ]; }; then
     build || exit 1
   fi
