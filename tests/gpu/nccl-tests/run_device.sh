@@ -7,8 +7,9 @@
 # sweep: the *_perf binaries ($OPS, default all six), unmodified, one real GPU (-g 1), targets of N = $NS ranks
 #        (default 8 64 1024 8192), sizes $MINB..$MAXB by factor $FACTOR (8..1G x4), each under
 #        `crystal nccl-tests` (= crystal emulate + the table for N), beside
-#        `crystal simulate --sweep --proto Simple` of the same config (emulation runs NCCL
-#        with NCCL_PROTO=Simple) and the sweep with NCCL's free choice.
+#        `crystal simulate --sweep` of the same config (the tuner hands NCCL the target's
+#        algorithm/protocol choice, so both sides use the same ones; a Simple-only sweep
+#        is written beside it as sweep-simple.*).
 # two:   all_reduce_perf on 2 real ranks (MPI build, 2 processes on GPU 0, target ranks 0 and
 #        4096 of 8192) and on 1 real rank, same sizes, for the 2 % comparison.
 # Output under $OUT (default /tmp/nccl-tests-out): <N>/<op>.txt (program + target table),
@@ -100,12 +101,12 @@ nt_args() { echo "-b $MINB -e $MAXB -f $FACTOR -n $ITERS -w $WARMUP -c 0"; }
 sweep() {
   for n in $NS; do
     local cfg; cfg=$(config "$n")
-    # Emulation runs NCCL with NCCL_PROTO=Simple: compare with the Simple-only sweep; the
-    # free choice (what NCCL on the target would pick) is written beside it.
-    $B/cli/crystal simulate "$cfg" --sweep -b "$MINB" -e "$MAXB" -f "$FACTOR" --proto Simple \
-        --json "$OUT/$n/sweep.json" >"$OUT/$n/sweep.txt" 2>&1
+    # The tuner gives NCCL the target's (algorithm, protocol) per size, so the emulated run
+    # compares with the free sweep; the Simple-only sweep is kept for reference.
     $B/cli/crystal simulate "$cfg" --sweep -b "$MINB" -e "$MAXB" -f "$FACTOR" \
-        --json "$OUT/$n/sweep-free.json" >"$OUT/$n/sweep-free.txt" 2>&1
+        --json "$OUT/$n/sweep.json" >"$OUT/$n/sweep.txt" 2>&1
+    $B/cli/crystal simulate "$cfg" --sweep -b "$MINB" -e "$MAXB" -f "$FACTOR" --proto Simple \
+        --json "$OUT/$n/sweep-simple.json" >"$OUT/$n/sweep-simple.txt" 2>&1
     for op in $OPS; do
       crystal_run "$OUT/$n/$op.txt" "$OUT/$n/$op.json" "$cfg" -- "$NT/${op}_perf" -g 1 $(nt_args)
     done
