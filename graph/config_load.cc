@@ -145,6 +145,7 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
   }
   f.read("timeout_s", e.timeout_s);
   f.read("tuner", e.tuner);
+  f.read("gdr", e.gdr);
   f.read("map_comms", e.map_comms);
   f.rejectUnknown();
 }

@@ -54,6 +54,8 @@ struct Request {
   std::array<int, kMaxGroup> tags{};
   std::array<std::size_t, kMaxGroup> got{};    // bytes actually received
   std::array<bool, kMaxGroup> filled{};
+  std::array<bool, kMaxGroup> on_device{};  // entry's buffer is GPU memory (real peers: staged)
+  bool staged = false;  // GPU copies of this request are enqueued (real peers)
   static constexpr live::TimeNs kUnknown = INT64_MAX;
   live::TimeNs due = kUnknown;  // modelled completion; kUnknown while not yet known
   live::TimeNs posted = 0;
@@ -84,6 +86,7 @@ class DataComm : public Comm {
     return i >= 0 && i < static_cast<int>(pool_.size()) && pool_[i].in_use ? &pool_[i] : nullptr;
   }
   [[nodiscard]] int outstanding() const noexcept { return outstanding_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return pool_.size(); }
 
   // Data path, implemented by the virtual and real comms. isend/irecv fill a fresh request.
   virtual void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now);

@@ -81,8 +81,11 @@ ncclResult_t getProperties(int dev, nccl::ncclNetProperties_v11_t* props) noexce
     props->name = n.name.data();
     props->pciPath = nullptr;
     props->guid = n.guid;
-    // Host memory only: real peers move bytes with the CPU; no GPU memory is registered.
-    props->ptrSupport = nccl::NCCL_PTR_HOST;
+    // GDR (docs/plugin.md "GPU memory (GDR)"): with CUDA NCCL keeps the NET buffers in GPU
+    // memory (given NCCL_NET_GDR_LEVEL, which crystal emulate sets), so a connection to a
+    // virtual peer costs the GPU only HBM traffic; the plugin writes those buffers through
+    // the CUDA driver and stages real peers' bytes through pinned host memory.
+    props->ptrSupport = st.gdr() ? (nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA) : nccl::NCCL_PTR_HOST;
     props->regIsGlobal = 0;
     props->forceFlush = 0;
     props->speed = n.speed_mbps;
@@ -234,7 +237,8 @@ ncclResult_t regMr(void* comm, void* data, std::size_t size, int type, void** mh
 
 ncclResult_t regMrDmaBuf(void* comm, void* data, std::size_t size, int type, std::uint64_t,
                          int, void** mhandle) noexcept {
-  // DMA-BUF is not advertised (ptrSupport); registering the range is all a host path needs.
+  // DMA-BUF is not advertised (ptrSupport): NCCL only calls this if a plugin reports
+  // NCCL_PTR_DMABUF. Registering the range (host or GPU) is all the plugin needs.
   return regMr(comm, data, size, type, mhandle);
 }
 
@@ -299,7 +303,11 @@ ncclResult_t irecv(void* recvComm, int n, void** data, std::size_t* sizes, int* 
 ncclResult_t iflush(void* recvComm, int, void**, int*, void**, void** request) noexcept {
   return guard("iflush", [&] {
     (void)commOf(recvComm, CommKind::Recv, "iflush");
-    // Host memory only: received bytes are visible once test() reported them.
+    // Nothing to flush: NCCL calls this after a Simple receive into GPU memory when
+    // ncclTopoNeedFlush says so (pre-Hopper GPU, forceFlush, C2C). A flush makes a NIC's
+    // PCIe writes visible to the GPU; here no NIC writes. A virtual sender's bytes come from
+    // the plugin's own stream and a real peer's from its host-to-device copy, and test()
+    // reports a receive done only after that stream work completed. NULL = nothing to wait.
     *need(request, "request") = nullptr;
   });
 }

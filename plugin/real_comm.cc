@@ -16,13 +16,26 @@ void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live
   r.posted = now;
   r.bytes = size;
   r.due = port_->reserve(now, link_.occupancy(size)) + link_.latency_ns;
+  const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
+  if (region && region->type == nccl::NCCL_PTR_CUDA) {
+    if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
+    const int s = slotOf(r);
+    gpu_->deviceToHost(gpu_->staging(s, size), data, size);
+    gpu_->mark(s);
+    r.on_device[0] = r.staged = true;
+  }
   queue_.push_back(slotOf(r));
   progress();
 }
 
 void RealSendComm::progress() {
   while (!queue_.empty()) {
-    Request& r = *slot(queue_.front());
+    const int s = queue_.front();
+    Request& r = *slot(s);
+    // A GPU buffer: its bytes leave from the staging copy once that copy is done.
+    if (r.staged && !gpu_->done(s)) return;
+    const char* body = r.staged ? reinterpret_cast<const char*>(gpu_->staging(s, r.sizes[0]))
+                                : static_cast<const char*>(r.data[0]);
     if (hdr_done_ == 0 && body_done_ == 0) {
       hdr_ = FrameHeader{};
       hdr_.tag = r.tags[0];
@@ -36,8 +49,7 @@ void RealSendComm::progress() {
       hdr_done_ += n;
     }
     while (body_done_ < r.sizes[0]) {
-      const std::size_t n = sendSome(fd_.get(), static_cast<const char*>(r.data[0]) + body_done_,
-                                     r.sizes[0] - body_done_);
+      const std::size_t n = sendSome(fd_.get(), body + body_done_, r.sizes[0] - body_done_);
       if (n == 0) return;
       body_done_ += n;
     }
@@ -62,6 +74,8 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
     r.sizes[i] = sizes[i];
     r.tags[i] = tags ? tags[i] : 0;
     r.bytes += sizes[i];
+    const MemRegion* region = sizes[i] > 0 ? regionOf(data[i]) : nullptr;
+    r.on_device[i] = region && region->type == nccl::NCCL_PTR_CUDA;
   }
   r.posted = now;
   r.due = 0;
@@ -105,11 +119,20 @@ void RealRecvComm::progress(live::TimeNs now) {
                                       hdr_.size, hdr_.tag, r.sizes[target_entry_]));
     }
     Request& r = *slot(target_slot_);
-    char* dst = static_cast<char*>(r.data[target_entry_]);
+    const bool staged = r.on_device[target_entry_];
+    const int stage = target_slot_ * kMaxGroup + target_entry_;
+    char* dst = staged ? reinterpret_cast<char*>(gpu().staging(stage, r.sizes[target_entry_]))
+                       : static_cast<char*>(r.data[target_entry_]);
     while (body_done_ < hdr_.size) {
       const std::size_t n = recvSome(fd_.get(), dst + body_done_, hdr_.size - body_done_);
       if (n == 0) return;
       body_done_ += n;
+    }
+    if (staged) {
+      // The GPU buffer gets the bytes by one async copy; the request waits for its event.
+      gpu().hostToDevice(r.data[target_entry_], dst, hdr_.size);
+      gpu().mark(target_slot_ * kMaxGroup);
+      r.staged = true;
     }
     r.filled[target_entry_] = true;
     r.got[target_entry_] = hdr_.size;
@@ -133,11 +156,17 @@ bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     for (int i = 0; i < r.n; ++i)
       if (!r.filled[i]) return false;
   }
+  if (r.staged && !gpu_->done(slotOf(r) * kMaxGroup)) return false;
   if (now < r.due) return false;
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.got[i]);
   posted_.erase(std::find(posted_.begin(), posted_.end(), slotOf(r)));
   return true;
+}
+
+DeviceQueue& RealRecvComm::gpu() {
+  if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()) * kMaxGroup);
+  return *gpu_;
 }
 
 }  // namespace crystal::plugin

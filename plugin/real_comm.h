@@ -1,6 +1,9 @@
 // Comms between two real ranks: real bytes over a TCP stream, progressed from test(), and
 // released no earlier than the modelled target time. Each message is framed by FrameHeader;
 // a receive entry takes the oldest message whose tag matches (NCCL tags = sender's rank).
+// Buffers in GPU memory (GDR) are staged through pinned host memory with async copies on the
+// comm's DeviceQueue: a send's bytes leave once its device-to-host copy is done; a receive
+// completes once its host-to-device copy is (event queries in test(), no blocking call).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,7 @@
 
 #include "comm.h"
 #include "crystal/live/link_timing.h"
+#include "device_queue.h"
 #include "socket.h"
 
 namespace crystal::plugin {
@@ -35,6 +39,7 @@ class RealSendComm final : public DataComm {
   Fd fd_;
   live::LinkParams link_;
   std::shared_ptr<live::PortQueue> port_;
+  std::unique_ptr<DeviceQueue> gpu_;  // GPU send buffers: staging slot = request slot
   std::deque<int> queue_;  // request slots in post order
   FrameHeader hdr_;
   std::size_t hdr_done_ = 0, body_done_ = 0;
@@ -52,9 +57,13 @@ class RealRecvComm final : public DataComm {
 
  private:
   void progress(live::TimeNs now);
+  DeviceQueue& gpu();
   Fd fd_;
   live::LinkParams link_;
   bool shared_clock_;
+  // GPU receive buffers: staging slot = request slot * kMaxGroup + entry; a request's
+  // completion event is that of its entry 0 slot.
+  std::unique_ptr<DeviceQueue> gpu_;
   std::deque<int> posted_;  // request slots in post order
   FrameHeader hdr_;
   std::size_t hdr_done_ = 0, body_done_ = 0;

@@ -185,6 +185,7 @@ void PluginState::applyLocked(const Config& cfg) {
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
   const std::string data = paramString("CRYSTAL_DATA");
   data_ = data.empty() ? cfg.emulation.data : parseDataPolicy(data, "environment CRYSTAL_DATA");
+  gdr_ = paramString("CRYSTAL_GDR").empty() ? cfg.emulation.gdr : paramBool("CRYSTAL_GDR");
   cfg_ = cfg;
   model_ = live::makeTargetModel(cfg_);
   link_ = live::linkParams(*model_, cfg_.cluster);
@@ -197,9 +198,10 @@ void PluginState::applyLocked(const Config& cfg) {
     n.guid = 0x4352590000000000ull | static_cast<std::uint64_t>(i);
     nics_.push_back(std::move(n));
   }
-  CRYSTAL_INFO("target model: {}; link {} ns + {:.4f} ns/B; maxRecvs {}; tuner {}; data {}",
+  CRYSTAL_INFO("target model: {}; link {} ns + {:.4f} ns/B; maxRecvs {}; tuner {}; data {}; "
+               "gdr {}",
                model_->name(), link_.latency_ns, link_.ns_per_byte, max_recvs_,
-               tuner_ ? "on" : "off", dataPolicyName(data_));
+               tuner_ ? "on" : "off", dataPolicyName(data_), gdr_ ? "on (HOST|CUDA)" : "off (HOST)");
 }
 
 NicInfo& PluginState::nic(int dev) {

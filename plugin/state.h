@@ -114,6 +114,8 @@ class PluginState {
   [[nodiscard]] bool rdmaPresent() const { return rdma_; }
   // emulation.data, overridden by CRYSTAL_DATA.
   [[nodiscard]] DataPolicy dataPolicy() const { return data_; }
+  // emulation.gdr, overridden by CRYSTAL_GDR: NICs report NCCL_PTR_CUDA (GPU buffers).
+  [[nodiscard]] bool gdr() const { return gdr_; }
 
   // Contexts: one per v11 init (commId); v8..v10 share the default one.
   [[nodiscard]] NetContext* newContext(std::uint64_t comm_id);
@@ -139,6 +141,7 @@ class PluginState {
   bool shared_clock_ = true;
   bool rdma_ = false;
   DataPolicy data_ = DataPolicy::Mirror;
+  bool gdr_ = true;
   std::uint64_t emulation_id_ = 0;
   std::string socket_addr_;
   NetContext default_ctx_;

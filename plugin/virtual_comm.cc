@@ -41,14 +41,17 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
-  // Device memory cannot be read by the CPU: the paired receive falls back to zeros.
-  const bool readable = region && region->type == nccl::NCCL_PTR_HOST;
-  mirror_->sendPosted(r.step, p, readable ? data : nullptr, readable ? size : 0);
+  // A GPU buffer (GDR send) is read by the paired receive's GPU copy, never by the CPU.
+  const bool on_device = region && region->type == nccl::NCCL_PTR_CUDA;
+  mirror_->sendPosted(r.step, p, region ? data : nullptr, region ? size : 0, on_device);
 }
 
 bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (now < r.due) return false;
-  if (mirror_) mirror_->sendDone(r.step);  // NCCL may rewrite the buffer once we say done
+  if (mirror_) {
+    if (!mirror_->releasable(r.step)) return false;  // a GPU copy still reads the buffer
+    mirror_->sendDone(r.step);  // NCCL may rewrite the buffer once we say done
+  }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
 }
@@ -105,22 +108,29 @@ void VirtualRecvComm::planDelivery(Request& r) {
                                     peer_rank_, off, proto::kSteps));
     d.conn_step = *step;
   }
+  d.device = region->type == nccl::NCCL_PTR_CUDA;
   if (d.proto == proto::Proto::Simple) {
-    d.write = policy_ == DataPolicy::Mirror && region->type == nccl::NCCL_PTR_HOST;
+    if (d.device && policy_ == DataPolicy::Zero) {
+      // NCCL's GPU buffers are not zeroed (cuMem allocations): zero the slot now, while the
+      // modelled transfer runs, so completion at its time waits for nothing in practice.
+      gpu().zero(r.data[0], r.sizes[0]);
+      gpu().mark(slotOf(r));
+      d.gpu_pending = true;
+    }
+    d.write = policy_ == DataPolicy::Mirror;
     return;
   }
-  if (region->type != nccl::NCCL_PTR_HOST)
-    throw PluginError(Errc::Internal,
-                      fmt::format("irecv from virtual rank {}: {} receive buffer in device "
-                                  "memory; crystal writes LL/LL128 lines with the CPU and "
-                                  "advertises host buffers only (ptrSupport)",
-                                  peer_rank_, d.proto == proto::Proto::LL ? "LL" : "LL128"));
   if (reinterpret_cast<std::uintptr_t>(r.data[0]) % 8 != 0)
     throw PluginError(Errc::BadArgument,
                       fmt::format("irecv from virtual rank {}: LL/LL128 buffer {} is not "
                                   "8-byte aligned",
                                   peer_rank_, r.data[0]));
   d.write = true;
+}
+
+DeviceQueue& VirtualRecvComm::gpu() {
+  if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(deliveries_.size()));
+  return *gpu_;
 }
 
 bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
@@ -147,12 +157,25 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     r.due = *due;
   }
   if (now < r.due) return false;
-  const Delivery& d = deliveries_[static_cast<std::size_t>(slotOf(r))];
+  const int slot = slotOf(r);
+  Delivery& d = deliveries_[static_cast<std::size_t>(slot)];
   if (d.write && holdForMirror(r, now)) return false;
   // The virtual sender filled every posted buffer completely: write what it delivered.
-  if (d.write)
+  if (d.write && d.device) {
+    deliverVirtualDataOnDevice(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
+                               d.conn_step, gpu(), slot);
+    gpu().mark(slot);
+    d.gpu_pending = true;
+  } else if (d.write) {
     deliverVirtualData(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
                        d.conn_step);
+  }
+  d.write = false;
+  // GPU writes: the receive is done once they are (an event query, never a wait).
+  if (d.gpu_pending) {
+    if (!gpu_->done(slot)) return false;
+    d.gpu_pending = false;
+  }
   link_->recvDone(outstanding() == 1);  // the last outstanding one: the operation ended
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.sizes[i]);

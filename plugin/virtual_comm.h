@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
+#include "device_queue.h"
 #include "proto_lines.h"
 #include "virtual_data.h"
 
@@ -51,8 +52,11 @@ class VirtualRecvComm final : public DataComm {
     bool write = false;
     proto::Proto proto = proto::Proto::Simple;
     std::uint64_t conn_step = 0;  // NCCL's absolute step: LL/LL128 flags
+    bool device = false;       // the buffer is GPU memory (GDR): writes go through gpu()
+    bool gpu_pending = false;  // GPU work of this receive is enqueued; done before test() is
   };
   void planDelivery(Request& r);
+  DeviceQueue& gpu();
   // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
   // it mirrors, at most kMirrorWaitNs past its modelled time. A hold that runs out means the
   // real send depends on this receive (broadcast forwards what it gets): no more holds on
@@ -66,6 +70,7 @@ class VirtualRecvComm final : public DataComm {
   DataPolicy policy_;
   std::shared_ptr<MirrorChannel> mirror_;
   std::vector<Delivery> deliveries_;
+  std::unique_ptr<DeviceQueue> gpu_;  // created at the first GPU write
   proto::StepTracker steps_;
   int protocol_buffers_ = -1;  // fixed at the first irecv
   bool mirror_no_wait_ = false;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "crystal/base/error.h"
+#include "device_lines.h"
 
 namespace crystal::plugin {
 
@@ -35,8 +36,18 @@ proto::Proto protoOfRegion(int ordinal, int protocol_buffers) noexcept {
   return proto::Proto::Simple;
 }
 
+MirrorChannel::~MirrorChannel() {
+  for (Entry& e : entries_) {
+    if (!e.read) continue;
+    try {
+      (void)cuda::driver().eventDestroy(e.read);
+    } catch (...) {  // teardown: nothing to report to
+    }
+  }
+}
+
 void MirrorChannel::sendPosted(std::uint64_t k, proto::Proto p, const void* data,
-                               std::size_t size) {
+                               std::size_t size, bool on_device) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[k % kDepth];
   e.k = k;
@@ -45,13 +56,26 @@ void MirrorChannel::sendPosted(std::uint64_t k, proto::Proto p, const void* data
   e.size = size;
   e.consumed = false;
   e.kept = false;  // keeps e.copy's capacity for the next use of this entry
+  e.on_device = on_device;
+  e.read_pending = false;
+}
+
+bool MirrorChannel::releasable(std::uint64_t k) {
+  std::lock_guard lock(mu_);
+  Entry& e = entries_[k % kDepth];
+  if (e.k != k || !e.read_pending) return true;
+  const cuda::Result rc = cuda::driver().eventQuery(e.read);
+  if (rc == cuda::kNotReady) return false;
+  cuda::check(rc, "cuEventQuery (mirror copy of a GPU send buffer)");
+  e.read_pending = false;
+  return true;
 }
 
 void MirrorChannel::sendDone(std::uint64_t k) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[k % kDepth];
   if (e.k != k || !e.live) return;
-  if (has_receiver_ && !e.consumed && e.size > 0) {
+  if (has_receiver_ && !e.consumed && e.size > 0 && !e.on_device) {
     e.copy.resize(e.size);
     std::memcpy(e.copy.data(), e.live, e.size);
     e.kept = true;
@@ -64,7 +88,7 @@ bool MirrorChannel::fill(std::uint64_t k, proto::Proto p, void* dst, std::size_t
                          std::uint64_t step) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[k % kDepth];
-  if (e.k != k || e.p != p) return false;
+  if (e.k != k || e.p != p || (e.on_device && e.live)) return false;
   const void* src = e.live ? e.live : (e.kept ? e.copy.data() : nullptr);
   if (!src) return false;
   const std::size_t n = std::min(bytes, e.size);
@@ -72,6 +96,28 @@ bool MirrorChannel::fill(std::uint64_t k, proto::Proto p, void* dst, std::size_t
   // Lines past what the real rank sent still need this step's flags (their data is zero).
   if (n < bytes && p != proto::Proto::Simple)
     proto::writeLines(p, static_cast<char*>(dst) + n, bytes - n, step, nullptr, proto::Fill::Zero);
+  e.consumed = true;
+  return true;
+}
+
+bool MirrorChannel::fillDevice(std::uint64_t k, proto::Proto p, void* dst, std::size_t bytes,
+                               std::uint64_t step, DeviceQueue& q, int slot) {
+  std::lock_guard lock(mu_);
+  Entry& e = entries_[k % kDepth];
+  if (e.k != k || e.p != p) return false;
+  const bool live_on_device = e.live && e.on_device;
+  const void* src = e.live ? e.live : (e.kept ? e.copy.data() : nullptr);
+  if (!src) return false;
+  const std::size_t n = std::min(bytes, e.size);
+  copyLinesToDevice(q, slot, p, dst, src, live_on_device, n, step);
+  if (n < bytes) {
+    // Past what the real rank sent: zero data, this step's flags.
+    writeLinesOnDevice(q, p, static_cast<char*>(dst) + n, bytes - n, step, proto::Fill::Zero);
+  }
+  if (live_on_device) {
+    q.record(e.read);  // the send completes only after this copy read its buffer
+    e.read_pending = true;
+  }
   e.consumed = true;
   return true;
 }
@@ -87,6 +133,20 @@ void deliverVirtualData(DataPolicy policy, MirrorChannel* mirror, std::uint64_t 
   }
   proto::writeLines(p, dst, bytes, step, nullptr,
                     policy == DataPolicy::None ? proto::Fill::FlagsOnly : proto::Fill::Zero);
+}
+
+void deliverVirtualDataOnDevice(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k,
+                                proto::Proto p, void* dst, std::size_t bytes, std::uint64_t step,
+                                DeviceQueue& q, int slot) {
+  if (policy == DataPolicy::Mirror && mirror && mirror->fillDevice(k, p, dst, bytes, step, q, slot))
+    return;
+  if (p == proto::Proto::Simple) {
+    // Mirror may have left an older step's bytes in this slot; zero/none: see the header.
+    if (policy == DataPolicy::Mirror) q.zero(dst, bytes);
+    return;
+  }
+  writeLinesOnDevice(q, p, dst, bytes, step,
+                     policy == DataPolicy::None ? proto::Fill::FlagsOnly : proto::Fill::Zero);
 }
 
 }  // namespace crystal::plugin

@@ -7,7 +7,8 @@
 //           the timing model uses), copied line by line with this receive's flags; zero
 //           data when that send is missing, of another protocol, or already forgotten.
 //   zero    LL/LL128 lines with zero data; Simple bytes are left as NCCL allocated them
-//           (ncclCudaHostCalloc: zeroed host memory) since nothing else writes them.
+//           (ncclCudaHostCalloc: zeroed host memory) since nothing else writes them;
+//           Simple slots in GPU memory (not zeroed by NCCL) are zeroed when posted.
 //   none    LL/LL128 flags only; data words keep whatever they held.
 // LL and LL128 lines always get the flags of the connection's absolute step (proto_lines.h),
 // so the GPU never waits on a virtual sender, whatever the policy.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "crystal/config/config.h"
+#include "cuda_driver.h"
 #include "proto_lines.h"
 
 namespace crystal::plugin {
@@ -34,20 +36,37 @@ namespace crystal::plugin {
 // Simple pool otherwise (1). Anything registered later (user buffers) carries raw bytes.
 [[nodiscard]] proto::Proto protoOfRegion(int ordinal, int protocol_buffers) noexcept;
 
+class DeviceQueue;
+
 // What the k-th send of the real rank on one connection carried, kept for the paired receive.
 // Thread-safe: the send comm's and the recv comm's calls may come from different threads.
 class MirrorChannel {
  public:
   static constexpr int kDepth = 16;  // sends remembered; NCCL keeps <= 8 steps in flight
 
+  MirrorChannel() = default;
+  ~MirrorChannel();
+  MirrorChannel(const MirrorChannel&) = delete;
+  MirrorChannel& operator=(const MirrorChannel&) = delete;
+
   // The send buffer stays untouched by NCCL until sendDone(k) (head credit): no copy yet.
-  void sendPosted(std::uint64_t k, proto::Proto p, const void* data, std::size_t size);
-  // Before NCCL may reuse the send buffer: keep a copy unless receive k already used it.
+  // `on_device`: the buffer is GPU memory (GDR send); only a GPU copy can read it.
+  void sendPosted(std::uint64_t k, proto::Proto p, const void* data, std::size_t size,
+                  bool on_device = false);
+  // False while a GPU copy that reads send k's live buffer may still run: the send must not
+  // complete yet (NCCL would overwrite the buffer under the copy).
+  [[nodiscard]] bool releasable(std::uint64_t k);
+  // Before NCCL may reuse the send buffer: keep a copy unless receive k already used it
+  // (host buffers only: a GPU send buffer is not copied, its receive then gets zeros).
   void sendDone(std::uint64_t k);
-  // Receive k of protocol p: writes `bytes` at dst from send k. False (nothing written) when
-  // send k is unknown, of another protocol, or forgotten; the caller then writes zeros.
+  // Receive k of protocol p: writes `bytes` at dst (host memory) from send k. False
+  // (nothing written) when send k is unknown, of another protocol, forgotten, or in GPU
+  // memory; the caller then writes zeros.
   [[nodiscard]] bool fill(std::uint64_t k, proto::Proto p, void* dst, std::size_t bytes,
                           std::uint64_t step);
+  // The same for dst in GPU memory: copies enqueued on q (slot's staging for host sources).
+  [[nodiscard]] bool fillDevice(std::uint64_t k, proto::Proto p, void* dst, std::size_t bytes,
+                                std::uint64_t step, DeviceQueue& q, int slot);
   void attachReceiver() {
     std::lock_guard l(mu_);
     has_receiver_ = true;
@@ -79,6 +98,9 @@ class MirrorChannel {
     bool consumed = false;
     std::vector<std::byte> copy;  // kept bytes once the send completed (reused capacity)
     bool kept = false;
+    bool on_device = false;
+    cuda::Event read = nullptr;  // recorded after a GPU copy that reads `live`
+    bool read_pending = false;
   };
   mutable std::mutex mu_;
   std::array<Entry, kDepth> entries_;
@@ -91,5 +113,11 @@ class MirrorChannel {
 // `step`) for the policy; `mirror` may be null (no paired send connection).
 void deliverVirtualData(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k, proto::Proto p,
                         void* dst, std::size_t bytes, std::uint64_t step);
+// The same for dst in GPU memory (GDR), enqueued on q; `slot` is the receive's request slot
+// (its staging and completion event). Simple under zero is not written here: the receive
+// zeroes its slot when it is posted (VirtualRecvComm), so its completion waits for nothing.
+void deliverVirtualDataOnDevice(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k,
+                                proto::Proto p, void* dst, std::size_t bytes, std::uint64_t step,
+                                DeviceQueue& q, int slot);
 
 }  // namespace crystal::plugin

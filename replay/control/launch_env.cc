@@ -48,6 +48,21 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
       {"CRYSTAL_EMULATION_ID", std::to_string(emulation_id)},
       {"CRYSTAL_TIMEOUT", fmt::format("{}", config.emulation.timeout_s)},
   };
+  // GDR (emulation.gdr; docs/plugin.md "GPU memory (GDR)"). The plugin's NICs have no PCI
+  // path, so NCCL 2.28.9 attaches them to the first CPU (graph/xml.cc ncclTopoFillNet) and
+  // the GPU->NIC path is PHB or SYS; ncclTopoCheckGdr (graph/paths.cc) enables GDR only up
+  // to NCCL_NET_GDR_LEVEL (default PXB), so SYS is needed for NCCL to keep NET buffers in
+  // GPU memory. NCCL_NET_GDR_READ=1 does the same for send buffers (its default already
+  // reads from GPU memory on compute capability >= 8.0). Defaults only: a value in the
+  // caller's environment is kept.
+  if (config.emulation.gdr) {
+    auto byDefault = [&](const char* var, const char* value) {
+      const char* mine = std::getenv(var);
+      env.emplace_back(var, (mine != nullptr && *mine != '\0') ? std::string(mine) : value);
+    };
+    byDefault("NCCL_NET_GDR_LEVEL", "SYS");
+    byDefault("NCCL_NET_GDR_READ", "1");
+  }
   // emulation.map_comms: the program's k-rank communicators become the target's (the
   // interposer's plugin/interpose/rank_map.h reads "N:r0,r1,...").
   if (config.emulation.map_comms)

@@ -121,6 +121,7 @@ struct EmulationConfig {
   DataPolicy data = DataPolicy::Mirror;
   double timeout_s = 60.0;      // a virtual peer that cannot answer fails the real rank by then
   bool tuner = true;            // report the target's algorithm/protocol/channel choices
+  bool gdr = true;              // NET buffers in GPU memory (plugin reports NCCL_PTR_CUDA)
   // The program's own world is real_ranks.size() ranks (NCCL-tests, small scripts): each
   // communicator it creates with that many ranks becomes the target's world_size-rank one,
   // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).

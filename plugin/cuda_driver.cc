@@ -1,0 +1,102 @@
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include <fmt/core.h>
+
+#include "errors.h"
+
+namespace crystal::plugin::cuda {
+namespace {
+
+struct Loaded {
+  std::mutex mu;
+  bool tried = false;
+  const DriverApi* injected = nullptr;
+  std::string library = "libcuda.so.1";
+  DriverApi api{};
+  std::string error;  // why loading failed; empty once loaded
+};
+
+Loaded& loaded() {
+  static Loaded l;
+  return l;
+}
+
+// Resolves every entry or names the first symbol that is missing. The library stays loaded
+// for the life of the process (the CUDA runtime of the training program holds it anyway).
+std::string loadInto(const std::string& library, DriverApi& api) {
+  void* dl = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    const char* why = dlerror();
+    return fmt::format("cannot load {} ({}): receive buffers in GPU memory need the CUDA "
+                       "driver; set CRYSTAL_GDR=0 (or emulation.gdr: false) to keep NCCL's "
+                       "buffers in host memory",
+                       library, why ? why : "no reason given");
+  }
+  std::string missing;
+  auto get = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(dl, name));
+    if (!fn && missing.empty()) missing = name;
+  };
+  get(api.getErrorString, "cuGetErrorString");
+  get(api.ctxGetCurrent, "cuCtxGetCurrent");
+  get(api.ctxSetCurrent, "cuCtxSetCurrent");
+  get(api.streamCreate, "cuStreamCreate");
+  get(api.streamDestroy, "cuStreamDestroy_v2");
+  get(api.eventCreate, "cuEventCreate");
+  get(api.eventDestroy, "cuEventDestroy_v2");
+  get(api.eventRecord, "cuEventRecord");
+  get(api.eventQuery, "cuEventQuery");
+  get(api.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  get(api.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  get(api.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  get(api.memcpy2DAsync, "cuMemcpy2DAsync_v2");
+  get(api.memsetD8Async, "cuMemsetD8Async");
+  get(api.memsetD2D32Async, "cuMemsetD2D32Async");
+  get(api.memHostAlloc, "cuMemHostAlloc");
+  get(api.memFreeHost, "cuMemFreeHost");
+  if (!missing.empty()) return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
+  return {};
+}
+
+}  // namespace
+
+const DriverApi& driver() {
+  Loaded& l = loaded();
+  std::lock_guard lock(l.mu);
+  if (l.injected) return *l.injected;
+  if (!l.tried) {
+    l.tried = true;
+    l.error = loadInto(l.library, l.api);
+  }
+  if (!l.error.empty()) throw PluginError(Errc::System, l.error);
+  return l.api;
+}
+
+void setDriverForTesting(const DriverApi* api, const char* library) {
+  Loaded& l = loaded();
+  std::lock_guard lock(l.mu);
+  l.injected = api;
+  l.library = library ? library : "libcuda.so.1";
+  l.tried = false;
+  l.error.clear();
+}
+
+void check(Result rc, const char* what) {
+  if (rc == kSuccess) return;
+  const char* text = nullptr;
+  try {
+    const DriverApi& d = driver();
+    if (d.getErrorString) (void)d.getErrorString(rc, &text);
+  } catch (...) {
+  }
+  throw PluginError(Errc::System,
+                    fmt::format("{}: CUDA error {} ({})", what, rc, text ? text : "no text"));
+}
+
+}  // namespace crystal::plugin::cuda

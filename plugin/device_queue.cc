@@ -1,0 +1,126 @@
+#include "device_queue.h"
+
+#include <fmt/core.h>
+
+#include "errors.h"
+
+namespace crystal::plugin {
+
+using cuda::check;
+using cuda::dptr;
+
+DeviceQueue::~DeviceQueue() {
+  if (!d_) return;
+  if (ctx_) (void)d_->ctxSetCurrent(ctx_);
+  for (cuda::Event e : events_)
+    if (e) (void)d_->eventDestroy(e);
+  if (stream_) (void)d_->streamDestroy(stream_);
+  for (const Staging& s : staging_)
+    if (s.p) (void)d_->memFreeHost(s.p);
+}
+
+void DeviceQueue::enter() {
+  if (!d_) {
+    const cuda::DriverApi& d = cuda::driver();
+    cuda::Context ctx = nullptr;
+    check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
+    if (!ctx)
+      throw PluginError(Errc::System,
+                        "a receive or send buffer is in GPU memory but the calling thread has "
+                        "no CUDA context current (NCCL's proxy thread always has one)");
+    cuda::Stream s = nullptr;
+    check(d.streamCreate(&s, cuda::kStreamNonBlocking), "cuStreamCreate");
+    d_ = &d;
+    ctx_ = ctx;
+    stream_ = s;
+    return;
+  }
+  cuda::Context cur = nullptr;
+  check(d_->ctxGetCurrent(&cur), "cuCtxGetCurrent");
+  if (cur != ctx_) check(d_->ctxSetCurrent(ctx_), "cuCtxSetCurrent");
+}
+
+void DeviceQueue::zero(void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(d_->memsetD8Async(dptr(dst), 0, bytes, stream_), "cuMemsetD8Async");
+}
+
+void DeviceQueue::fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count) {
+  if (count == 0) return;
+  enter();
+  check(d_->memsetD2D32Async(dptr(dst), pitch, v, 1, count, stream_), "cuMemsetD2D32Async");
+}
+
+void DeviceQueue::hostToDevice(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(d_->memcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
+}
+
+void DeviceQueue::deviceToHost(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(d_->memcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
+}
+
+void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(d_->memcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
+}
+
+void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch,
+                                   std::size_t width, std::size_t rows) {
+  if (rows == 0 || width == 0) return;
+  enter();
+  cuda::Memcpy2D m;
+  m.srcMemoryType = cuda::kMemoryTypeDevice;
+  m.srcDevice = dptr(src);
+  m.srcPitch = pitch;
+  m.dstMemoryType = cuda::kMemoryTypeDevice;
+  m.dstDevice = dptr(dst);
+  m.dstPitch = pitch;
+  m.WidthInBytes = width;
+  m.Height = rows;
+  check(d_->memcpy2DAsync(&m, stream_), "cuMemcpy2DAsync");
+}
+
+std::byte* DeviceQueue::staging(int slot, std::size_t bytes) {
+  Staging& s = staging_.at(static_cast<std::size_t>(slot));
+  if (s.size >= bytes && s.p) return s.p;
+  enter();
+  if (s.p) check(d_->memFreeHost(s.p), "cuMemFreeHost");
+  s = Staging{};
+  void* p = nullptr;
+  check(d_->memHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+  s.p = static_cast<std::byte*>(p);
+  s.size = bytes;
+  return s.p;
+}
+
+void DeviceQueue::mark(int slot) {
+  enter();
+  cuda::Event& e = events_.at(static_cast<std::size_t>(slot));
+  if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
+  check(d_->eventRecord(e, stream_), "cuEventRecord");
+  marked_[static_cast<std::size_t>(slot)] = true;
+}
+
+void DeviceQueue::record(cuda::Event& e) {
+  enter();
+  if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
+  check(d_->eventRecord(e, stream_), "cuEventRecord");
+}
+
+bool DeviceQueue::done(int slot) {
+  const auto i = static_cast<std::size_t>(slot);
+  if (!marked_.at(i)) return true;
+  const cuda::Result rc = d_->eventQuery(events_[i]);
+  if (rc == cuda::kNotReady) return false;
+  check(rc, "cuEventQuery");
+  marked_[i] = false;
+  return true;
+}
+
+}  // namespace crystal::plugin

@@ -1,0 +1,60 @@
+// GPU work one data comm issues on buffers in device memory: a plugin-owned non-blocking
+// stream, one completion event per request slot, and pinned host staging per slot.
+//
+// The comm enqueues a request's copies/memsets, then mark(slot); test() answers done only
+// once done(slot) (an event query, no blocking call on the data path). Everything is created
+// lazily on first use in the thread that calls the plugin (NCCL's proxy thread, which has
+// the GPU's context current); later calls make that context current again if it is not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cuda_driver.h"
+
+namespace crystal::plugin {
+
+class DeviceQueue {
+ public:
+  explicit DeviceQueue(int slots) : events_(static_cast<std::size_t>(slots)),
+                                    staging_(static_cast<std::size_t>(slots)) {}
+  ~DeviceQueue();  // best effort: errors while tearing down are ignored
+  DeviceQueue(const DeviceQueue&) = delete;
+  DeviceQueue& operator=(const DeviceQueue&) = delete;
+
+  void zero(void* dst, std::size_t bytes);
+  // `count` 32-bit words of value v at dst, dst + pitch, dst + 2 pitch, ... (LL/LL128 flags).
+  void fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count);
+  void hostToDevice(void* dst, const void* src, std::size_t bytes);
+  void deviceToHost(void* dst, const void* src, std::size_t bytes);
+  void deviceToDevice(void* dst, const void* src, std::size_t bytes);
+  // `rows` rows of `width` bytes, rows `pitch` bytes apart on both sides (LL128 line data).
+  void deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
+                        std::size_t rows);
+  // Pinned host memory of at least `bytes` for slot `slot`, kept (and grown) across uses; a
+  // slot's staging is only reused after that slot's request completed.
+  [[nodiscard]] std::byte* staging(int slot, std::size_t bytes);
+  // The work enqueued so far completes slot `slot`'s request.
+  void mark(int slot);
+  // Records `e` (created on first use) after the work enqueued so far: another object (the
+  // mirror channel) waits on it without touching this queue's slots.
+  void record(cuda::Event& e);
+  // Whether slot's work is done (true if nothing was marked). Throws on a CUDA error.
+  [[nodiscard]] bool done(int slot);
+
+ private:
+  void enter();  // driver loaded, context current, stream created
+  struct Staging {
+    std::byte* p = nullptr;
+    std::size_t size = 0;
+  };
+  const cuda::DriverApi* d_ = nullptr;
+  cuda::Context ctx_ = nullptr;
+  cuda::Stream stream_ = nullptr;
+  std::vector<cuda::Event> events_;
+  std::vector<bool> marked_ = std::vector<bool>(events_.size());
+  std::vector<Staging> staging_;
+};
+
+}  // namespace crystal::plugin

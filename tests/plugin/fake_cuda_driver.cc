@@ -1,0 +1,136 @@
+#include "fake_cuda_driver.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace crystal::test {
+namespace {
+
+using plugin::cuda::DevicePtr;
+using plugin::cuda::Result;
+
+FakeGpu g;
+int g_context = 0, g_stream = 0;
+
+void* ptr(DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+void record(FakeCall c) { g.calls.push_back(std::move(c)); }
+
+Result getErrorString(Result rc, const char** s) {
+  *s = rc == 600 ? "fake: not ready" : "fake: error";
+  return 0;
+}
+Result ctxGetCurrent(void** c) {
+  *c = g.has_context ? &g_context : nullptr;
+  return 0;
+}
+Result ctxSetCurrent(void*) { return 0; }
+Result streamCreate(void** s, unsigned) {
+  ++g.live_streams;
+  *s = &g_stream;
+  return 0;
+}
+Result streamDestroy(void*) {
+  --g.live_streams;
+  return 0;
+}
+// An event remembers whether the work before its last record is done.
+Result eventCreate(void** e, unsigned) {
+  ++g.live_events;
+  *e = new bool(true);
+  return 0;
+}
+Result eventDestroy(void* e) {
+  --g.live_events;
+  delete static_cast<bool*>(e);
+  return 0;
+}
+Result eventRecord(void* e, void*) {
+  *static_cast<bool*>(e) = false;
+  record({"cuEventRecord"});
+  return 0;
+}
+Result eventQuery(void* e) {
+  bool& done = *static_cast<bool*>(e);
+  if (g.complete) done = true;
+  return done ? 0 : 600;
+}
+Result htod(DevicePtr d, const void* s, std::size_t n, void*) {
+  std::memcpy(ptr(d), s, n);
+  record({"cuMemcpyHtoDAsync", static_cast<std::uintptr_t>(d), addr(s), n});
+  return 0;
+}
+Result dtoh(void* d, DevicePtr s, std::size_t n, void*) {
+  std::memcpy(d, ptr(s), n);
+  record({"cuMemcpyDtoHAsync", addr(d), static_cast<std::uintptr_t>(s), n});
+  return 0;
+}
+Result dtod(DevicePtr d, DevicePtr s, std::size_t n, void*) {
+  std::memmove(ptr(d), ptr(s), n);
+  record({"cuMemcpyDtoDAsync", static_cast<std::uintptr_t>(d), static_cast<std::uintptr_t>(s), n});
+  return 0;
+}
+Result copy2d(const plugin::cuda::Memcpy2D* m, void*) {
+  for (std::size_t r = 0; r < m->Height; ++r)
+    std::memcpy(static_cast<char*>(ptr(m->dstDevice)) + r * m->dstPitch,
+                static_cast<const char*>(ptr(m->srcDevice)) + r * m->srcPitch, m->WidthInBytes);
+  record({"cuMemcpy2DAsync", static_cast<std::uintptr_t>(m->dstDevice),
+          static_cast<std::uintptr_t>(m->srcDevice), m->WidthInBytes, m->dstPitch, m->Height});
+  return 0;
+}
+Result memset8(DevicePtr d, unsigned char v, std::size_t n, void*) {
+  std::memset(ptr(d), v, n);
+  record({"cuMemsetD8Async", static_cast<std::uintptr_t>(d), 0, n, 0, 0, v});
+  return 0;
+}
+Result memset2d32(DevicePtr d, std::size_t pitch, unsigned v, std::size_t w, std::size_t h, void*) {
+  for (std::size_t r = 0; r < h; ++r)
+    for (std::size_t i = 0; i < w; ++i)
+      std::memcpy(static_cast<char*>(ptr(d)) + r * pitch + 4 * i, &v, 4);
+  record({"cuMemsetD2D32Async", static_cast<std::uintptr_t>(d), 0, w, pitch, h, v});
+  return 0;
+}
+Result hostAlloc(void** p, std::size_t n, unsigned) {
+  ++g.live_host_allocs;
+  *p = std::malloc(n);
+  record({"cuMemHostAlloc", addr(*p), 0, n});
+  return *p ? 0 : 2;
+}
+Result freeHost(void* p) {
+  --g.live_host_allocs;
+  std::free(p);
+  return 0;
+}
+
+const plugin::cuda::DriverApi kFake{
+    getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
+    eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
+    copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost};
+
+}  // namespace
+
+std::vector<FakeCall> FakeGpu::named(const std::string& name) const {
+  std::vector<FakeCall> out;
+  for (const auto& c : calls)
+    if (c.name == name) out.push_back(c);
+  return out;
+}
+
+std::size_t FakeGpu::count(const std::string& prefix) const {
+  std::size_t n = 0;
+  for (const auto& c : calls) n += c.name.rfind(prefix, 0) == 0;
+  return n;
+}
+
+FakeGpu& installFakeDriver() {
+  g.calls.clear();
+  g.complete = true;
+  g.has_context = true;
+  plugin::cuda::setDriverForTesting(&kFake);
+  return g;
+}
+
+void uninstallFakeDriver() { plugin::cuda::setDriverForTesting(nullptr); }
+
+}  // namespace crystal::test

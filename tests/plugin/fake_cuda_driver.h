@@ -1,0 +1,36 @@
+// A CUDA driver for CPU tests (plugin/cuda_driver.h's DriverApi): every call is recorded and
+// performed at once on host memory (the "device" buffers are host buffers), while events
+// report "not ready" until the test declares the stream's work done (FakeGpu::complete).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_driver.h"
+
+namespace crystal::test {
+
+struct FakeCall {
+  std::string name;  // the libcuda function, e.g. "cuMemsetD8Async"
+  std::uintptr_t dst = 0, src = 0;
+  std::size_t bytes = 0;  // copies/memsets: bytes; 2D: width in bytes (copy) or words (memset)
+  std::size_t pitch = 0, rows = 0;
+  std::uint32_t value = 0;
+};
+
+struct FakeGpu {
+  std::vector<FakeCall> calls;
+  bool complete = true;      // events recorded so far report done
+  bool has_context = true;   // cuCtxGetCurrent returns a context
+  int live_events = 0, live_streams = 0, live_host_allocs = 0;
+  [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
+  [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
+};
+
+// The process-wide fake: reset, installed with setDriverForTesting, removed by uninstall().
+FakeGpu& installFakeDriver();
+void uninstallFakeDriver();
+
+}  // namespace crystal::test

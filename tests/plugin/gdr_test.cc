@@ -1,0 +1,448 @@
+// GPU memory (GDR) through the net API, on the CPU: the properties NCCL reads, CUDA
+// registrations, receives from virtual peers into "device" buffers per data policy (the
+// driver calls a fake records and performs on host memory), completion that waits for the
+// fake's GPU work, real<->real staging, and a driver that cannot be loaded.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm.h"
+#include "crystal/live/handle.h"
+#include "fake_cuda_driver.h"
+#include "handle_table.h"
+#include "net_api.h"
+#include "proto_lines.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+namespace net = plugin::net;
+using nccl::ncclSuccess;
+
+std::mutex g_log_mu;
+std::string g_log;
+void captureLog(nccl::ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard lock(g_log_mu);
+  g_log += buf;
+  g_log += '\n';
+}
+
+// Protocol buffers of one connection as NCCL registers them (LL, LL128, Simple), small.
+constexpr std::size_t kLLStep = 1024, kLL128Step = 1280, kSimpleStep = 4096;
+
+struct Buffer {
+  std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
+  std::size_t size = 0;
+  explicit Buffer(std::size_t n)
+      : p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)), &std::free),
+        size(n) {
+    std::memset(p.get(), 0xA5, n);  // "device" memory is not zeroed
+  }
+  [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
+};
+
+void configure(DataPolicy policy, bool gdr = true) {
+  ::unsetenv("CRYSTAL_DATA");
+  ::unsetenv("CRYSTAL_GDR");
+  Config cfg;
+  cfg.emulation.data = policy;
+  cfg.emulation.gdr = gdr;
+  plugin::PluginState::get().configure(cfg);
+}
+
+// A Hello from the host for a virtual sender without identity (pairs by creation order).
+int sendHello(const live::NetHandle& h, live::PeerKind kind) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = h.port;
+  std::memcpy(&sin.sin_addr, h.addr, 4);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
+  live::Hello hello;
+  hello.peer = kind;
+  hello.listen_id = h.listen_id;
+  hello.comm_id = h.comm_id;
+  EXPECT_EQ(::send(fd, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+  return fd;
+}
+
+class Gdr : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    {
+      std::lock_guard lock(g_log_mu);
+      g_log.clear();
+    }
+    gpu_ = &installFakeDriver();
+    ASSERT_EQ(net::init(&ctx_, 0x6472 + ++serial_, nullptr, captureLog, nullptr), ncclSuccess);
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::lock_guard lock(g_log_mu);
+      std::fprintf(stderr, "plugin log:\n%s", g_log.c_str());
+    }
+    for (void* c : sends_) EXPECT_EQ(net::closeSend(c), ncclSuccess);
+    for (void* c : recvs_) EXPECT_EQ(net::closeRecv(c), ncclSuccess);
+    for (void* c : listens_) EXPECT_EQ(net::closeListen(c), ncclSuccess);
+    for (int fd : fds_) ::close(fd);
+    EXPECT_EQ(net::finalize(ctx_), ncclSuccess);
+    uninstallFakeDriver();
+    ::unsetenv("CRYSTAL_GDR");
+  }
+
+  void* virtualSend() {
+    live::NetHandle h;
+    h.kind = live::HandleKind::VirtualPeer;
+    h.rank = 0;  // no identity (nranks 0): pairs with the k-th receive by creation order
+    char bytes[live::kNcclHandleSize] = {};
+    std::memcpy(bytes, &h, sizeof h);
+    void* s = nullptr;
+    EXPECT_EQ(net::connect(ctx_, 0, bytes, &s, nullptr), ncclSuccess);
+    sends_.push_back(s);
+    return s;
+  }
+  void* virtualRecv() { return acceptOf(live::PeerKind::Virtual); }
+  void* acceptOf(live::PeerKind kind, live::NetHandle* handle_out = nullptr) {
+    char bytes[live::kNcclHandleSize] = {};
+    void* l = nullptr;
+    EXPECT_EQ(net::listen(ctx_, 0, bytes, &l), ncclSuccess);
+    listens_.push_back(l);
+    live::NetHandle h;
+    EXPECT_TRUE(live::decodeHandle(bytes, h));
+    if (handle_out) {
+      *handle_out = h;
+      return nullptr;
+    }
+    fds_.push_back(sendHello(h, kind));
+    return acceptAll(l);
+  }
+  void* acceptAll(void* l) {
+    void* r = nullptr;
+    for (int i = 0; i < 1'000'000 && !r; ++i) EXPECT_EQ(net::accept(l, &r, nullptr), ncclSuccess);
+    EXPECT_NE(r, nullptr);
+    recvs_.push_back(r);
+    return r;
+  }
+  // LL, LL128, Simple regions of `type` on comm c, in NCCL's order.
+  void registerProtocols(void* c, const std::vector<Buffer*>& b, int type) {
+    for (Buffer* buf : b) {
+      void* mh = nullptr;
+      ASSERT_EQ(net::regMr(c, buf->p.get(), buf->size, type, &mh), ncclSuccess);
+      mhandles_[c].push_back(mh);
+    }
+  }
+  void* recvPost(void* c, int region, void* data, std::size_t size) {
+    int tag = 1;
+    void* mh = mhandles_[c][static_cast<std::size_t>(region)];
+    void* req = nullptr;
+    EXPECT_EQ(net::irecv(c, 1, &data, &size, &tag, &mh, nullptr, &req), ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  void* sendPost(void* c, int region, void* data, std::size_t size) {
+    void* req = nullptr;
+    EXPECT_EQ(net::isend(c, data, size, /*tag=*/1, mhandles_[c][static_cast<std::size_t>(region)],
+                         nullptr, &req),
+              ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  // test() until done (bounded); returns the number of "not done" answers.
+  static long waitDone(void* req, long max_ms = 2000) {
+    int done = 0;
+    long waits = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms);
+    while (!done && std::chrono::steady_clock::now() < end) {
+      EXPECT_EQ(net::test(req, &done, nullptr), ncclSuccess);
+      if (!done) ++waits;
+    }
+    EXPECT_EQ(done, 1) << "request not done within " << max_ms << " ms";
+    return waits;
+  }
+  // test() for `ms` with the fake's GPU work held back: must stay not done.
+  static void stillPendingFor(void* req, int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      int done = 1;
+      ASSERT_EQ(net::test(req, &done, nullptr), ncclSuccess);
+      ASSERT_EQ(done, 0) << "completed before the GPU work was done";
+    }
+  }
+
+  FakeGpu* gpu_ = nullptr;
+  void* ctx_ = nullptr;
+  static inline int serial_ = 0;
+  std::vector<void*> sends_, recvs_, listens_;
+  std::vector<int> fds_;
+  std::map<void*, std::vector<void*>> mhandles_;
+};
+
+TEST_F(Gdr, PropertiesReportCudaWhenOnHostOnlyWhenOff) {
+  nccl::ncclNetProperties_v11_t p{};
+  configure(DataPolicy::None, true);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+  ::setenv("CRYSTAL_GDR", "0", 1);
+  plugin::PluginState::get().configure(Config{});  // emulation.gdr true, the environment wins
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  configure(DataPolicy::None, false);  // emulation.gdr: false
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  ::setenv("CRYSTAL_GDR", "1", 1);  // the environment wins over the config
+  Config off;
+  off.emulation.gdr = false;
+  plugin::PluginState::get().configure(off);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+  ::setenv("CRYSTAL_GDR", "2", 1);
+  EXPECT_ANY_THROW(plugin::PluginState::get().configure(Config{}));
+  ::unsetenv("CRYSTAL_GDR");
+  EXPECT_TRUE(gpu_->calls.empty()) << "properties must not touch the driver";
+}
+
+// NCCL's own GDR probe (plugin/net.cc ncclGpuGdrSupport, drivers < 11.3): regMr of a 2 MiB
+// GPU buffer with NCCL_PTR_CUDA on a send and a recv comm, then deregMr.
+TEST_F(Gdr, RegMrAcceptsCudaWithoutDriverCalls) {
+  configure(DataPolicy::Mirror);
+  void* s = virtualSend();
+  void* r = virtualRecv();
+  Buffer b(2 << 20);
+  for (void* c : {s, r}) {
+    void* mh = nullptr;
+    ASSERT_EQ(net::regMr(c, b.p.get(), b.size, nccl::NCCL_PTR_CUDA, &mh), ncclSuccess);
+    EXPECT_NE(mh, nullptr);
+    EXPECT_EQ(net::deregMr(c, mh), ncclSuccess);
+  }
+  void* mh = nullptr;
+  EXPECT_NE(net::regMr(s, b.p.get(), b.size, 4 /* DMABUF: not advertised */, &mh), ncclSuccess);
+  EXPECT_TRUE(gpu_->calls.empty());
+}
+
+TEST_F(Gdr, NoneSimpleIntoGpuMemoryCallsNoDriver) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  for (int i = 0; i < 4; ++i) waitDone(recvPost(r, 2, simple.at(i * kSimpleStep), kSimpleStep));
+  EXPECT_TRUE(gpu_->calls.empty());
+  EXPECT_EQ(simple.p.get()[0], std::byte{0xA5}) << "none leaves Simple bytes untouched";
+}
+
+TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  // Slot 2 of the LL buffer: the connection's first step there is 2 -> flag 3.
+  waitDone(recvPost(r, 0, ll.at(2 * kLLStep), kLLStep));
+  const auto m = gpu_->named("cuMemsetD2D32Async");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].dst, reinterpret_cast<std::uintptr_t>(ll.at(2 * kLLStep + 4)));
+  EXPECT_EQ(m[0].pitch, 8u);
+  EXPECT_EQ(m[0].bytes, 1u);                  // one 32-bit word per row
+  EXPECT_EQ(m[0].rows, 2 * kLLStep / 16);     // flag1 and flag2 of every line
+  EXPECT_EQ(m[0].value, 3u);
+  EXPECT_EQ(gpu_->count("cuMemsetD8"), 0u) << "none does not zero data";
+  std::uint32_t line[4];
+  std::memcpy(line, ll.at(2 * kLLStep + 16 * 5), 16);
+  EXPECT_EQ(line[1], 3u);
+  EXPECT_EQ(line[3], 3u);
+  EXPECT_EQ(line[0], 0xA5A5A5A5u);
+}
+
+TEST_F(Gdr, ZeroSimpleIsZeroedWhenPostedAndCompletionWaitsForTheGpu) {
+  configure(DataPolicy::Zero);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = false;
+  void* req = recvPost(r, 2, simple.at(kSimpleStep), kSimpleStep);
+  const auto z = gpu_->named("cuMemsetD8Async");
+  ASSERT_EQ(z.size(), 1u) << "zeroed at irecv, not at the modelled arrival";
+  EXPECT_EQ(z[0].dst, reinterpret_cast<std::uintptr_t>(simple.at(kSimpleStep)));
+  EXPECT_EQ(z[0].bytes, kSimpleStep);
+  EXPECT_EQ(z[0].value, 0u);
+  stillPendingFor(req, 20);  // far past the modelled arrival (a few us)
+  gpu_->complete = true;
+  waitDone(req);
+  EXPECT_EQ(simple.p.get()[kSimpleStep], std::byte{0});
+  EXPECT_EQ(gpu_->count("cuMemsetD8Async"), 1u);
+}
+
+TEST_F(Gdr, ZeroLL128ZeroesDataThenWritesBothFlagHalves) {
+  configure(DataPolicy::Zero);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 1, ll128.at(0), kLL128Step));  // step 0 -> flag 1
+  ASSERT_EQ(gpu_->calls.size(), 3u) << "memset data, flag low halves, record";
+  EXPECT_EQ(gpu_->calls[0].name, "cuMemsetD8Async");
+  EXPECT_EQ(gpu_->calls[0].bytes, kLL128Step);
+  EXPECT_EQ(gpu_->calls[1].name, "cuMemsetD2D32Async");
+  EXPECT_EQ(gpu_->calls[1].dst, reinterpret_cast<std::uintptr_t>(ll128.at(120)));
+  EXPECT_EQ(gpu_->calls[1].pitch, 128u);
+  EXPECT_EQ(gpu_->calls[1].rows, kLL128Step / 128);
+  EXPECT_EQ(gpu_->calls[1].value, 1u);
+  EXPECT_EQ(gpu_->calls[2].name, "cuEventRecord");
+  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
+    std::uint64_t w[16];
+    std::memcpy(w, ll128.at(line * 128), 128);
+    EXPECT_EQ(w[15], 1u);
+    EXPECT_EQ(w[3], 0u);
+  }
+}
+
+// Mirror: the real rank's Simple send lies in GPU memory (GDR read): the paired receive
+// copies it device to device, and the send completes only after that copy read it.
+TEST_F(Gdr, MirrorSimpleCopiesDeviceToDeviceAndHoldsTheSend) {
+  configure(DataPolicy::Mirror);
+  void* s = virtualSend();
+  void* r = virtualRecv();
+  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(s, {&sll, &sll128, &ssimple}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  for (std::size_t i = 0; i < kSimpleStep; ++i) ssimple.p.get()[i] = std::byte(i * 7);
+  void* sreq = sendPost(s, 2, ssimple.at(0), kSimpleStep);
+  gpu_->complete = false;
+  void* rreq = recvPost(r, 2, simple.at(0), kSimpleStep);
+  stillPendingFor(rreq, 5);  // due, copy enqueued, not finished
+  const auto c = gpu_->named("cuMemcpyDtoDAsync");
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].dst, reinterpret_cast<std::uintptr_t>(simple.at(0)));
+  EXPECT_EQ(c[0].src, reinterpret_cast<std::uintptr_t>(ssimple.at(0)));
+  EXPECT_EQ(c[0].bytes, kSimpleStep);
+  stillPendingFor(sreq, 5);  // the copy still reads the send buffer
+  gpu_->complete = true;
+  waitDone(rreq);
+  waitDone(sreq);
+  EXPECT_EQ(std::memcmp(simple.p.get(), ssimple.p.get(), kSimpleStep), 0);
+  EXPECT_EQ(gpu_->count("cuMemcpyDtoH"), 0u) << "never through host memory";
+}
+
+// Mirror LL: NCCL keeps LL send buffers in host memory; the receive's lines (the send's data,
+// this receive's flags) are built in pinned staging and copied to the GPU in one piece.
+TEST_F(Gdr, MirrorLLFromHostSendIsStagedAndCopiedToTheGpu) {
+  configure(DataPolicy::Mirror);
+  void* s = virtualSend();
+  void* r = virtualRecv();
+  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(s, {&sll}, nccl::NCCL_PTR_HOST);
+  registerProtocols(s, {&sll128, &ssimple}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  std::vector<std::uint64_t> payload(kLLStep / 16);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = 0x1111111100000000ull * (i % 15) + i;
+  plugin::proto::encodeLL(sll.at(0), payload.data(), payload.size() * 8, 40);  // sender's step 40
+  void* sreq = sendPost(s, 0, sll.at(0), kLLStep);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));  // receiver's step 0 -> flag 1
+  waitDone(sreq);
+  const auto h = gpu_->named("cuMemcpyHtoDAsync");
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].dst, reinterpret_cast<std::uintptr_t>(ll.at(0)));
+  EXPECT_EQ(h[0].bytes, kLLStep);
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 1u);
+  for (std::size_t i = 0; i < payload.size(); ++i) {
+    std::uint32_t line[4];
+    std::memcpy(line, ll.at(16 * i), 16);
+    EXPECT_EQ(line[1], 1u);
+    EXPECT_EQ(line[3], 1u);
+    EXPECT_EQ(line[0] | (std::uint64_t{line[2]} << 32), payload[i]) << "line " << i;
+  }
+}
+
+// Two real ranks with GPU buffers: bytes go GPU -> pinned staging -> TCP -> staging -> GPU,
+// bit-exact, each side with one async copy; the receive completes only after its copy.
+TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
+  configure(DataPolicy::Zero);
+  live::NetHandle h;
+  (void)acceptOf(live::PeerKind::Real, &h);
+  char bytes[live::kNcclHandleSize] = {};
+  std::memcpy(bytes, &h, sizeof h);
+  void* s = nullptr;
+  void* r = nullptr;
+  for (int i = 0; i < 1'000'000 && (!s || !r); ++i) {
+    if (!s) {
+      ASSERT_EQ(net::connect(ctx_, 0, bytes, &s, nullptr), ncclSuccess);
+    }
+    if (!r) {
+      ASSERT_EQ(net::accept(listens_.back(), &r, nullptr), ncclSuccess);
+    }
+  }
+  ASSERT_TRUE(s && r);
+  sends_.push_back(s);
+  recvs_.push_back(r);
+  constexpr std::size_t kBytes = 3 * 65536 + 13;
+  Buffer src(kBytes), dst(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) src.p.get()[i] = std::byte((i * 131 + 7) & 0xFF);
+  registerProtocols(s, {&src}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&dst}, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = false;
+  void* sreq = sendPost(s, 0, src.at(0), kBytes);
+  void* rreq = recvPost(r, 0, dst.at(0), kBytes);
+  const auto d2h = gpu_->named("cuMemcpyDtoHAsync");
+  ASSERT_EQ(d2h.size(), 1u);
+  EXPECT_EQ(d2h[0].src, reinterpret_cast<std::uintptr_t>(src.at(0)));
+  EXPECT_EQ(d2h[0].bytes, kBytes);
+  stillPendingFor(sreq, 5);  // the staging copy is not done: nothing may leave
+  stillPendingFor(rreq, 5);
+  gpu_->complete = true;
+  waitDone(sreq);
+  waitDone(rreq);
+  const auto h2d = gpu_->named("cuMemcpyHtoDAsync");
+  ASSERT_EQ(h2d.size(), 1u);
+  EXPECT_EQ(h2d[0].dst, reinterpret_cast<std::uintptr_t>(dst.at(0)));
+  EXPECT_EQ(h2d[0].bytes, kBytes);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), kBytes), 0);
+}
+
+TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  plugin::cuda::setDriverForTesting(nullptr, "libcuda-crystal-absent.so.1");
+  void* req = recvPost(r, 0, ll.at(0), kLLStep);
+  nccl::ncclResult_t rc = ncclSuccess;
+  int done = 0;
+  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i) rc = net::test(req, &done, nullptr);
+  EXPECT_EQ(rc, nccl::ncclSystemError);
+  std::lock_guard lock(g_log_mu);
+  EXPECT_NE(g_log.find("libcuda-crystal-absent.so.1"), std::string::npos) << g_log;
+  EXPECT_NE(g_log.find("CRYSTAL_GDR=0"), std::string::npos);
+}
+
+TEST_F(Gdr, NoContextOnTheCallingThreadIsASystemError) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  gpu_->has_context = false;
+  void* req = recvPost(r, 0, ll.at(0), kLLStep);
+  nccl::ncclResult_t rc = ncclSuccess;
+  int done = 0;
+  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i) rc = net::test(req, &done, nullptr);
+  EXPECT_EQ(rc, nccl::ncclSystemError);
+}
+
+}  // namespace
+}  // namespace crystal::test
