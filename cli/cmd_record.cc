@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -15,8 +16,10 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/python_site.h"
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
+#include "graph/import/pyrun.h"
 #include "graph/validate.h"
 #ifdef CRYSTAL_HAVE_EMULATION_HOST
 #include "crystal/control/emulation_host.h"
@@ -32,7 +35,11 @@ constexpr std::string_view kUsage =
     "Runs CMD with NCCL_PROFILER_PLUGIN=LIB and CRYSTAL_RECORD=DIR: every process that uses\n"
     "NCCL writes DIR/crystal-record.<pid>.jsonl (its rank from RANK or CRYSTAL_RANK). Then\n"
     "the recordings (one rank of each pipeline stage at least) become the graph of CONFIG's\n"
-    "target, validated and written to GRAPH. Record files hold communication only.\n"
+    "target, validated and written to GRAPH. Record files hold communication only; a PyTorch\n"
+    "program also gets python/crystal_site (PYTHONPATH): it traces iterations\n"
+    "[CRYSTAL_PROFILE_WARMUP, +CRYSTAL_PROFILE_STEPS) (default [2, 3)) with torch.profiler and\n"
+    "writes DIR/rank<R>.pyrun.json, so that rank's graph gets the traced kernels' compute\n"
+    "times, its streams and its allocator's peak memory.\n"
     "  --dir      where recordings go (default: a new directory under $TMPDIR or /tmp)\n"
     "  --plugin   libnccl-net-crystal.so (default: $CRYSTAL_PLUGIN, else beside crystal)\n";
 
@@ -67,6 +74,32 @@ int runChild(const std::vector<std::string>& cmd,
   std::signal(SIGINT, SIG_DFL);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// A rank's rank<R>.pyrun.json: with a Kineto trace, the trace replaces that rank's record
+// file as its recording (it has the compute, streams and memory; the record file only the
+// communication); without one, the record file gets the allocator's peak.
+void addPyRun(const graph::PyRun& run, const std::string& dir,
+              std::vector<graph::RecordedRank>& recs) {
+  auto same = std::find_if(recs.begin(), recs.end(),
+                           [&](const graph::RecordedRank& r) { return r.rank == run.rank; });
+  fmt::print("{}: rank {}, {} iterations, max_memory_allocated {} bytes\n", run.source, run.rank,
+             run.steps.size(), run.max_memory_allocated);
+  if (!run.kineto_trace.empty()) {
+    graph::RecordedRank rec = graph::readKinetoTrace((fs::path(dir) / run.kineto_trace).string());
+    graph::applyPyRunMemory(rec, run);
+    fmt::print("{}: rank {}, {} ops, {} communicators (replaces the rank's record file)\n",
+               rec.source, rec.rank, rec.ops.size(), rec.comms.size());
+    if (same != recs.end())
+      *same = std::move(rec);
+    else
+      recs.push_back(std::move(rec));
+  } else if (same != recs.end()) {
+    graph::applyPyRunMemory(*same, run);
+  } else {
+    fmt::print(stderr, "crystal record: warning: {}: rank {} has no NCCL recording; ignored\n",
+               run.source, run.rank);
+  }
 }
 
 int runRecord(std::span<const std::string> args) {
@@ -120,24 +153,38 @@ int runRecord(std::span<const std::string> args) {
   dir = fs::absolute(dir).string();
   fmt::print("crystal record: recording into {}\n", dir);
   std::fflush(stdout);
-  const int rc = runChild(cmd, {{"NCCL_PROFILER_PLUGIN", lib},
-                                {"CRYSTAL_RECORD", dir},
-                                {"CRYSTAL_CONFIG", fs::absolute(config_path).string()}});
+  std::vector<std::pair<std::string, std::string>> env{
+      {"NCCL_PROFILER_PLUGIN", lib},
+      {"CRYSTAL_RECORD", dir},
+      {"CRYSTAL_CONFIG", fs::absolute(config_path).string()}};
+  try {
+    for (auto& kv : cli::pythonSiteEnvironment(cli::pythonSiteDir(), dir, /*profile=*/true))
+      env.push_back(std::move(kv));
+  } catch (const InputError& e) {  // a program without Python still records its NCCL calls
+    fmt::print(stderr, "crystal record: warning: {}: PyTorch compute and memory not recorded\n",
+               e.what());
+  }
+  const int rc = runChild(cmd, env);
   if (rc != 0) fmt::print(stderr, "crystal record: the program exited with status {}\n", rc);
   std::vector<graph::RecordedRank> recs;
+  std::vector<std::string> pyruns;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string p = entry.path().string();
+    if (p.ends_with(".pyrun.json")) pyruns.push_back(p);
     if (!p.ends_with(".jsonl")) continue;
     recs.push_back(graph::readNcclRecording(p));
     const auto& r = recs.back();
     fmt::print("{}: rank {}, {} ops, {} communicators\n", p, r.rank, r.ops.size(), r.comms.size());
   }
+  std::sort(pyruns.begin(), pyruns.end());
+  for (const auto& p : pyruns) addPyRun(graph::readPyRun(p), dir, recs);
   if (recs.empty())
     throw InputError(
         fmt::format("record: no recording in {}: did the program use NCCL (and load "
                     "{} as NCCL_PROFILER_PLUGIN)?",
                     dir, lib));
-  for (const auto& n : recs.front().notes) fmt::print("  note: {}\n", n);
+  for (const auto& r : recs)
+    for (const auto& n : r.notes) fmt::print("  note: {}\n", n);
   const auto g = graph::sliceRecordings(config, recs);
   const auto rep = graph::validateGraph(*g);
   fmt::print("graph of {}: world size {}, {} classes, {} ops in total, valid ({} check)\n",

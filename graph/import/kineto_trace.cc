@@ -9,7 +9,9 @@
 // * Stream dependencies: each cuda_sync "Stream Wait Event" becomes a Record on
 //   args.wait_on_stream at the time of the cudaEventRecord it names
 //   (wait_on_cuda_event_record_corr_id) and a Wait on args.stream.
-// * "[memory]" instant events on CUDA devices: Alloc (Bytes > 0) / Free (Bytes < 0).
+// * "[memory]" instant events on CUDA devices: Alloc (Bytes > 0) / Free (Bytes < 0). The
+//   bytes already allocated before the first of them ("Total Allocated" less "Bytes") become
+//   one Alloc at the start, so the stream's running memory is the allocator's total.
 // * "ProfilerStep#N" ranges: an IterationMark each. "nccl:coalesced" CPU ranges: the
 //   communication launched inside them forms one NCCL group.
 #include <fmt/core.h>
@@ -18,6 +20,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -178,7 +181,17 @@ class Reader {
       op.kind = bytes > 0 ? OpKind::Alloc : OpKind::Free;
       op.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes)
                            : static_cast<std::uint64_t>(-(bytes + 1)) + 1;
-      add(number(e, i, "ts"), -1, op, "", i);
+      const double ts = number(e, i, "ts");
+      add(ts, -1, op, "", i);
+      // The allocator's total after this event, less this event: what the program held
+      // before it. Kept for the earliest event (the memory held when the window opened).
+      if (field(*args, "Total Allocated") != nullptr && (!held_ || ts < held_->ts)) {
+        const std::int64_t total = integer(*args, i, "Total Allocated");
+        if (total < 0 || (bytes > 0 && total < bytes))
+          fail(i, fmt::format("'Total Allocated' {} is below this allocation's {} bytes", total,
+                              bytes));
+        held_ = Held{ts, static_cast<std::uint64_t>(total - bytes), i};
+      }
     } else if (ph == "X" && name.starts_with("ProfilerStep#")) {
       Op op;
       op.kind = OpKind::IterationMark;
@@ -420,6 +433,16 @@ class Reader {
       push(op, fmt::format("traceEvents[{}]", it.event));
     }
     if (open >= 0) closeGroup();
+    if (held_ && held_->bytes > 0) {
+      Op op;
+      op.kind = OpKind::Alloc;
+      op.bytes = held_->bytes;
+      rec_.ops.insert(rec_.ops.begin(), op);
+      rec_.where.insert(rec_.where.begin(), fmt::format("traceEvents[{}]", held_->event));
+      note(fmt::format("rank {}: {} bytes were allocated before the trace window ('Total "
+                       "Allocated' less 'Bytes' at traceEvents[{}]): one Alloc at the start",
+                       rec_.rank, held_->bytes, held_->event));
+    }
   }
 
   struct Range {
@@ -434,6 +457,12 @@ class Reader {
   std::vector<Range> groups_;
   std::uint32_t next_event_ = 0;
   std::uint32_t iterations_ = 0;
+  struct Held {
+    double ts;
+    std::uint64_t bytes;  // allocated before the earliest memory event
+    std::size_t event;
+  };
+  std::optional<Held> held_;
 };
 
 }  // namespace

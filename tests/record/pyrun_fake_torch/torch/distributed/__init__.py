@@ -1,0 +1,6 @@
+def is_available():
+    return True
+
+
+def is_initialized():
+    return False

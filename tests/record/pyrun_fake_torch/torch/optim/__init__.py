@@ -1,0 +1,1 @@
+from . import optimizer  # noqa: F401

@@ -1,0 +1,32 @@
+"""Logs when it was started, stepped and stopped, counted in optimizer steps done."""
+import enum
+import json
+
+from .. import optim
+
+
+class ProfilerActivity(enum.Enum):
+    CPU = 0
+    CUDA = 1
+
+
+class profile:
+    def __init__(self, activities=None, profile_memory=False, experimental_config=None):
+        self._log = [["init", sorted(a.name for a in activities), profile_memory,
+                      bool(experimental_config and experimental_config.enable_cuda_sync_events)]]
+
+    def _at(self, what):
+        self._log.append([what, optim.optimizer.steps_done])
+
+    def start(self):
+        self._at("start")
+
+    def step(self):
+        self._at("step")
+
+    def stop(self):
+        self._at("stop")
+
+    def export_chrome_trace(self, path):
+        with open(path, "w") as f:
+            json.dump({"fake_profiler_log": self._log}, f)
