@@ -87,6 +87,16 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     (c.send ? ch.has_send : ch.has_recv) = true;
     return std::make_shared<live::VirtualLink>(ch.ring);
   }
+  if (c.graph == live::kGraphTree && c.nranks >= 2 && c.self_rank >= 0 && c.peer_rank >= 0) {
+    // A tree neighbour: the model's tree all-reduce for the real rank's place in the target
+    // tree; the tuner's record of each collective (same commId) gives chunk and channels.
+    const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
+    auto& tree = trees_[{comm, c.self_rank}];
+    if (!tree)
+      tree = std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm, c.self_rank,
+                                              c.nranks);
+    if (auto l = tree->link(c.send, c.peer_rank, c.ordinal)) return l;
+  }
   if (c.graph == live::kGraphRing && !ring_warned_) {
     ring_warned_ = true;  // once per context: NCCL's ring is not in rank order
     CRYSTAL_INFO("ring connection of rank {} {} rank {} (distance {}, {} ranks) is not a "

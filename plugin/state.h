@@ -17,6 +17,7 @@
 #include "crystal/live/link_timing.h"
 #include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
+#include "crystal/live/tree_comm.h"
 #include "virtual_data.h"
 
 namespace crystal::plugin {
@@ -75,6 +76,8 @@ struct NetContext {
   [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
   std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
   std::map<int, live::CommLinks> links_;                    // by nranks
+  // Tree channels by (comm, real rank): crystal/live/tree_comm.h.
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<live::TreeComm>> trees_;
   bool ring_warned_ = false;
   struct MirrorPair {
     std::shared_ptr<MirrorChannel> channel = std::make_shared<MirrorChannel>();

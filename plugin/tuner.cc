@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "crystal/base/log.h"
+#include "crystal/live/collective_log.h"
 #include "errors.h"
 #include "nccl_log.h"
 #include "state.h"
@@ -92,6 +93,7 @@ struct TunerContext {
   bool enabled = true;
   std::mutex mu;
   std::set<std::pair<int, std::size_t>> logged;  // (func, bytes) whose choice was logged
+  std::shared_ptr<live::CollectiveLog> log;      // what NCCL runs next, for the tree timing
 };
 }  // namespace
 
@@ -108,6 +110,7 @@ ncclResult_t init(void** ctx, std::uint64_t commId, std::size_t nRanks, std::siz
     t->comm_id = commId;
     t->shape = targetShape(st.config().cluster, nRanks, nNodes);
     t->enabled = st.tunerEnabled();
+    t->log = live::collectiveLog(commId);
     CRYSTAL_INFO("tuner {} for comm {:#x}: NCCL sees {} ranks on {} nodes -> target {} ranks, "
                  "{} nodes x {} ({})",
                  t->enabled ? "on" : "off (CRYSTAL_TUNER=0 or emulation.tuner: false)", commId,
@@ -131,6 +134,14 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     if (!applyTargetCosts(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo,
                           numProto, nChannels))
       return;
+    // NCCL runs what it picks from this table, in enqueue order: the live tree timing reads
+    // it when the proxy starts the operation (crystal/live/collective_log.h).
+    const TunerPick run = bestEntry(table, numAlgo, numProto);
+    if (run.algo >= 0 && run.algo < model::kNumAlgos && run.proto >= 0 &&
+        run.proto < model::kNumProtos)
+      t->log->append({static_cast<model::Func>(f), static_cast<model::Algo>(run.algo),
+                      static_cast<model::Proto>(run.proto), nBytes,
+                      nChannels && *nChannels > 0 ? *nChannels : 1});
     // Once per (function, size): the pick NCCL will make from this table, in the words of
     // NCCL's own "AllReduce: N Bytes -> Algo RING proto LL" line, so the two can be compared.
     std::lock_guard lock(t->mu);

@@ -50,6 +50,14 @@ class ClusterTargetModel final : public TargetModel {
     return t;
   }
 
+  // The closed form has no separate tree figures: a tree step is a ring step.
+  StepTiming treeNetStep(Proto p, int channels, const CommShape& s) const override {
+    return netStep(p, channels, s);
+  }
+  StepTiming treeNvlStep(Proto p, int channels, const CommShape& s) const override {
+    return nvlStep(p, channels, s);
+  }
+
   CostTable costTable(Func f, std::uint64_t bytes, const CommShape& shape) const override {
     const int ch = chooseChannels(f, bytes, shape, bestAlgoProto(f, bytes, shape));
     CostTable t{};

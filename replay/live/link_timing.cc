@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <tuple>
 
 #include "crystal/live/ring_timing.h"
+#include "crystal/live/tree_timing.h"
 
 namespace crystal::live {
 
@@ -23,6 +25,19 @@ TimeNs PortQueue::freeAt() const noexcept {
 }
 
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring) : ring_(std::move(ring)) {}
+
+VirtualLink::VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role)
+    : tree_(std::move(tree)), role_(role) {}
+
+VirtualLink::VirtualLink(TreeBinder bind) : bind_(std::move(bind)) {}
+
+bool VirtualLink::bindTree() {
+  if (!tree_ && bind_) {
+    std::tie(tree_, role_) = bind_();
+    bind_ = nullptr;
+  }
+  return tree_ != nullptr;
+}
 
 VirtualLink::~VirtualLink() {
   if (host_fd_ >= 0) ::close(host_fd_);
@@ -45,6 +60,11 @@ bool VirtualLink::hostAlive(TimeNs now) {
 
 TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes) {
   if (ring_) return ring_->postSend(now, bytes);
+  if (bindTree()) {
+    const std::uint64_t unit = tree_sends_++;
+    return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes)
+                                       : tree_->postDownSend(unit, now, bytes, tree_free_);
+  }
   return port_->reserve(now, params_.occupancy(bytes)) + params_.latency_ns;
 }
 
@@ -59,6 +79,10 @@ void VirtualLink::recvDone(bool idle) {
 std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted,
                                                std::uint64_t bytes, TimeNs now) {
   if (ring_) return ring_->recvArrival(step, posted, bytes, now);
+  if (bindTree()) {
+    tree_->postRecv(step, posted, bytes);  // the first post of an operation starts it
+    return tree_->recvArrival(role_, step, posted, now);
+  }
   return port_->reserve(posted, params_.occupancy(bytes)) + params_.latency_ns;
 }
 

@@ -20,6 +20,14 @@ class NcclTargetModel final : public TargetModel {
                             const model::CommShape& s) const override {
     return m_.nvlStep(p, channels, s);
   }
+  model::StepTiming treeNetStep(model::Proto p, int channels,
+                                const model::CommShape& s) const override {
+    return m_.treeNetStep(p, channels, s);
+  }
+  model::StepTiming treeNvlStep(model::Proto p, int channels,
+                                const model::CommShape& s) const override {
+    return m_.treeNvlStep(p, channels, s);
+  }
   model::CostTable costTable(model::Func f, std::uint64_t bytes,
                              const model::CommShape& s) const override {
     return m_.costTable(f, bytes, s);

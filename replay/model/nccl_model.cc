@@ -171,6 +171,18 @@ StepTiming NcclModel::nvlStep(Proto p, int channels, const CommShape& shape) con
   return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
 }
 
+StepTiming NcclModel::treeNetStep(Proto p, int channels, const CommShape& shape) const {
+  const Placement pl = impl_->topo.place(shape);
+  const Hop h = hopTiming(pl, Algo::Tree, p, std::max(1, channels), impl_->opt.step).net;
+  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+}
+
+StepTiming NcclModel::treeNvlStep(Proto p, int channels, const CommShape& shape) const {
+  const Placement pl = impl_->topo.place(shape);
+  const Hop h = hopTiming(pl, Algo::Tree, p, std::max(1, channels), impl_->opt.step).nvl;
+  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+}
+
 std::string_view NcclModel::whyUnsupported(Func f, const CommShape& shape, Algo a, Proto p) const {
   const CommView v = view(impl_->topo, impl_->opt, shape);
   return v.tuning.entry(f, a, p).reason;

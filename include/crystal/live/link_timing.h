@@ -8,17 +8,21 @@
 //   * Receive from a virtual peer on a ring channel: the model's ring recurrence for the
 //     virtual members between the real rank's next and prev (crystal/live/ring_timing.h),
 //     paired by the connection identity the host writes into handles and Hellos.
-//   * Receive on any other connection (tree, PAT, p2p): the peer is taken as ready,
+//   * Send/receive on a tree channel: the model's tree all-reduce for the real rank's place
+//     in the target's tree (crystal/live/tree_timing.h).
+//   * Receive on any other connection (PAT, p2p, ...): the peer is taken as ready,
 //     arrival = max(receive posted, inbound port free) + occupancy + latency.
 //   * Links to a member of the real rank's own target node are NVLink, others NIC ports
 //     (crystal/live/target_model.h commLinks).
-// Limits: members are identical (no stragglers); trees are not run step by step.
+// Limits: members are identical (no stragglers).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "crystal/live/clock.h"
 
@@ -46,6 +50,8 @@ class PortQueue {
 };
 
 class RingChannel;  // crystal/live/ring_timing.h
+class TreeChannel;  // crystal/live/tree_timing.h
+enum class TreeRole : std::uint8_t;
 
 // Times the steps of one connection to/from a virtual peer. Either a ring channel's send or
 // receive (the RingChannel runs the ring's recurrence for the virtual members), or an
@@ -56,6 +62,12 @@ class VirtualLink {
   VirtualLink(LinkParams params, std::shared_ptr<PortQueue> port)
       : params_(params), port_(std::move(port)) {}
   explicit VirtualLink(std::shared_ptr<RingChannel> ring);
+  // One connection of a tree channel (to/from the real rank's parent or a child).
+  VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role);
+  // A tree connection whose channel is only known once all are made (a peer that is the
+  // real rank's neighbour in both trees): `bind` names it at the first transfer.
+  using TreeBinder = std::function<std::pair<std::shared_ptr<TreeChannel>, TreeRole>()>;
+  explicit VirtualLink(TreeBinder bind);
 
   // Send step posted at `now`: returns its delivery time.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
@@ -70,6 +82,7 @@ class VirtualLink {
                                                   std::uint64_t bytes, TimeNs now);
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] bool isRing() const { return ring_ != nullptr; }
+  [[nodiscard]] bool isTree() const { return tree_ != nullptr; }
 
   // The emulation host's stream that opened this connection (a virtual sender's Hello),
   // owned from now on. The host keeps it open while the communicator lives; EOF means the
@@ -87,6 +100,12 @@ class VirtualLink {
   LinkParams params_;
   std::shared_ptr<PortQueue> port_;
   std::shared_ptr<RingChannel> ring_;
+  std::shared_ptr<TreeChannel> tree_;
+  TreeBinder bind_;
+  [[nodiscard]] bool bindTree();
+  TreeRole role_{};
+  std::uint64_t tree_sends_ = 0;  // sequence number of the next send on a tree connection
+  TimeNs tree_free_ = 0;          // a send to a child: this link's state
   int host_fd_ = -1;
   TimeNs next_check_ = 0;
   bool host_alive_ = true;

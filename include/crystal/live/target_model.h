@@ -24,6 +24,11 @@ class TargetModel {
                                                   const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::StepTiming nvlStep(model::Proto p, int channels,
                                                   const model::CommShape& shape) const = 0;
+  // One tree channel's NET / NVLink step (NCCL's Tree row: its latencies and caps).
+  [[nodiscard]] virtual model::StepTiming treeNetStep(model::Proto p, int channels,
+                                                      const model::CommShape& shape) const = 0;
+  [[nodiscard]] virtual model::StepTiming treeNvlStep(model::Proto p, int channels,
+                                                      const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::CostTable costTable(model::Func f, std::uint64_t bytes,
                                                    const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::Choice choose(model::Func f, std::uint64_t bytes,

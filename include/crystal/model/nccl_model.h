@@ -124,6 +124,10 @@ class NcclModel {
   [[nodiscard]] StepTiming netStep(Proto p, int channels, const CommShape& shape) const;
   // Same for an NVLink (NVSwitch) step between two members on one node of `shape`.
   [[nodiscard]] StepTiming nvlStep(Proto p, int channels, const CommShape& shape) const;
+  // The same for one channel of a tree (NCCL's Tree latencies and per-channel caps, as
+  // treeRun times a tree all-reduce): the plugin's step-by-step tree timing.
+  [[nodiscard]] StepTiming treeNetStep(Proto p, int channels, const CommShape& shape) const;
+  [[nodiscard]] StepTiming treeNvlStep(Proto p, int channels, const CommShape& shape) const;
   // Same as time(), computed by running the step-level max-plus recurrence instead of its
   // closed form (O(ranks per node x steps)); for validation and benchmarks.
   [[nodiscard]] double timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,

@@ -1,0 +1,67 @@
+// The tree channels of one real rank in one communicator: which of its tree connections
+// belong together, where it sits in the target's tree, and what each operation looks like.
+//
+// NCCL's own tree for a real rank alone on its emulated host is the double binary tree over
+// all ranks (every rank is a node of its own): channels 0..n-1 use tree 0, n..2n-1 tree 1
+// (graph/connect.cc connectTrees). The host's exchange numbers the connections to one peer
+// in one direction by channel (the k-th entry = the k-th channel that connects to that
+// peer), so a connection to peer P with ordinal k belongs to channel k of the tree in which
+// P is the real rank's parent or child. Its timing follows the target's tree
+// (targetTreePosition): target nodes of cluster.gpus_per_node ranks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "crystal/live/collective_log.h"
+#include "crystal/live/target_model.h"
+#include "crystal/live/tree_timing.h"
+
+namespace crystal::live {
+
+class TreeComm : public std::enable_shared_from_this<TreeComm> {
+ public:
+  // Create through std::make_shared: its channels ask it (weakly) for their operations.
+  // Default NCCL buffer sizes (NCCL_BUFFSIZE etc. unset): a tree step's data bytes per
+  // protocol (enqueue.cc calcCollChunking: chunkSteps 1; LL carries half, LL128 15/16).
+  static constexpr double kChunkBytes[3] = {
+      8.0 * 512 * 8 * 16 / 8 / 2, 120.0 * 640 * 8 * 8 / 8 / 16 * 15, 4.0 * 1024 * 1024 / 8};
+
+  TreeComm(const TargetModel& model, const ClusterConfig& cluster, std::uint64_t comm_id, int self,
+           int nranks);
+
+  // The link of a tree connection (send to / receive from `peer`, the exchange's ordinal),
+  // or null when `peer` is no neighbour of the real rank in NCCL's double binary tree.
+  [[nodiscard]] std::shared_ptr<VirtualLink> link(bool send, int peer, int ordinal);
+  [[nodiscard]] model::CommShape shape() const { return shape_; }
+
+  // The plan of the next tree operation of channel (tree, ordinal) from the log; `bytes`
+  // stands in when there is no record (tuner off, or not a tree all-reduce's order).
+  [[nodiscard]] TreeOpPlan nextOp(int tree, int ordinal, std::uint64_t* cursor,
+                                  std::uint64_t bytes);
+
+ private:
+  [[nodiscard]] std::shared_ptr<TreeChannel> channelLocked(int tree, int ordinal);
+  [[nodiscard]] std::pair<std::shared_ptr<TreeChannel>, TreeRole> bindBoth(bool send, int peer,
+                                                                           int ordinal, TreeRole r0,
+                                                                           TreeRole r1);
+  static constexpr int kMaxChannels = 64;  // NCCL's MAXCHANNELS
+  [[nodiscard]] std::pair<TreeHop, TreeHop> hops(model::Proto p, int channels) const;
+
+  model::CommShape shape_;
+  int self_, nranks_;
+  std::shared_ptr<CollectiveLog> log_;
+  std::mutex mu_;
+  int connected_[2] = {0, 0};  // channels of tree 0 / 1 the real rank connected
+  std::map<std::pair<int, int>, std::shared_ptr<TreeChannel>> channels_;  // (tree, ordinal)
+  std::map<std::pair<bool, int>, int> both_;  // (send, peer) in both trees: ordinals seen
+  // [proto][channels - 1]: NVLink and NET hop of one channel (the model is read once: the
+  // plugin may replace it while connections live).
+  std::vector<std::pair<TreeHop, TreeHop>> hops_[3];
+};
+
+}  // namespace crystal::live

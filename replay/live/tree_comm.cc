@@ -1,0 +1,132 @@
+#include "crystal/live/tree_comm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+namespace crystal::live {
+
+namespace {
+TreeHop toHop(const model::StepTiming& st) {
+  TreeHop h;
+  h.latency_ns = static_cast<TimeNs>(st.latency_us * 1e3 + 0.5);
+  h.ns_per_byte = st.bandwidth_GBps > 0 ? 1.0 / st.bandwidth_GBps : 0.0;  // GB/s = B/ns
+  return h;
+}
+}  // namespace
+
+TreeComm::TreeComm(const TargetModel& model, const ClusterConfig& cluster, std::uint64_t comm_id,
+                   int self, int nranks)
+    : shape_(blockShape(cluster, nranks)),
+      self_(self),
+      nranks_(nranks),
+      log_(collectiveLog(comm_id)) {
+  // A single-node communicator has no NET hop; keep its figures finite anyway.
+  model::CommShape net_shape = shape_;
+  if (net_shape.nnodes < 2) net_shape = model::CommShape{2, 2, 1};
+  for (int p = 0; p < 3; ++p)
+    for (int ch = 1; ch <= kMaxChannels; ++ch)
+      hops_[p].emplace_back(toHop(model.treeNvlStep(static_cast<model::Proto>(p), ch, shape_)),
+                            toHop(model.treeNetStep(static_cast<model::Proto>(p), ch, net_shape)));
+}
+
+std::pair<TreeHop, TreeHop> TreeComm::hops(model::Proto p, int channels) const {
+  return hops_[static_cast<int>(p)]
+              [static_cast<std::size_t>(std::clamp(channels, 1, kMaxChannels) - 1)];
+}
+
+TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  const int real = std::max(1, connected_[0] + connected_[1]);
+  const int id = tree == 0 ? ordinal : connected_[0] + ordinal;  // NCCL's channel index
+  const auto e = log_->next(cursor, [&](const CollectiveEntry& c) {
+    return c.algo == model::Algo::Tree && c.func == model::Func::AllReduce &&
+           id < std::min(std::max(1, c.channels), real);
+  });
+  TreeOpPlan plan;
+  if (!e) {
+    // No record: one unit of what was posted, the channels the real rank connected.
+    plan.units = 1;
+    plan.unit_bytes = static_cast<double>(bytes);
+    std::tie(plan.nvl, plan.net) = hops(model::Proto::Simple, real);
+    return plan;
+  }
+  // The real NCCL runs the operation on min(target's, its own) channels; a channel then
+  // stands for target / real of the target's (same bytes per link as the target).
+  const int target = std::max(1, e->channels);
+  const int used = std::min(target, real);
+  const double per_channel = static_cast<double>(e->bytes) / used;
+  const double chunk = kChunkBytes[static_cast<int>(e->proto)];
+  plan.units =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(per_channel / chunk)));
+  plan.unit_bytes = per_channel / static_cast<double>(plan.units);
+  std::tie(plan.nvl, plan.net) = hops(e->proto, target);
+  const double stand_for = static_cast<double>(target) / used;
+  plan.nvl.ns_per_byte /= stand_for;
+  plan.net.ns_per_byte /= stand_for;
+  return plan;
+}
+
+std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
+  auto& ch = channels_[{tree, ordinal}];
+  if (!ch) {
+    auto cursor = std::make_shared<std::uint64_t>(0);
+    ch = std::make_shared<TreeChannel>(
+        targetTreePosition(self_, nranks_, shape_.ranks_per_node, tree),
+        doubleBinaryTree(nranks_, self_, tree).up >= 0,
+        [self = weak_from_this(), tree, ordinal, cursor](std::uint64_t bytes) {
+          if (auto comm = self.lock()) return comm->nextOp(tree, ordinal, cursor.get(), bytes);
+          TreeOpPlan gone;  // the context was finalized under a live connection
+          gone.unit_bytes = static_cast<double>(bytes);
+          return gone;
+        });
+  }
+  return ch;
+}
+
+namespace {
+std::optional<TreeRole> roleIn(const TreeNeighbours& t, bool send, int peer) {
+  if (peer == t.up) return send ? TreeRole::ToParent : TreeRole::FromParent;
+  if (peer == t.down[0] || peer == t.down[1]) return send ? TreeRole::ToChild : TreeRole::FromChild;
+  return std::nullopt;
+}
+}  // namespace
+
+std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
+  std::lock_guard lock(mu_);
+  const auto r0 = roleIn(doubleBinaryTree(nranks_, self_, 0), send, peer);
+  const auto r1 = roleIn(doubleBinaryTree(nranks_, self_, 1), send, peer);
+  if (!r0 && !r1) return nullptr;
+  if (r0 && r1) {
+    // A neighbour in both trees: the exchange numbers its channels of tree 0, then those of
+    // tree 1, in one run of ordinals; where tree 1 begins is known once all are connected.
+    int& seen = both_[{send, peer}];
+    seen = std::max(seen, ordinal + 1);
+    return std::make_shared<VirtualLink>(
+        [self = weak_from_this(), send, peer, ordinal, r0 = *r0, r1 = *r1]() {
+          if (auto comm = self.lock()) return comm->bindBoth(send, peer, ordinal, r0, r1);
+          return std::pair{
+              std::make_shared<TreeChannel>(TreePosition{}, false,
+                                            [](std::uint64_t b) {
+                                              return TreeOpPlan{1, static_cast<double>(b), {}, {}};
+                                            }),
+              r0};
+        });
+  }
+  const int tree = r0 ? 0 : 1;
+  connected_[tree] = std::max(connected_[tree], ordinal + 1);
+  return std::make_shared<VirtualLink>(channelLocked(tree, ordinal), r0 ? *r0 : *r1);
+}
+
+std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, int peer,
+                                                                     int ordinal, TreeRole r0,
+                                                                     TreeRole r1) {
+  std::lock_guard lock(mu_);
+  const int per_tree = std::max({connected_[0], connected_[1], (both_[{send, peer}] + 1) / 2, 1});
+  const int tree = ordinal < per_tree ? 0 : 1;
+  const int k = ordinal - tree * per_tree;
+  connected_[tree] = std::max(connected_[tree], k + 1);
+  return {channelLocked(tree, k), tree == 0 ? r0 : r1};
+}
+
+}  // namespace crystal::live

@@ -1,0 +1,202 @@
+#include "crystal/live/tree_timing.h"
+
+#include <algorithm>
+
+namespace crystal::live {
+
+namespace {
+
+// NCCL's binary tree over n members rooted at 0 (graph/trees.cc ncclGetBtree, as facts):
+// a member's parent clears its lowest set bit and sets the next one (or only clears it when
+// that leaves the range); its children lie half that bit below and above (the upper one
+// moved down by halves until it is in range). The root's one child is the highest power of
+// two below n.
+TreeNeighbours binaryTree(int n, int r) {
+  TreeNeighbours t;
+  int bit = 1;
+  while (bit < n && (bit & r) == 0) bit <<= 1;
+  if (r == 0) {
+    if (n > 1) t.down[1] = bit >> 1;
+    return t;
+  }
+  t.up = (r ^ bit) | (bit << 1);
+  if (t.up >= n) t.up = r ^ bit;
+  int low = bit >> 1;
+  if (low == 0) return t;
+  t.down[0] = r - low;
+  while (low > 0 && r + low >= n) low >>= 1;
+  t.down[1] = low > 0 ? r + low : -1;
+  return t;
+}
+
+// Node levels below `node` in its tree (0: a leaf node).
+int heightBelow(int n, int node, int tree) {
+  int h = 0;
+  for (int c : doubleBinaryTree(n, node, tree).down)
+    if (c >= 0) h = std::max(h, 1 + heightBelow(n, c, tree));
+  return h;
+}
+
+}  // namespace
+
+TreeNeighbours doubleBinaryTree(int n, int member, int tree) {
+  if (n < 1 || member < 0 || member >= n) return {};
+  if (tree == 0) return binaryTree(n, member);
+  // Tree 1: the binary tree of the mirrored (n even) or shifted (n odd) numbering.
+  const bool mirror = n % 2 == 0;
+  const int m = mirror ? n - 1 - member : (member - 1 + n) % n;
+  auto back = [&](int x) { return x < 0 ? -1 : mirror ? n - 1 - x : (x + 1) % n; };
+  const TreeNeighbours b = binaryTree(n, m);
+  TreeNeighbours t;
+  t.up = back(b.up);
+  t.down = {back(b.down[0]), back(b.down[1])};
+  return t;
+}
+
+TreePosition targetTreePosition(int rank, int nranks, int ranks_per_node, int tree) {
+  const int ppn = std::max(1, ranks_per_node);
+  const int nnodes = (std::max(1, nranks) + ppn - 1) / ppn;
+  const int node = rank / ppn, local = rank % ppn;
+  const int members = std::min(ppn, nranks - node * ppn);  // the last node may be short
+  int node_depth = 0;
+  for (int x = node; (x = doubleBinaryTree(nnodes, x, tree).up) >= 0;) ++node_depth;
+  const int levels_below = local == 0 ? heightBelow(nnodes, node, tree) : 0;
+  TreePosition p;
+  if (levels_below > 0) {
+    // The longest way up to a head: a full node's chain, then the node levels.
+    p.below.assign(static_cast<std::size_t>(ppn - 1), false);
+    p.below.insert(p.below.end(), static_cast<std::size_t>(levels_below), true);
+  } else {
+    p.below.assign(static_cast<std::size_t>(members - 1 - local), false);
+  }
+  // Up the chain to the head, up the node levels to the root, and back the same way.
+  p.loop.assign(static_cast<std::size_t>(local), false);
+  p.loop.insert(p.loop.end(), static_cast<std::size_t>(2 * node_depth), true);
+  p.loop.insert(p.loop.end(), static_cast<std::size_t>(local), false);
+  p.child_net = local == members - 1 && levels_below > 0;
+  p.depth = local + node_depth;
+  return p;
+}
+
+TreeChannel::TreeChannel(TreePosition pos, bool has_parent,
+                         std::function<TreeOpPlan(std::uint64_t)> next_op)
+    : pos_(std::move(pos)),
+      has_parent_(has_parent),
+      next_op_(std::move(next_op)),
+      below_free_(pos_.below.size(), 0),
+      loop_free_(pos_.loop.size(), 0),
+      a_(kWindow, 0),
+      d_(kWindow, 0) {}
+
+TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t bytes) {
+  while (u >= planned_) {
+    Op op;
+    op.first = planned_;
+    op.plan = next_op_(bytes);
+    op.plan.units = std::max<std::uint64_t>(1, op.plan.units);
+    planned_ += op.plan.units;
+    ops_.push_back(op);
+    // Keep the operations the unit window can still ask about (each has one unit or more).
+    if (ops_.size() > kWindow) ops_.pop_front();
+  }
+  auto it = std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
+  Op& op = it != ops_.rend() ? *it : ops_.front();
+  if (!op.started || now < op.start) {
+    op.start = now;
+    op.started = true;
+  }
+  return op;
+}
+
+TimeNs TreeChannel::fromBelow(std::uint64_t u) {
+  if (u + kWindow < a_next_) return 0;  // older than the window: no constraint kept
+  for (; a_next_ <= u; ++a_next_) {
+    const auto it =
+        std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= a_next_; });
+    const Op& op = it != ops_.rend() ? *it : ops_.front();
+    // Every leaf holds its data when the operation starts; each hop serves one chunk at a
+    // time and is busy share x tx for it.
+    TimeNs ready = op.start;
+    for (std::size_t h = 0; h < pos_.below.size(); ++h) {
+      const TreeHop& hp = hop(op, pos_.below[h]);
+      const TimeNs tx = hp.tx(op.plan.unit_bytes);
+      const TimeNs start = std::max(ready, below_free_[h]);
+      below_free_[h] = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
+      ready = start + tx + hp.latency_ns;
+    }
+    a_[slot(a_next_)] = ready;
+  }
+  return a_[slot(u)];
+}
+
+TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
+  const auto it =
+      std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
+  const Op& op = it != ops_.rend() ? *it : ops_.front();
+  TimeNs left = ready;
+  if (pos_.loop.empty()) {
+    // The target's root: it holds the result once reduced; a send up (NCCL's own tree
+    // gave the real rank a parent) only occupies its link.
+    const TreeHop& hp = hop(op, true);
+    const TimeNs tx = hp.tx(op.plan.unit_bytes);
+    const TimeNs start = std::max(ready, default_up_free_);
+    default_up_free_ = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
+    left = start + tx;
+  }
+  for (std::size_t h = 0; h < pos_.loop.size(); ++h) {
+    const TreeHop& hp = hop(op, pos_.loop[h]);
+    const TimeNs tx = hp.tx(op.plan.unit_bytes);
+    const TimeNs start = std::max(ready, loop_free_[h]);
+    loop_free_[h] = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
+    if (h == 0) left = start + tx;
+    ready = start + tx + hp.latency_ns;
+  }
+  d_[slot(u)] = ready;
+  return left;
+}
+
+TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  opOf(unit, now, bytes);
+  last_send_ = now;
+  // The chunk leaves once it arrived from below and the real rank's proxy posted it.
+  const TimeNs ready = std::max(now, fromBelow(unit));
+  d_next_ = std::max(d_next_, unit + 1);
+  return runLoop(unit, ready);
+}
+
+TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
+                                 TimeNs& free_at) {
+  std::lock_guard lock(mu_);
+  const Op& op = opOf(unit, now, bytes);
+  const TreeHop& hp = hop(op, pos_.child_net);
+  const TimeNs tx = hp.tx(op.plan.unit_bytes);
+  const TimeNs start = std::max(now, free_at);
+  free_at = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
+  return start + tx;
+}
+
+void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  opOf(unit, now, bytes);
+}
+
+std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
+                                               TimeNs now) {
+  std::lock_guard lock(mu_);
+  if (role == TreeRole::FromChild && has_parent_) return std::max(posted, fromBelow(unit));
+  if (!has_parent_) {
+    // NCCL's own tree made the real rank a root: no send up drives the loop, so the loop
+    // runs from the arrival from below, and what the real rank receives (from its
+    // children) comes when the target's rank would hold the result.
+    for (; d_next_ <= unit; ++d_next_) runLoop(d_next_, fromBelow(d_next_));
+    return std::max(posted, d_[slot(unit)]);
+  }
+  if (unit < d_next_) return unit + kWindow < d_next_ ? posted : std::max(posted, d_[slot(unit)]);
+  // Waiting for the real rank's send of this unit. No hang: a parent that is never sent to
+  // (not a tree all-reduce's order) is taken as ready once the real rank went quiet.
+  if (now - std::max(posted, last_send_) < kStallSlackNs) return std::nullopt;
+  return std::max(posted, fromBelow(unit));
+}
+
+}  // namespace crystal::live

@@ -1,0 +1,207 @@
+// A real rank's tree all-reduce against virtual tree neighbours, driven as NCCL's proxy does
+// (tree_proxy.h), brings the result to the real rank when `crystal simulate`'s model says it
+// reaches the rank's place in the target's tree: at the model's whole time for the deepest
+// leaf, earlier for the root and middle ranks. Within 1 % for 8, 64 and 8192 ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "crystal/live/collective_log.h"
+#include "crystal/live/tree_timing.h"
+#include "crystal/model/nccl_model.h"
+#include "nccl_constants.h"
+#include "net_api.h"
+#include "state.h"
+#include "tree_proxy.h"
+#include "tuner.h"
+
+namespace crystal::test {
+namespace {
+
+using model::Algo;
+using model::Func;
+using model::Proto;
+
+constexpr std::uint64_t KiB = 1u << 10, MiB = 1u << 20;
+
+Config targetOf(int nranks) {
+  Config cfg;  // built-in target: H200 nodes of 8 GPUs, 8 NICs of 50 GB/s
+  cfg.cluster.nodes = std::max(1, nranks / cfg.cluster.gpus_per_node);
+  return cfg;
+}
+
+// Tree all-reduce channels on the target: the model's choice where it is Tree/Simple, else
+// the communicator's channels (NCCL's count for a forced algorithm).
+int treeChannels(const model::NcclModel& m, std::uint64_t bytes, const model::CommShape& s) {
+  const model::Choice c = m.choose(Func::AllReduce, bytes, s);
+  return c.algo == Algo::Tree && c.proto == Proto::Simple ? c.channels : m.commChannels(s);
+}
+
+// The model's time for the result to reach one place of the tree: the tandem line of hops
+// from the deepest leaf below it, up to the root and back to it (the closed form of
+// pipeline.h chainRecurrence on that path: sum of tx + latency, plus (units - 1) x share x
+// the slowest hop's tx), with the model's per-channel tree hops.
+double placeTimeUs(const model::NcclModel& m, const model::CommShape& s, int rank, int tree,
+                   int channels, std::uint64_t bytes) {
+  const live::TreePosition pos = live::targetTreePosition(rank, s.nranks, s.ranks_per_node, tree);
+  const model::StepTiming nvl = m.treeNvlStep(Proto::Simple, channels, s);
+  const model::CommShape net_shape = s.nnodes > 1 ? s : model::CommShape{2, 2, 1};
+  const model::StepTiming net = m.treeNetStep(Proto::Simple, channels, net_shape);
+  const TreeChunks ch = treeChunks(bytes, channels);
+  double sum = 0, slowest = 0;
+  std::vector<bool> path = pos.below;
+  path.insert(path.end(), pos.loop.begin(), pos.loop.end());
+  for (bool is_net : path) {
+    const model::StepTiming& h = is_net ? net : nvl;
+    const double tx = ch.unit_bytes / (h.bandwidth_GBps * 1e3);
+    sum += tx + h.latency_us;
+    slowest = std::max(slowest, tx);
+  }
+  return sum + static_cast<double>(ch.units - 1) * 2.0 * slowest;
+}
+
+struct Outcome {
+  double emulated_us = 0, place_us = 0, model_us = 0;
+  int channels = 0;
+  long unknown_waits = 0;
+};
+
+// `through_tuner`: NCCL's call of the tuner's getCollInfo before the operation (LL128 off, as
+// over crystal's NICs; NCCL's own channel count in) records the pick and the channel count;
+// else the record is written as the tuner would for a Tree/Simple pick.
+Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = false) {
+  static std::uint64_t next_comm = 0x7000;
+  const std::uint64_t comm_id = next_comm++;
+  const Config cfg = targetOf(nranks);
+  plugin::PluginState::get().configure(cfg);
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
+  int channels = treeChannels(m, bytes, shape);
+  const auto log = live::collectiveLog(comm_id);
+  if (through_tuner) {
+    void* tctx = nullptr;
+    EXPECT_EQ(plugin::tuner::init(&tctx, comm_id, nranks, nranks, nullptr, nullptr, nullptr),
+              nccl::ncclSuccess);
+    float table[model::kNumAlgos][model::kNumProtos] = {};
+    for (auto& row : table) row[static_cast<int>(Proto::LL128)] = nccl::kAlgoProtoIgnore;
+    channels = m.commChannels(shape);
+    EXPECT_EQ(plugin::tuner::getCollInfo(tctx, nccl::ncclFuncAllReduce, bytes, 1,
+                                         reinterpret_cast<float**>(&table[0][0]), model::kNumAlgos,
+                                         model::kNumProtos, 0, &channels),
+              nccl::ncclSuccess);
+    EXPECT_EQ(plugin::tuner::finalize(tctx), nccl::ncclSuccess);
+    std::uint64_t cursor = 0;
+    const auto e = log->next(&cursor, [](const live::CollectiveEntry&) { return true; });
+    EXPECT_TRUE(e && e->algo == Algo::Tree && e->proto == Proto::Simple && e->bytes == bytes &&
+                e->channels == channels)
+        << "the tuner did not record the Tree/Simple pick NCCL makes from its table";
+  } else {
+    log->append({Func::AllReduce, Algo::Tree, Proto::Simple, bytes, channels});
+  }
+  const double base_us =
+      model::nccl::kBaseLat[static_cast<int>(Algo::Tree)][static_cast<int>(Proto::Simple)] +
+      cfg.model.kernel_launch_us.value_or(0.0);
+  Outcome o;
+  o.channels = channels;
+  o.model_us = m.time(Func::AllReduce, bytes, shape, Algo::Tree, Proto::Simple, channels);
+  // The place of the real rank: the latest of the channels the operation uses (the first
+  // half of NCCL's channels is tree 0, the second tree 1).
+  const int per_tree = std::max(1, (channels + 1) / 2);
+  for (int c = 0; c < channels; ++c)
+    o.place_us = std::max(
+        o.place_us, base_us + placeTimeUs(m, shape, self, c < per_tree ? 0 : 1, channels, bytes));
+  void* ctx = nullptr;
+  EXPECT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  auto conns = connectTree(ctx, comm_id, self, nranks, channels);
+  static live::TimeNs start = 1'000'000'000;
+  const TreeRun r = runTreeAllReduce(conns, bytes, channels, start);
+  start = r.end + 1'000'000'000;
+  closeTree(conns);
+  EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
+  o.emulated_us = static_cast<double>(r.last_recv - r.start) / 1e3 + base_us;
+  o.unknown_waits = r.unknown_waits;
+  return o;
+}
+
+std::string sizeName(std::uint64_t b) {
+  if (b >= (1u << 30)) return std::to_string(b >> 30) + " GiB";
+  if (b < MiB) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b >> 20) + " MiB";
+}
+
+// `whole`: the rank is the deepest leaf of the target's tree on some channel: its result
+// comes at the model's whole time.
+void expectWithin(int nranks, int self, std::uint64_t bytes, bool whole, double tol = 0.01) {
+  const Outcome o = run(nranks, self, bytes);
+  const double diff = (o.emulated_us - o.place_us) / o.place_us;
+  std::printf(
+      "tree all-reduce %5d ranks (rank %4d) %8s %2d ch: emulated %10.1f us, model at "
+      "its place %10.1f us (%+6.2f %%), model whole %10.1f us\n",
+      nranks, self, sizeName(bytes).c_str(), o.channels, o.emulated_us, o.place_us, 100 * diff,
+      o.model_us);
+  EXPECT_LE(std::abs(diff), tol) << bytes << " B on " << nranks << " ranks, rank " << self;
+  if (whole) {
+    EXPECT_LE(std::abs(o.emulated_us - o.model_us) / o.model_us, tol)
+        << "deepest leaf: " << bytes << " B on " << nranks << " ranks, rank " << self;
+  }
+  EXPECT_EQ(o.unknown_waits, 0) << "a receive was timed by the stall bound, not by its tree";
+}
+
+TEST(TreeEmulation, EightRanksOneNodeChainWithinOnePercent) {
+  for (std::uint64_t b = KiB; b <= 1024 * MiB; b *= 8) expectWithin(8, 7, b, true);
+  for (int self : {0, 3}) expectWithin(8, self, 4 * MiB, false);
+}
+
+TEST(TreeEmulation, SixtyFourRanksDeepestLeafWithinOnePercent) {
+  for (std::uint64_t b = KiB; b <= 1024 * MiB; b *= 8) expectWithin(64, 63, b, true);
+}
+
+// Root of tree 0 (rank 0), a node head in the middle (rank 32), a chain member (rank 13):
+// each gets the result when the model's tree brings it to that place.
+TEST(TreeEmulation, SixtyFourRanksRootMiddleAndChainPlaces) {
+  for (int self : {0, 13, 32})
+    for (std::uint64_t b : {64 * KiB, MiB, 16 * MiB}) expectWithin(64, self, b, false);
+}
+
+TEST(TreeEmulation, EightThousandRanksDeepestLeafWithinOnePercent) {
+  for (std::uint64_t b : {MiB, 64 * MiB, 1024 * MiB}) expectWithin(8192, 8191, b, true);
+  expectWithin(8192, 0, 16 * MiB, false);
+}
+
+// The record comes from the tuner's getCollInfo (its pick and channels), as in a real run:
+// Tree/Simple from 512 KiB to 128 MiB on 64 ranks with LL128 off.
+TEST(TreeEmulation, TunerRecordDrivesTheChunking) {
+  for (std::uint64_t b : {MiB, 16 * MiB}) {
+    const Outcome o = run(64, 63, b, /*through_tuner=*/true);
+    EXPECT_LE(std::abs(o.emulated_us - o.model_us) / o.model_us, 0.01)
+        << b << " B: " << o.emulated_us << " vs " << o.model_us;
+  }
+}
+
+// Places in the target tree follow NCCL's rules: the deepest leaf is as deep as the model's
+// tree (ranks_per_node - 1 + log2 nodes), the root of tree 0 is rank 0.
+TEST(TreeEmulation, TargetTreePositions) {
+  const live::TreePosition leaf = live::targetTreePosition(63, 64, 8, 0);
+  EXPECT_TRUE(leaf.below.empty());
+  EXPECT_EQ(leaf.depth, 7 + 3);
+  EXPECT_EQ(leaf.loop.size(), 2u * (7 + 3));
+  const live::TreePosition root = live::targetTreePosition(0, 64, 8, 0);
+  EXPECT_TRUE(root.loop.empty());
+  EXPECT_EQ(root.below.size(), 7u + 3u);
+  EXPECT_EQ(live::targetTreePosition(8191, 8192, 8, 0).depth, 7 + 10);
+  // NCCL's double binary tree of 8: 0 -> 4 -> {2, 6}; mirrored tree 1: 7 -> 3 -> {5, 1}.
+  EXPECT_EQ(live::doubleBinaryTree(8, 4, 0).up, 0);
+  EXPECT_EQ(live::doubleBinaryTree(8, 4, 0).down[0], 2);
+  EXPECT_EQ(live::doubleBinaryTree(8, 4, 0).down[1], 6);
+  EXPECT_EQ(live::doubleBinaryTree(8, 3, 1).up, 7);
+  EXPECT_EQ(live::doubleBinaryTree(8, 0, 1).up, 1);
+  // n odd: tree 1 is shifted by one.
+  EXPECT_EQ(live::doubleBinaryTree(5, 1, 1).up, -1);
+}
+
+}  // namespace
+}  // namespace crystal::test
