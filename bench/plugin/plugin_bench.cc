@@ -9,6 +9,7 @@
 #include "crystal/live/clock.h"
 #include "crystal/live/handle.h"
 #include "crystal/live/ring_timing.h"
+#include "crystal/live/tree_timing.h"
 #include "net_api.h"
 
 namespace {
@@ -126,6 +127,35 @@ void BM_RingRecvNotYetKnown(benchmark::State& state) {
   state.counters["target_ns"] = 100;
 }
 BENCHMARK(BM_RingRecvNotYetKnown);
+
+// One unit of a tree channel (Simple, 512 KiB steps): a receive from a child (the arrival
+// from below), the real rank's send up, the receive from its parent (down the loop to the
+// root and back). Args: communicator size, real rank, whose place in the target's tree 0 sets
+// the hops run per unit: 64/13 (2 NVLink below; 5 NVLink + 2 x 1 NET + 5 NVLink around),
+// 8192/8191 (the deepest leaf: 7 NVLink + 2 x 10 NET + 7 NVLink around).
+void BM_TreeUnitUpDown(benchmark::State& state) {
+  const live::TreePosition pos = live::targetTreePosition(static_cast<int>(state.range(1)),
+                                                          static_cast<int>(state.range(0)), 8, 0);
+  live::TreeOpPlan plan;
+  plan.units = std::uint64_t{1} << 40;  // one long operation
+  plan.unit_bytes = 512 << 10;
+  plan.nvl = {3500, 1.0 / 28};
+  plan.net = {14000, 1.0 / 25};
+  live::TreeChannel tree(pos, true, [plan](std::uint64_t) { return plan; });
+  live::TimeNs now = 0;
+  std::uint64_t u = 0;
+  for (auto _ : state) {
+    tree.postRecv(u, now, 512 << 10);
+    benchmark::DoNotOptimize(tree.recvArrival(live::TreeRole::FromChild, u, now, now));
+    benchmark::DoNotOptimize(tree.postUpSend(u, now, 512 << 10));
+    benchmark::DoNotOptimize(tree.recvArrival(live::TreeRole::FromParent, u, now, now));
+    now += 2000;
+    ++u;
+  }
+  state.counters["hops_per_unit"] = static_cast<double>(pos.below.size() + pos.loop.size());
+  state.counters["target_ns"] = 1000;
+}
+BENCHMARK(BM_TreeUnitUpDown)->Args({64, 13})->Args({8192, 8191});
 
 }  // namespace
 
