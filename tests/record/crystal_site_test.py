@@ -16,6 +16,9 @@ import unittest
 
 SOURCE = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else
                          os.path.join(os.path.dirname(__file__), "..", ".."))
+# Optional: the built crystal and plugin, for `crystal record` end to end.
+CRYSTAL = sys.argv.pop(1) if len(sys.argv) > 1 else ""
+PLUGIN = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 SITE = os.path.join(SOURCE, "python", "crystal_site")
 FAKE_TORCH = os.path.join(SOURCE, "tests", "record", "pyrun_fake_torch")
 
@@ -146,6 +149,43 @@ class CrystalSiteTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("CRYSTAL_PROFILE_WARMUP='two' is not an integer; using 2", p.stderr)
         self.assertEqual(self.pyrun(0)["kineto_trace"], "rank0.kineto.json")
+
+
+    @unittest.skipUnless(CRYSTAL and PLUGIN, "needs the built crystal and plugin")
+    def test_crystal_record_puts_trace_and_peak_into_the_graph(self):
+        # Two processes, ranks 0 and 4 of config/examples/dense-8gpu.yaml (two pipeline
+        # stages), each "profiling" the shipped trace of its rank. crystal record must find
+        # crystal_site beside itself (no PYTHONPATH entry for it here).
+        peaks = {0: 20000000000, 4: 30000000000}
+        prog = os.path.join(self.tmp, "rank.py")
+        with open(prog, "w") as f:
+            f.write(TRAIN.replace("123456789, 200000000",
+                                  "int(__import__('os').environ['PEAK'])," * 2))
+        data = os.path.join(SOURCE, "tests", "record", "data")
+        shell = " & ".join(
+            "RANK=%d PEAK=%d FAKE_KINETO_TRACE=%s/dense-8gpu.rank%d.kineto.json %s %s"
+            % (r, p, data, r, sys.executable, prog) for r, p in peaks.items()) + "; wait"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRYSTAL_")}
+        env.update(PYTHONPATH=FAKE_TORCH, WORLD_SIZE="8")
+        graph = os.path.join(self.tmp, "g.json")
+        p = subprocess.run([CRYSTAL, "record", os.path.join(SOURCE, "config", "examples",
+                                                            "dense-8gpu.yaml"),
+                            "-o", graph, "--json", "--dir", self.run_dir, "--plugin", PLUGIN,
+                            "--", "sh", "-c", shell],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("rank0.pyrun.json: rank 0, 5 iterations", p.stdout)
+        self.assertIn("transient allocation", p.stdout)
+        with open(graph) as f:
+            classes = json.load(f)["classes"]
+        for cls, rank in ((0, 0), (1, 4)):
+            mem = peak = 0
+            for op in classes[cls]:
+                mem += op["bytes"] if op["kind"] == "alloc" else 0
+                mem -= op["bytes"] if op["kind"] == "free" else 0
+                peak = max(peak, mem)
+            self.assertEqual(peak, peaks[rank], "class %d" % cls)
+            self.assertTrue(any(op["kind"] == "compute" for op in classes[cls]))
 
 
 if __name__ == "__main__":
