@@ -19,6 +19,7 @@ import time
 from . import warn
 
 FORMAT = "crystal-pyrun-1"
+EVENT_WAIT_S = 10
 
 
 def _env_int(name, default, minimum):
@@ -54,6 +55,7 @@ class Recorder:
         self._first_forward = None
         self._prof = None
         self._prof_done = False
+        self._stopped = None  # the stopped profiler, exported at exit
 
     def start(self):
         torch = self._torch
@@ -146,15 +148,28 @@ class Recorder:
             pass
         return int(rank or 0), int(world or 1)
 
+    def _events_done(self):
+        """Waits (bounded: a hung GPU must not hang the exit too) for the last event."""
+        last = next((m[1] for m in reversed(self._marks) if m is not None and m[1] is not None),
+                    None)
+        deadline = time.monotonic() + EVENT_WAIT_S
+        while last is not None and not last.query():
+            if time.monotonic() > deadline:
+                warn.once("the GPU did not reach the last step's event in %d s: no GPU times"
+                          % EVENT_WAIT_S)
+                return False
+            time.sleep(0.001)
+        return True
+
     def _steps(self):
         steps = []
+        done = self._events_done()
         for start, end in zip(self._marks, self._marks[1:]):
             if start is None:
                 steps.append({"gpu_ms": None, "host_ms": None})
                 continue
             gpu = None
-            if start[1] is not None and end[1] is not None:
-                end[1].synchronize()
+            if done and start[1] is not None and end[1] is not None:
                 gpu = start[1].elapsed_time(end[1])
             steps.append({"gpu_ms": gpu, "host_ms": (end[0] - start[0]) * 1e3})
         return steps
@@ -177,7 +192,7 @@ class Recorder:
             warn.once("the program ended before iteration %d: the trace holds fewer steps"
                       % (self._warmup + self._profile_steps))
             self._stop_profiler()
-        prof = getattr(self, "_stopped", None)
+        prof = self._stopped
         if prof is None:
             if self._profile:
                 warn.once("no trace: the program ran %d iterations, tracing starts after %d"
