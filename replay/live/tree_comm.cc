@@ -114,8 +114,11 @@ std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
         });
   }
   const int tree = r0 ? 0 : 1;
+  const TreeRole role = r0 ? *r0 : *r1;
   connected_[tree] = std::max(connected_[tree], ordinal + 1);
-  return std::make_shared<VirtualLink>(channelLocked(tree, ordinal), r0 ? *r0 : *r1);
+  auto ch = channelLocked(tree, ordinal);
+  if (role == TreeRole::ToParent) ch->setSendsUp();
+  return std::make_shared<VirtualLink>(std::move(ch), role);
 }
 
 std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, int peer,
@@ -126,7 +129,10 @@ std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, 
   const int tree = ordinal < per_tree ? 0 : 1;
   const int k = ordinal - tree * per_tree;
   connected_[tree] = std::max(connected_[tree], k + 1);
-  return {channelLocked(tree, k), tree == 0 ? r0 : r1};
+  const TreeRole role = tree == 0 ? r0 : r1;
+  auto ch = channelLocked(tree, k);
+  if (role == TreeRole::ToParent) ch->setSendsUp();
+  return {std::move(ch), role};
 }
 
 }  // namespace crystal::live

@@ -157,12 +157,22 @@ TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
 
 TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
   std::lock_guard lock(mu_);
-  opOf(unit, now, bytes);
+  const Op& op = opOf(unit, now, bytes);
   last_send_ = now;
+  sends_up_ = has_parent_;
   // The chunk leaves once it arrived from below and the real rank's proxy posted it.
   const TimeNs ready = std::max(now, fromBelow(unit));
-  d_next_ = std::max(d_next_, unit + 1);
-  return runLoop(unit, ready);
+  if (unit >= d_next_) {
+    d_next_ = unit + 1;
+    return runLoop(unit, ready);
+  }
+  // The loop already ran for this unit from below (the send connection was only recognised
+  // at its first transfer): only the real rank's link is taken.
+  const TreeHop& hp = hop(op, pos_.loop.empty() || pos_.loop.front());
+  const TimeNs tx = hp.tx(op.plan.unit_bytes);
+  const TimeNs start = std::max(ready, default_up_free_);
+  default_up_free_ = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
+  return start + tx;
 }
 
 TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
@@ -176,6 +186,11 @@ TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t b
   return start + tx;
 }
 
+void TreeChannel::setSendsUp() {
+  std::lock_guard lock(mu_);
+  sends_up_ = has_parent_;
+}
+
 void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
   std::lock_guard lock(mu_);
   opOf(unit, now, bytes);
@@ -185,10 +200,11 @@ std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit
                                                TimeNs now) {
   std::lock_guard lock(mu_);
   if (role == TreeRole::FromChild && has_parent_) return std::max(posted, fromBelow(unit));
-  if (!has_parent_) {
-    // NCCL's own tree made the real rank a root: no send up drives the loop, so the loop
-    // runs from the arrival from below, and what the real rank receives (from its
-    // children) comes when the target's rank would hold the result.
+  if (!sends_up_) {
+    // No send up of the real rank drives the loop (NCCL's own tree made it a root, or its
+    // sends up travel on the ring's connection), so the loop runs from the arrival from
+    // below, and its last receive (from its parent, or from its children at a root) comes
+    // when the target's rank would hold the result.
     for (; d_next_ <= unit; ++d_next_) runLoop(d_next_, fromBelow(d_next_));
     return std::max(posted, d_[slot(unit)]);
   }

@@ -73,7 +73,8 @@ struct Outcome {
 // `through_tuner`: NCCL's call of the tuner's getCollInfo before the operation (LL128 off, as
 // over crystal's NICs; NCCL's own channel count in) records the pick and the channel count;
 // else the record is written as the tuner would for a Tree/Simple pick.
-Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = false) {
+Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = false,
+            bool ring_shares_send = false) {
   static std::uint64_t next_comm = 0x7000;
   const std::uint64_t comm_id = next_comm++;
   const Config cfg = targetOf(nranks);
@@ -116,7 +117,7 @@ Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = fals
         o.place_us, base_us + placeTimeUs(m, shape, self, c < per_tree ? 0 : 1, channels, bytes));
   void* ctx = nullptr;
   EXPECT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
-  auto conns = connectTree(ctx, comm_id, self, nranks, channels);
+  auto conns = connectTree(ctx, comm_id, self, nranks, channels, ring_shares_send);
   static live::TimeNs start = 1'000'000'000;
   const TreeRun r = runTreeAllReduce(conns, bytes, channels, start);
   start = r.end + 1'000'000'000;
@@ -179,6 +180,17 @@ TEST(TreeEmulation, TunerRecordDrivesTheChunking) {
     const Outcome o = run(64, 63, b, /*through_tuner=*/true);
     EXPECT_LE(std::abs(o.emulated_us - o.model_us) / o.model_us, 0.01)
         << b << " B: " << o.emulated_us << " vs " << o.model_us;
+  }
+}
+
+// Rank 0's parent in tree 1 is rank 1, its ring next: NCCL sends up on the ring's connection,
+// so the tree channel sees no send up; its result still comes when the model brings it there.
+TEST(TreeEmulation, SendUpOnTheRingsConnection) {
+  for (std::uint64_t b : {64 * KiB, 16 * MiB}) {
+    const Outcome o = run(64, 0, b, false, /*ring_shares_send=*/true);
+    EXPECT_LE(std::abs(o.emulated_us - o.place_us) / o.place_us, 0.01)
+        << b << " B: " << o.emulated_us << " vs " << o.place_us;
+    EXPECT_EQ(o.unknown_waits, 0);
   }
 }
 

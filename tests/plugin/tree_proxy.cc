@@ -40,6 +40,7 @@ struct Conn {
 
 struct Channel {
   bool has_parent = false;
+  bool sends_up = false;  // false: its sends up travel on the ring's connection (not here)
   Conn up_send, down_recv;
   std::vector<Conn> down_sends, up_recvs;
   long reduced = 0;    // chunks the GPU reduced from its children (and sent up)
@@ -83,7 +84,7 @@ TreeChunks treeChunks(std::uint64_t bytes, int channels) {
 }
 
 std::vector<TreeChannelConns> connectTree(void* ctx, std::uint64_t comm_id, int self, int nranks,
-                                          int channels) {
+                                          int channels, bool ring_shares_send) {
   const int per_tree = std::max(1, (channels + 1) / 2);
   const int nics = plugin::PluginState::get().ndev();
   std::vector<TreeChannelConns> out(static_cast<std::size_t>(2 * per_tree));
@@ -116,7 +117,8 @@ std::vector<TreeChannelConns> connectTree(void* ctx, std::uint64_t comm_id, int 
     for (int d : t.down)
       if (d >= 0) ch.from_children.push_back(recvFrom(d));
     if (t.up >= 0) ch.from_parent = recvFrom(t.up);
-    if (t.up >= 0) ch.to_parent = sendTo(t.up);
+    ch.parent_on_ring = ring_shares_send && t.up == (self + 1) % nranks;
+    if (t.up >= 0 && !ch.parent_on_ring) ch.to_parent = sendTo(t.up);
     for (int d : t.down)
       if (d >= 0) ch.to_children.push_back(sendTo(d));
   }
@@ -147,11 +149,10 @@ TreeRun runTreeAllReduce(std::vector<TreeChannelConns>& conns, std::uint64_t byt
   for (int c = 0; c < channels; ++c) {
     TreeChannelConns& tc = conns[static_cast<std::size_t>(c)];
     Channel& x = ch[static_cast<std::size_t>(c)];
-    x.has_parent = tc.to_parent != nullptr;
-    if (x.has_parent) {
-      x.up_send.comm = &dataComm(tc.to_parent);
-      x.down_recv.comm = &dataComm(tc.from_parent);
-    }
+    x.has_parent = tc.from_parent != nullptr;
+    x.sends_up = tc.to_parent != nullptr;
+    if (x.sends_up) x.up_send.comm = &dataComm(tc.to_parent);
+    if (x.has_parent) x.down_recv.comm = &dataComm(tc.from_parent);
     for (void* s : tc.to_children) x.down_sends.push_back(Conn{&dataComm(s), {}, 0, 0});
     for (void* r : tc.from_children) x.up_recvs.push_back(Conn{&dataComm(r), {}, 0, 0});
   }
@@ -160,7 +161,8 @@ TreeRun runTreeAllReduce(std::vector<TreeChannelConns>& conns, std::uint64_t byt
   live::TimeNs now = start;
   auto allDone = [&](const Channel& x) {
     bool done = x.reduced == units && x.forwarded == units;
-    if (x.has_parent) done = done && x.up_send.done == units && x.down_recv.done == units;
+    if (x.sends_up) done = done && x.up_send.done == units;
+    if (x.has_parent) done = done && x.down_recv.done == units;
     for (const Conn& c : x.down_sends) done = done && c.done == units;
     return done;
   };
@@ -180,14 +182,14 @@ TreeRun runTreeAllReduce(std::vector<TreeChannelConns>& conns, std::uint64_t byt
           progress = true;
           out.last_recv = now;
         }
-        if (x.has_parent) progress |= testOldest(x.up_send, now);
+        if (x.sends_up) progress |= testOldest(x.up_send, now);
         for (Conn& c : x.down_sends) progress |= testOldest(c, now);
         // Up: chunk `reduced` once every child's arrived; sent up (credit permitting).
         while (x.reduced < units) {
           bool ready = true;
           for (const Conn& c : x.up_recvs) ready = ready && c.done > x.reduced;
           if (!ready) break;
-          if (x.has_parent) {
+          if (x.sends_up) {
             if (x.up_send.posted >= x.up_send.done + kStepsInFlight) break;
             post(x.up_send, true, step, now, &out.requests);
           }
@@ -225,8 +227,8 @@ TreeRun runTreeAllReduce(std::vector<TreeChannelConns>& conns, std::uint64_t byt
       if (!c.out.empty()) next = std::min(next, c.out.front()->due);
     };
     for (const Channel& x : ch) {
-      consider(x.up_send);
-      consider(x.down_recv);
+      if (x.sends_up) consider(x.up_send);
+      if (x.has_parent) consider(x.down_recv);
       for (const Conn& c : x.up_recvs) consider(c);
       for (const Conn& c : x.down_sends) consider(c);
     }

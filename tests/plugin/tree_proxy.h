@@ -23,14 +23,18 @@ namespace crystal::test {
 struct TreeChannelConns {
   void* to_parent = nullptr;
   void* from_parent = nullptr;
+  bool parent_on_ring = false;  // the send to the parent is the ring's connection
   std::vector<void*> to_children, from_children;
   std::vector<RingConns> accepted;  // listen comms and host streams of the receives
 };
 
 // Connects `channels` tree channels (rounded up to an even count: NCCL duplicates its
-// channels, one half per tree) of real rank `self` among `nranks`.
+// channels, one half per tree) of real rank `self` among `nranks`. `ring_shares_send`: a send
+// to the parent that is also the ring's next is not made (NCCL reuses the ring's connection
+// of the channel, connIndex 0 for both); the GPU's sends up then go elsewhere.
 [[nodiscard]] std::vector<TreeChannelConns> connectTree(void* ctx, std::uint64_t comm_id, int self,
-                                                        int nranks, int channels);
+                                                        int nranks, int channels,
+                                                        bool ring_shares_send = false);
 void closeTree(std::vector<TreeChannelConns>& conns);
 
 struct TreeRun {

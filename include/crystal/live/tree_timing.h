@@ -96,6 +96,11 @@ class TreeChannel {
   [[nodiscard]] std::optional<TimeNs> recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                   TimeNs now);
   [[nodiscard]] const TreePosition& position() const { return pos_; }
+  // The real rank's send to its parent has a connection of this channel. Without one (NCCL
+  // reuses the ring's connection when the parent is also the ring neighbour on the channel,
+  // connIndex 0 for both), its sends are not seen here and the loop runs from the arrival
+  // from below, as for a root.
+  void setSendsUp();
 
  private:
   struct Op {
@@ -119,6 +124,7 @@ class TreeChannel {
   std::mutex mu_;
   TreePosition pos_;
   bool has_parent_;
+  bool sends_up_ = false;
   std::function<TreeOpPlan(std::uint64_t)> next_op_;
   std::deque<Op> ops_;         // recent operations, oldest first
   std::uint64_t planned_ = 0;  // units covered by ops_
