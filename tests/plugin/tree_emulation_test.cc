@@ -154,11 +154,13 @@ void expectWithin(int nranks, int self, std::uint64_t bytes, bool whole, double 
 
 TEST(TreeEmulation, EightRanksOneNodeChainWithinOnePercent) {
   for (std::uint64_t b = KiB; b <= 1024 * MiB; b *= 8) expectWithin(8, 7, b, true);
+  expectWithin(8, 7, 1024 * MiB, true);
   for (int self : {0, 3}) expectWithin(8, self, 4 * MiB, false);
 }
 
 TEST(TreeEmulation, SixtyFourRanksDeepestLeafWithinOnePercent) {
   for (std::uint64_t b = KiB; b <= 1024 * MiB; b *= 8) expectWithin(64, 63, b, true);
+  expectWithin(64, 63, 1024 * MiB, true);
 }
 
 // Root of tree 0 (rank 0), a node head in the middle (rank 32), a chain member (rank 13):
