@@ -49,8 +49,8 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
 bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (now < r.due) return false;
   if (mirror_) {
-    if (!mirror_->releasable(r.step)) return false;  // a GPU copy still reads the buffer
-    mirror_->sendDone(r.step);  // NCCL may rewrite the buffer once we say done
+    // NCCL may rewrite the buffer once we say done: not while a GPU copy still reads it.
+    if (!mirror_->sendDone(r.step)) return false;
   }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;

@@ -60,21 +60,17 @@ void MirrorChannel::sendPosted(std::uint64_t k, proto::Proto p, const void* data
   e.read_pending = false;
 }
 
-bool MirrorChannel::releasable(std::uint64_t k) {
+bool MirrorChannel::sendDone(std::uint64_t k) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[k % kDepth];
-  if (e.k != k || !e.read_pending) return true;
-  const cuda::Result rc = cuda::driver().eventQuery(e.read);
-  if (rc == cuda::kNotReady) return false;
-  cuda::check(rc, "cuEventQuery (mirror copy of a GPU send buffer)");
-  e.read_pending = false;
-  return true;
-}
-
-void MirrorChannel::sendDone(std::uint64_t k) {
-  std::lock_guard lock(mu_);
-  Entry& e = entries_[k % kDepth];
-  if (e.k != k || !e.live) return;
+  if (e.k != k) return true;
+  if (e.read_pending) {
+    const cuda::Result rc = cuda::driver().eventQuery(e.read);
+    if (rc == cuda::kNotReady) return false;
+    cuda::check(rc, "cuEventQuery (mirror copy of a GPU send buffer)");
+    e.read_pending = false;
+  }
+  if (!e.live) return true;
   if (has_receiver_ && !e.consumed && e.size > 0 && !e.on_device) {
     e.copy.resize(e.size);
     std::memcpy(e.copy.data(), e.live, e.size);
@@ -82,6 +78,7 @@ void MirrorChannel::sendDone(std::uint64_t k) {
     ++kept_;
   }
   e.live = nullptr;
+  return true;
 }
 
 bool MirrorChannel::fill(std::uint64_t k, proto::Proto p, void* dst, std::size_t bytes,

@@ -53,12 +53,12 @@ class MirrorChannel {
   // `on_device`: the buffer is GPU memory (GDR send); only a GPU copy can read it.
   void sendPosted(std::uint64_t k, proto::Proto p, const void* data, std::size_t size,
                   bool on_device = false);
-  // False while a GPU copy that reads send k's live buffer may still run: the send must not
-  // complete yet (NCCL would overwrite the buffer under the copy).
-  [[nodiscard]] bool releasable(std::uint64_t k);
   // Before NCCL may reuse the send buffer: keep a copy unless receive k already used it
   // (host buffers only: a GPU send buffer is not copied, its receive then gets zeros).
-  void sendDone(std::uint64_t k);
+  // False (nothing done) while a GPU copy that reads send k's buffer may still run: the send
+  // must not complete yet (NCCL would overwrite the buffer under the copy). One lock for the
+  // check and the release, so no receive can start reading in between.
+  bool sendDone(std::uint64_t k);  // callers with host buffers only may ignore the result
   // Receive k of protocol p: writes `bytes` at dst (host memory) from send k. False
   // (nothing written) when send k is unknown, of another protocol, forgotten, or in GPU
   // memory; the caller then writes zeros.

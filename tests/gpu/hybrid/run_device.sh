@@ -9,7 +9,8 @@
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
-#   OPS, ITERS, CRYSTAL_DATA (default zero: no copies of real bytes for virtual peers).
+#   OPS, ITERS, CRYSTAL_DATA (default zero: no copies of real bytes for virtual peers),
+#   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -58,6 +59,7 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
 PROTO=${PROTO-Simple}
 [ -n "$PROTO" ] && export NCCL_PROTO=$PROTO
 export CRYSTAL_DATA=${CRYSTAL_DATA:-zero}
+export CRYSTAL_GDR=${GDR:-1}
 # Every case with its prediction; appends to $OUT/summary.md. Each case has its own time
 # limit, so one that hangs cannot take the others with it.
 run_all() {
@@ -68,7 +70,7 @@ run_all() {
   {
     echo "# Hybrid emulation vs crystal simulate ($(date -u +%FT%TZ))"
     echo
-    echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA; emulated = hybrid_nccl's"
+    echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
     echo "average over ${ITERS:-5} iterations after 2 warm-ups on the real rank; model ="
     echo "\`crystal simulate CONFIG --sweep\` for the same communicator; diff = (emulated - model) / model."
     echo
@@ -118,6 +120,12 @@ run_all() {
     python3 tests/gpu/hybrid/compare.py split "$OUT/split.txt" world="$OUT/model-64.json" split="$OUT/model-8.json"
     python3 tests/gpu/hybrid/compare.py big "$OUT/big.txt" world="$OUT/model-8192.json"
     echo
+    echo
+    # NCCL's "Channel xx/y : a[g] -> b[g] [send|receive] via NET/crystal/d/GDRDMA" lines.
+    echo "NET channels with GDRDMA / all NET channel lines, per case:"
+    for c in one rank5 two split big; do
+      echo "- $c: $(cat "$OUT"/nccl-$c.*.log 2>/dev/null | grep -c 'via NET/crystal/[0-9]*/GDRDMA') / $(cat "$OUT"/nccl-$c.*.log 2>/dev/null | grep -c 'via NET/crystal/')"
+    done
     echo "Total $(( $(date +%s) - t_all )) s after the build."
   } >>"$S"
   cat "$S"
