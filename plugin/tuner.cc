@@ -141,7 +141,7 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
         run.proto < model::kNumProtos)
       t->log->append({static_cast<model::Func>(f), static_cast<model::Algo>(run.algo),
                       static_cast<model::Proto>(run.proto), nBytes,
-                      nChannels && *nChannels > 0 ? *nChannels : 1});
+                      nChannels ? std::max(0, *nChannels) : 0});  // 0: NCCL's own count
     // Once per (function, size): the pick NCCL will make from this table, in the words of
     // NCCL's own "AllReduce: N Bytes -> Algo RING proto LL" line, so the two can be compared.
     std::lock_guard lock(t->mu);

@@ -41,7 +41,7 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
   const int id = tree == 0 ? ordinal : connected_[0] + ordinal;  // NCCL's channel index
   const auto e = log_->next(cursor, [&](const CollectiveEntry& c) {
     return c.algo == model::Algo::Tree && c.func == model::Func::AllReduce &&
-           id < std::min(std::max(1, c.channels), real);
+           id < (c.channels > 0 ? std::min(c.channels, real) : real);
   });
   TreeOpPlan plan;
   if (!e) {
@@ -53,7 +53,7 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
   }
   // The real NCCL runs the operation on min(target's, its own) channels; a channel then
   // stands for target / real of the target's (same bytes per link as the target).
-  const int target = std::max(1, e->channels);
+  const int target = e->channels > 0 ? e->channels : real;  // 0: NCCL's own count
   const int used = std::min(target, real);
   const double per_channel = static_cast<double>(e->bytes) / used;
   const double chunk = kChunkBytes[static_cast<int>(e->proto)];

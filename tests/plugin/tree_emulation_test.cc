@@ -74,7 +74,7 @@ struct Outcome {
 // over crystal's NICs; NCCL's own channel count in) records the pick and the channel count;
 // else the record is written as the tuner would for a Tree/Simple pick.
 Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = false,
-            bool ring_shares_send = false) {
+            bool ring_shares_send = false, bool nccls_own_channels = false) {
   static std::uint64_t next_comm = 0x7000;
   const std::uint64_t comm_id = next_comm++;
   const Config cfg = targetOf(nranks);
@@ -89,16 +89,19 @@ Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = fals
               nccl::ncclSuccess);
     float table[model::kNumAlgos][model::kNumProtos] = {};
     for (auto& row : table) row[static_cast<int>(Proto::LL128)] = nccl::kAlgoProtoIgnore;
+    // NCCL passes 0 (its own count unless the tuner sets one); the tuner sets the model's
+    // count when the model's pick is usable, else leaves NCCL's (all channels it built).
     channels = m.commChannels(shape);
+    int tuner_channels = nccls_own_channels ? 0 : channels;
     EXPECT_EQ(plugin::tuner::getCollInfo(tctx, nccl::ncclFuncAllReduce, bytes, 1,
                                          reinterpret_cast<float**>(&table[0][0]), model::kNumAlgos,
-                                         model::kNumProtos, 0, &channels),
+                                         model::kNumProtos, 0, &tuner_channels),
               nccl::ncclSuccess);
     EXPECT_EQ(plugin::tuner::finalize(tctx), nccl::ncclSuccess);
     std::uint64_t cursor = 0;
     const auto e = log->next(&cursor, [](const live::CollectiveEntry&) { return true; });
     EXPECT_TRUE(e && e->algo == Algo::Tree && e->proto == Proto::Simple && e->bytes == bytes &&
-                e->channels == channels)
+                e->channels == tuner_channels)
         << "the tuner did not record the Tree/Simple pick NCCL makes from its table";
   } else {
     log->append({Func::AllReduce, Algo::Tree, Proto::Simple, bytes, channels});
@@ -179,9 +182,12 @@ TEST(TreeEmulation, EightThousandRanksDeepestLeafWithinOnePercent) {
 // Tree/Simple from 512 KiB to 128 MiB on 64 ranks with LL128 off.
 TEST(TreeEmulation, TunerRecordDrivesTheChunking) {
   for (std::uint64_t b : {MiB, 16 * MiB}) {
-    const Outcome o = run(64, 63, b, /*through_tuner=*/true);
-    EXPECT_LE(std::abs(o.emulated_us - o.model_us) / o.model_us, 0.01)
-        << b << " B: " << o.emulated_us << " vs " << o.model_us;
+    for (bool own : {false, true}) {
+      const Outcome o = run(64, 63, b, /*through_tuner=*/true, false, own);
+      EXPECT_LE(std::abs(o.emulated_us - o.model_us) / o.model_us, 0.01)
+          << b << " B" << (own ? " (NCCL's channel count)" : "") << ": " << o.emulated_us << " vs "
+          << o.model_us;
+    }
   }
 }
 

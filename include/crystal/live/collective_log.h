@@ -27,7 +27,7 @@ struct CollectiveEntry {
   model::Algo algo = model::Algo::Ring;
   model::Proto proto = model::Proto::Simple;
   std::uint64_t bytes = 0;
-  int channels = 1;
+  int channels = 0;  // what the tuner set; 0: NCCL keeps its own count (all it built)
 };
 
 class CollectiveLog {
