@@ -10,8 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -21,10 +24,13 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/emulate_report.h"
+#include "cli/options.h"
+#include "cli/python_site.h"
 #include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
-#include "crystal/control/emulation_host.h"
+#include "crystal/control/emulation_session.h"
 #include "crystal/store/launch.h"
 #include "crystal/store/server.h"
 
@@ -33,7 +39,8 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: crystal emulate CONFIG [--listen HOST:PORT] [--split RULES] [--plugin PATH]\n"
-    "                       [--store-listen HOST:PORT] [--store-timeout S] [--gpus N] -- CMD...\n"
+    "                       [--store-listen HOST:PORT] [--store-timeout S] [--gpus N]\n"
+    "                       [--run-dir DIR] [--warmup N] [--no-profile] [--no-record] -- CMD...\n"
     "  Starts the emulation host and the TCPStore of the virtual ranks, runs the real ranks\n"
     "  with the environment they need, waits, and exits with the first failing rank's status\n"
     "  (128+N if it was killed by signal N), else 0. CMD = `python[3] SCRIPT ...` or\n"
@@ -47,7 +54,15 @@ constexpr std::string_view kUsage =
     "  --store-timeout  seconds a real rank may wait for a store key nobody writes\n"
     "                   (default: emulation.timeout_s)\n"
     "  --gpus           GPUs of this machine; LOCAL_RANK = index in real_ranks % N\n"
-    "                   (default: CUDA_VISIBLE_DEVICES, else the driver's count, else 1)\n";
+    "                   (default: CUDA_VISIBLE_DEVICES, else the driver's count, else 1)\n"
+    "  --run-dir        where the run's files and the report go (default: a new\n"
+    "                   crystal-run-<UTC time> in the working directory)\n"
+    "  --warmup         steps left out of the steady state (default 2)\n"
+    "  --no-profile     no torch.profiler step (then no exposed communication)\n"
+    "  --no-record      no NCCL profiler record files (NCCL_PROFILER_PLUGIN not set)\n"
+    "  At the end: a report on stderr (per real rank: steady-state iteration time, exposed\n"
+    "  communication, peak memory, beside `crystal simulate`), RUN_DIR/report.json and\n"
+    "  RUN_DIR/timeline.json (Perfetto). docs/emulate.md.\n";
 
 // Children (one per real rank), for signal forwarding: plain array, async-signal-safe.
 constexpr int kMaxChildren = 1024;
@@ -58,15 +73,58 @@ void forwardSignal(int sig) {
     if (g_children[i] > 0) ::kill(g_children[i], sig);
 }
 
-std::optional<std::string> envLookup(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
+// The run directory: `dir`, else crystal-run-<UTC time> in the working directory (with a
+// suffix if that exists). Created; returned absolute.
+std::string makeRunDir(std::string dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    ::gmtime_r(&now, &utc);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+    dir = std::string("crystal-run-") + stamp;
+    for (int i = 2; fs::exists(dir); ++i) dir = fmt::format("crystal-run-{}-{}", stamp, i);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw InputError(fmt::format("emulate: cannot create --run-dir '{}': {}", dir, ec.message()));
+  return fs::absolute(dir).lexically_normal().string();
 }
 
-// "HOST:PORT" of the control address with the port replaced by 0 (any free port).
-std::string sameHostAnyPort(const std::string& address) {
-  return address.substr(0, address.rfind(':')) + ":0";
+// Python ranks load crystal_site (step times, allocator peaks, one profiled step) and write
+// rank<R>.pyrun.json into the run directory. The profiled step is the first one after the
+// warm-up unless the caller set CRYSTAL_PROFILE_WARMUP/STEPS; `plan` says which it is.
+control::EnvList pythonEnvironment(const std::string& run_dir, bool profile,
+                                   report::StepPlan& plan, std::string& pyrun_dir) {
+  control::EnvList env;
+  pyrun_dir = run_dir;
+  std::string site;
+  try {
+    site = pythonSiteDir();
+  } catch (const InputError& e) {
+    fmt::print(stderr, "crystal emulate: {}; Python ranks report no step times\n", e.what());
+    return env;
+  }
+  for (const auto& [k, v] : pythonSiteEnvironment(site, run_dir, profile)) {
+    if (k == "CRYSTAL_RUN_DIR") pyrun_dir = v;
+    env.emplace_back(k, v);
+  }
+  plan.profiled_count = 0;
+  if (!profile) return env;
+  auto setting = [&](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') {
+      env.emplace_back(name, std::to_string(fallback));
+      return fallback;
+    }
+    return intInRange("emulate", name, v, 1, 1000000);
+  };
+  // crystal_site profiles from iteration 1 at the earliest (CRYSTAL_PROFILE_WARMUP >= 1).
+  plan.profiled_first = setting("CRYSTAL_PROFILE_WARMUP", std::max(plan.warmup, 1));
+  plan.profiled_count = setting("CRYSTAL_PROFILE_STEPS", 1);
+  return env;
 }
 
 pid_t startRank(const std::vector<std::string>& argv, const control::EnvList& env) {
@@ -87,89 +145,63 @@ pid_t startRank(const std::vector<std::string>& argv, const control::EnvList& en
 int runEmulate(std::span<const std::string> args) {
   // An NCCL-tests binary gets its table restated for the target too (docs/nccl-tests.md).
   if (const int rc = emulateNcclTests(args); rc >= 0) return rc;
-  std::string config_path, plugin, store_listen;
-  double store_timeout_s = -1;
-  int gpus = 0;
-  control::EmulationHostOptions opts;
-  std::vector<std::string> cmd;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw InputError("emulate: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--") {
-      cmd.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      break;
-    }
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (a == "--listen") {
-      opts.listen = value();
-    } else if (a == "--split") {
-      opts.split_rules = control::parseSplitRules(value());
-    } else if (a == "--plugin") {
-      plugin = value();
-    } else if (a == "--store-listen") {
-      store_listen = value();
-    } else if (a == "--store-timeout") {
-      const std::string& v = value();
-      char* end = nullptr;
-      store_timeout_s = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(store_timeout_s > 0))
-        throw InputError("emulate: --store-timeout '" + v + "' is not a positive number");
-    } else if (a == "--gpus") {
-      const std::string& v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1024)
-        throw InputError("emulate: --gpus '" + v + "' is not a GPU count in [1, 1024]");
-      gpus = static_cast<int>(n);
-    } else if (!a.empty() && a[0] == '-') {
-      throw InputError("emulate: unknown option '" + a + "'\n" + std::string(kUsage));
-    } else if (config_path.empty()) {
-      config_path = a;
-    } else {
-      throw InputError("emulate: unexpected '" + a + "' (put the command after --)");
-    }
+  control::EmulationSessionOptions opts;
+  std::string plugin, run_dir;
+  bool profile = true, record = true;
+  int warmup = 2;
+  const ParsedOptions parsed =
+      OptionParser("emulate", std::string(kUsage))
+          .value("--listen", [&](const std::string& v) { opts.host.listen = v; })
+          .value("--split",
+                 [&](const std::string& v) { opts.host.split_rules = control::parseSplitRules(v); })
+          .value("--plugin", [&](const std::string& v) { plugin = v; })
+          .value("--store-listen", [&](const std::string& v) { opts.store_listen = v; })
+          .value("--store-timeout",
+                 [&](const std::string& v) {
+                   opts.store_timeout_s = positiveNumber("emulate", "--store-timeout", v);
+                 })
+          .value("--gpus",
+                 [&](const std::string& v) {
+                   opts.local_gpus = intInRange("emulate", "--gpus", v, 1, 1024);
+                 })
+          .value("--run-dir", [&](const std::string& v) { run_dir = v; })
+          .value("--warmup",
+                 [&](const std::string& v) { warmup = intInRange("emulate", "--warmup", v, 0, 1000000); })
+          .flag("--no-profile", [&] { profile = false; })
+          .flag("--no-record", [&] { record = false; })
+          .commandAfterDashes()
+          .maxPositional(1)
+          .parse(args);
+  if (parsed.help) {
+    fmt::print("{}", kUsage);
+    return 0;
   }
-  if (config_path.empty() || cmd.empty())
+  const std::vector<std::string>& cmd = parsed.command;
+  if (parsed.positional.empty() || cmd.empty())
     throw InputError("emulate: CONFIG and -- CMD... are required\n" + std::string(kUsage));
+  const std::string& config_path = parsed.positional.front();
   const Config config = loadConfig(config_path);
-  const std::string plugin_path = control::findPlugin(plugin);
+  opts.plugin_path = control::findPlugin(plugin);
+  run_dir = makeRunDir(run_dir);
+  if (record) opts.record_dir = run_dir;
 
-  control::EmulationHost host(config, opts);
-  const auto env = control::launchEnvironment(config, config_path, host.controlAddress(),
-                                              plugin_path, host.emulationId());
-
-  store::LaunchInputs launch;
-  launch.world_size = config.job.world_size;
-  launch.real_ranks = config.emulation.real_ranks;
-  launch.gpus_per_node = config.cluster.gpus_per_node;
-  launch.local_gpus = gpus > 0 ? gpus : store::localGpuCount(envLookup);
-  launch.getenv = envLookup;
-  store::StoreServerOptions so;
-  so.listen = store_listen.empty() ? sameHostAnyPort(host.controlAddress()) : store_listen;
-  so.world_size = launch.world_size;
-  so.real_ranks = launch.real_ranks;
-  so.ranks_per_root = store::ranksPerRoot(launch);
-  so.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(
-      1000.0 * (store_timeout_s > 0 ? store_timeout_s : config.emulation.timeout_s)));
-  so.mint_unique_id = [&host] { return host.mintUniqueId(); };
-  store::StoreServer store(so);
-  launch.master_addr = store.host();
-  launch.master_port = store.port();
-  launch.ranks_per_root = so.ranks_per_root;
-  const store::LaunchPlan plan = store::planLaunch(cmd, launch);
-  for (const auto& note : plan.notes) fmt::print(stderr, "crystal emulate: {}\n", note);
-  if (plan.processes.size() > kMaxChildren)
+  control::EmulationSession session(config, config_path, opts);
+  control::EmulationHost& host = session.host();
+  store::StoreServer& store = session.store();
+  control::EnvList env = session.environment();
+  report::StepPlan plan{.warmup = warmup, .profiled_first = warmup, .profiled_count = 0};
+  std::string pyrun_dir;
+  const auto py = pythonEnvironment(run_dir, profile, plan, pyrun_dir);
+  env.insert(env.end(), py.begin(), py.end());
+  const store::LaunchPlan launch = store::planLaunch(cmd, session.launchInputs());
+  for (const auto& note : launch.notes) fmt::print(stderr, "crystal emulate: {}\n", note);
+  if (launch.processes.size() > kMaxChildren)
     throw InputError(fmt::format("emulate: {} real ranks; at most {} processes are started",
-                                 plan.processes.size(), kMaxChildren));
+                                 launch.processes.size(), kMaxChildren));
+  fmt::print(stderr, "crystal emulate: run directory {}\n", run_dir);
   fmt::print(stderr, "crystal emulate: host on {}, store on {}:{}, running {} ({} process{})\n",
-             host.controlAddress(), store.host(), store.port(), cmd[0], plan.processes.size(),
-             plan.processes.size() == 1 ? "" : "es");
+             host.controlAddress(), store.host(), store.port(), cmd[0], launch.processes.size(),
+             launch.processes.size() == 1 ? "" : "es");
   std::fflush(stderr);
 
   struct sigaction sa {};
@@ -177,11 +209,19 @@ int runEmulate(std::span<const std::string> args) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   std::map<pid_t, int> rank_of;  // running children
-  for (const auto& p : plan.processes) {
+  report::RunInfo run;
+  run.config_path = config_path;
+  run.run_dir = run_dir;
+  run.pyrun_dir = pyrun_dir;
+  run.record_dir = session.recordDir();
+  run.real_ranks = config.emulation.real_ranks;
+  run.plan = plan;
+  for (const auto& p : launch.processes) {
     control::EnvList full = env;
     full.insert(full.end(), p.env.begin(), p.env.end());
     const pid_t pid = startRank(p.argv, full);
     rank_of[pid] = p.rank;
+    run.processes.emplace_back(pid, p.rank);
     if (p.rank >= 0) store.nameProcess(static_cast<std::uint32_t>(pid), p.rank);
     g_children[g_child_count] = pid;
     g_child_count = g_child_count + 1;
@@ -225,6 +265,9 @@ int runEmulate(std::span<const std::string> args) {
   g_child_count = 0;
   fmt::print(stderr, "crystal emulate: done ({} host errors, {} store errors)\n", host.errorCount(),
              store.errorCount());
+  // The report never changes the exit status: the program's is what the caller gets.
+  run.exit_code = code;
+  fmt::print(stderr, "{}", report::writeReport(config, run));
   return code;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
@@ -115,40 +116,28 @@ int runEmulateTee(const std::vector<std::string>& emulate_args, std::string& out
 }
 
 int runNcclTests(std::span<const std::string> args) {
-  std::string config_path, json_path, from;
+  std::string json_path, from;
   std::optional<sweep::TestOp> op;
-  std::vector<std::string> emulate_opts, cmd;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw InputError("nccl-tests: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--") {
-      cmd.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      break;
-    }
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (a == "--json") {
-      json_path = value();
-    } else if (a == "--from") {
-      from = value();
-    } else if (a == "--op") {
-      op = sweep::parseTestOp(value());
-      if (!op) throw InputError("nccl-tests: --op '" + args[i] + "' is not an NCCL-tests op");
-    } else if (!a.empty() && a[0] == '-') {
-      emulate_opts.push_back(a);  // an emulate option and its value
-      if (i + 1 < args.size() && args[i + 1] != "--" && args[i + 1].rfind("--", 0) != 0)
-        emulate_opts.push_back(args[++i]);
-    } else if (config_path.empty()) {
-      config_path = a;
-    } else {
-      throw InputError("nccl-tests: unexpected '" + a + "' (put the command after --)");
-    }
+  const ParsedOptions parsed =
+      OptionParser("nccl-tests", std::string(kUsage))
+          .value("--json", [&](const std::string& v) { json_path = v; })
+          .value("--from", [&](const std::string& v) { from = v; })
+          .value("--op",
+                 [&](const std::string& v) {
+                   op = sweep::parseTestOp(v);
+                   if (!op) throw InputError("nccl-tests: --op '" + v + "' is not an NCCL-tests op");
+                 })
+          .forwardUnknown()  // emulate's options (--listen, --split, ...) and their values
+          .commandAfterDashes()
+          .maxPositional(1)
+          .parse(args);
+  if (parsed.help) {
+    fmt::print("{}", kUsage);
+    return 0;
   }
+  const std::string config_path = parsed.positional.empty() ? "" : parsed.positional.front();
+  const std::vector<std::string>& emulate_opts = parsed.forwarded;
+  const std::vector<std::string>& cmd = parsed.command;
   if (config_path.empty() || (cmd.empty() == from.empty()))
     throw InputError("nccl-tests: CONFIG and either -- CMD... or --from LOG are required\n" +
                      std::string(kUsage));

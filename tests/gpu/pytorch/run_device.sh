@@ -8,11 +8,14 @@
 #       r0of8192  | as rank 0 of 8192 (TP8 DP1024)
 #       nokey     | a script that waits for a store key no rank writes: must fail with the
 #                   store's message within --store-timeout (10 s), not hang
-# Each case: `crystal emulate CONFIG -- python3 train_gpt.py` plus `crystal simulate CONFIG`
-# for the same target. Logs go to $OUT (default /tmp/pytorch-out); $OUT/summary.md holds
-# per real rank: steady-state iteration time, peak memory (torch.cuda.max_memory_allocated),
-# losses, NCCL kernel time and its exposed part in one profiled step, beside the simulation;
-# $OUT/trace-CASE/rank*.json are that step's Perfetto timelines.
+# Each case: `crystal emulate CONFIG --run-dir $OUT/run-CASE -- python3 train_gpt.py` plus
+# `crystal simulate CONFIG` for the same target. Logs go to $OUT (default /tmp/pytorch-out);
+# $OUT/summary.md holds per real rank: steady-state iteration time, peak memory
+# (torch.cuda.max_memory_allocated), losses, NCCL kernel time and its exposed part in one
+# profiled step, beside the simulation; $OUT/trace-CASE/rank*.json are that step's Perfetto
+# timelines. crystal emulate's own end-of-run report (docs/emulate.md "Report") is printed
+# and kept: $OUT/run-CASE/report.json, timeline.json (Perfetto: real ranks beside virtual
+# peers), rank*.pyrun.json, rank*.kineto.json, crystal-record.*.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/pytorch-out}
 mkdir -p "$OUT"
@@ -44,12 +47,15 @@ run_case() {  # run_case NAME WORLD REAL_RANKS
   local t0=$(date +%s%N)
   NCCL_DEBUG_FILE="$OUT/nccl-$name.%h.%p.log" TRACE_DIR="$OUT/trace-$name" \
     timeout -k 5 ${EMULATE_TIMEOUT:-150} $B/cli/crystal emulate "$cfg" --split stride:8,block:8 \
-      --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
+      --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" --run-dir "$OUT/run-$name" -- \
       python3 $here/train_gpt.py --tp 8 >"$OUT/$name.txt" 2>&1
   local rc=$?
   local wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   echo "$name: rc=$rc wall=${wall} ms"
   grep -E "^(INIT|RESULT|COMM)|crystal (emulate|error)|Error|error:" "$OUT/$name.txt" | head -20
+  # crystal emulate's report: from its header line to the "wrote" line (or "no report").
+  sed -n '/^crystal emulate: report/,/^crystal emulate: wrote/p; /^crystal emulate: no report/p' \
+    "$OUT/$name.txt" | tee "$OUT/report-$name.txt"
   timeout 60 $B/cli/crystal simulate "$cfg" --json "$OUT/simulate-$name.json" >"$OUT/simulate-$name.txt" 2>&1
   {
     echo "## $name (world $world, real ranks [$real]): rc=$rc, wall ${wall} ms"
@@ -58,6 +64,11 @@ run_case() {  # run_case NAME WORLD REAL_RANKS
     grep -E "^(INIT|RESULT|COMM)" "$OUT/$name.txt"
     echo '```'
     echo "Perfetto timelines of one steady step per real rank: trace-$name/rank*.json"
+    echo
+    echo "crystal emulate's report (run-$name/report.json, run-$name/timeline.json):"
+    echo '```'
+    cat "$OUT/report-$name.txt"
+    echo '```'
     echo
     echo "crystal simulate (same target):"
     echo '```'
