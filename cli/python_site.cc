@@ -31,8 +31,9 @@ std::string pythonSiteDir() {
                    "); set CRYSTAL_PYTHON_SITE to the directory");
 }
 
-std::vector<std::pair<std::string, std::string>> pythonSiteEnvironment(
-    const std::string& site_dir, const std::string& run_dir, bool profile) {
+std::vector<std::pair<std::string, std::string>> pythonSiteEnvironment(const std::string& site_dir,
+                                                                       const std::string& run_dir,
+                                                                       bool profile) {
   std::string path = site_dir;
   if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
     path += ":";

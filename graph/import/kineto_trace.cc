@@ -20,8 +20,8 @@
 #include <charconv>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "crystal/base/error.h"
@@ -439,9 +439,10 @@ class Reader {
       op.bytes = held_->bytes;
       rec_.ops.insert(rec_.ops.begin(), op);
       rec_.where.insert(rec_.where.begin(), fmt::format("traceEvents[{}]", held_->event));
-      note(fmt::format("rank {}: {} bytes were allocated before the trace window ('Total "
-                       "Allocated' less 'Bytes' at traceEvents[{}]): one Alloc at the start",
-                       rec_.rank, held_->bytes, held_->event));
+      note(
+          fmt::format("rank {}: {} bytes were allocated before the trace window ('Total "
+                      "Allocated' less 'Bytes' at traceEvents[{}]): one Alloc at the start",
+                      rec_.rank, held_->bytes, held_->event));
     }
   }
 

@@ -47,8 +47,8 @@ class Reader {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const std::string key = fmt::format("steps[{}]", i);
       if (!steps[i].is_object()) fail(key, "is not an object");
-      r.steps.push_back({optionalTime(steps[i], key, "gpu_ms"),
-                         optionalTime(steps[i], key, "host_ms")});
+      r.steps.push_back(
+          {optionalTime(steps[i], key, "gpu_ms"), optionalTime(steps[i], key, "host_ms")});
     }
     const json& trace = at(doc_, "kineto_trace", "kineto_trace");
     if (!trace.is_null()) {
@@ -56,8 +56,8 @@ class Reader {
       r.kineto_trace = trace.get<std::string>();
       if (r.kineto_trace.empty() || r.kineto_trace.find('/') != std::string::npos ||
           r.kineto_trace == "." || r.kineto_trace == "..")
-        fail("kineto_trace", fmt::format("\"{}\" is not a file name in the run directory",
-                                         r.kineto_trace));
+        fail("kineto_trace",
+             fmt::format("\"{}\" is not a file name in the run directory", r.kineto_trace));
     }
     const json& torch = at(doc_, "torch", "torch");
     if (!torch.is_string()) fail("torch", "is not a version string");
@@ -91,8 +91,9 @@ class Reader {
   std::int64_t integer(const json& obj, const char* name, std::int64_t lo, std::int64_t hi) const {
     const json& v = at(obj, name, name);
     if (!v.is_number_integer()) fail(name, fmt::format("is {}, not an integer", v.dump()));
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() >
-                                      static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       fail(name, fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi));
     const std::int64_t x = v.get<std::int64_t>();
     if (x < lo || x > hi) fail(name, fmt::format("{} is out of range [{}, {}]", x, lo, hi));
@@ -135,8 +136,8 @@ PyRun readPyRun(const std::string& path) {
 
 void applyPyRunMemory(RecordedRank& rec, const PyRun& run) {
   if (rec.rank != run.rank)
-    throw InputError(fmt::format("{} is rank {}, {} is rank {}: not the same process",
-                                 rec.source, rec.rank, run.source, run.rank));
+    throw InputError(fmt::format("{} is rank {}, {} is rank {}: not the same process", rec.source,
+                                 rec.rank, run.source, run.rank));
   const auto mark = std::find_if(rec.ops.begin(), rec.ops.end(),
                                  [](const Op& op) { return op.kind == OpKind::IterationMark; });
   const auto at = static_cast<std::size_t>(mark == rec.ops.end() ? 0 : mark - rec.ops.begin() + 1);

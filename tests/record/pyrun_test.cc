@@ -141,8 +141,7 @@ RecordedRank smallRecording() {
   r.rank = 4;
   Op mark;
   mark.kind = OpKind::IterationMark;
-  r.ops = {memOp(OpKind::Alloc, 1000), mark, memOp(OpKind::Alloc, 300),
-           memOp(OpKind::Free, 300)};
+  r.ops = {memOp(OpKind::Alloc, 1000), mark, memOp(OpKind::Alloc, 300), memOp(OpKind::Free, 300)};
   r.where.assign(r.ops.size(), "traceEvents[0]");
   return r;
 }
@@ -176,15 +175,17 @@ TEST(PyRunMemory, DisagreementsNameBothFiles) {
   RecordedRank r = smallRecording();
   PyRun run = parsePyRun(goodDoc().dump(), "rank4.pyrun.json");
   run.max_memory_allocated = 1299;
-  EXPECT_THAT([&] {
-    try {
-      applyPyRunMemory(r, run);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  }(), HasSubstr("rank4.kineto.json: the recording's memory reaches 1300 bytes, above "
-                 "max_memory_allocated 1299 of rank4.pyrun.json"));
+  EXPECT_THAT(
+      [&] {
+        try {
+          applyPyRunMemory(r, run);
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      HasSubstr("rank4.kineto.json: the recording's memory reaches 1300 bytes, above "
+                "max_memory_allocated 1299 of rank4.pyrun.json"));
   run.max_memory_allocated = 5000;
   run.rank = 5;
   EXPECT_THROW(applyPyRunMemory(r, run), InputError);
@@ -194,12 +195,25 @@ TEST(PyRunMemory, DisagreementsNameBothFiles) {
 // Alloc and then follows 'Total Allocated'.
 TEST(KinetoMemory, BytesHeldBeforeTheWindowAreOneAlloc) {
   json events = json::array();
-  events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#2"},
-                    {"ts", 10.0}, {"dur", 100.0}, {"pid", 1}, {"tid", 1}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#2"},
+                    {"ts", 10.0},
+                    {"dur", 100.0},
+                    {"pid", 1},
+                    {"tid", 1}});
   auto mem = [&](double ts, std::int64_t bytes, std::int64_t total) {
-    events.push_back({{"ph", "i"}, {"name", "[memory]"}, {"ts", ts}, {"pid", 1}, {"tid", 1},
-                      {"args", {{"Device Type", 1}, {"Device Id", 0}, {"Bytes", bytes},
-                                {"Total Allocated", total}, {"Total Reserved", total}}}});
+    events.push_back({{"ph", "i"},
+                      {"name", "[memory]"},
+                      {"ts", ts},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"args",
+                       {{"Device Type", 1},
+                        {"Device Id", 0},
+                        {"Bytes", bytes},
+                        {"Total Allocated", total},
+                        {"Total Reserved", total}}}});
   };
   mem(30.0, -512, 1048576 + 2048 - 512);  // file order is not time order
   mem(20.0, 2048, 1048576 + 2048);
@@ -214,14 +228,16 @@ TEST(KinetoMemory, BytesHeldBeforeTheWindowAreOneAlloc) {
 
   json bad = doc;
   bad["traceEvents"][2]["args"]["Total Allocated"] = 100;  // less than its own 2048 bytes
-  EXPECT_THAT([&] {
-    try {
-      (void)parseKinetoTrace(bad.dump(), "t.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  }(), HasSubstr("t.json: traceEvents[2]: 'Total Allocated' 100 is below"));
+  EXPECT_THAT(
+      [&] {
+        try {
+          (void)parseKinetoTrace(bad.dump(), "t.json");
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      HasSubstr("t.json: traceEvents[2]: 'Total Allocated' 100 is below"));
 }
 
 // The shipped dense-8gpu traces plus pyrun files: every rank of the sliced graph peaks at
