@@ -11,12 +11,17 @@ using cuda::dptr;
 
 DeviceQueue::~DeviceQueue() {
   if (!d_) return;
-  if (ctx_) (void)d_->ctxSetCurrent(ctx_);
+  // Close may come from another thread than the proxy's: use our context, then give the
+  // caller back its own.
+  cuda::Context caller = nullptr;
+  (void)d_->ctxGetCurrent(&caller);
+  if (caller != ctx_) (void)d_->ctxSetCurrent(ctx_);
   for (cuda::Event e : events_)
     if (e) (void)d_->eventDestroy(e);
   if (stream_) (void)d_->streamDestroy(stream_);
   for (const Staging& s : staging_)
     if (s.p) (void)d_->memFreeHost(s.p);
+  if (caller != ctx_) (void)d_->ctxSetCurrent(caller);
 }
 
 void DeviceQueue::enter() {

@@ -104,6 +104,10 @@ class Gdr : public ::testing::Test {
     for (void* c : listens_) EXPECT_EQ(net::closeListen(c), ncclSuccess);
     for (int fd : fds_) ::close(fd);
     EXPECT_EQ(net::finalize(ctx_), ncclSuccess);
+    // Every stream, event and pinned buffer the comms made is given back at close.
+    EXPECT_EQ(gpu_->live_streams, 0);
+    EXPECT_EQ(gpu_->live_events, 0);
+    EXPECT_EQ(gpu_->live_host_allocs, 0);
     uninstallFakeDriver();
     ::unsetenv("CRYSTAL_GDR");
   }
