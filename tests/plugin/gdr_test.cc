@@ -374,6 +374,42 @@ TEST_F(Gdr, MirrorLLFromHostSendIsStagedAndCopiedToTheGpu) {
   }
 }
 
+// Mirror LL128 from a GPU send buffer: 120 of every 128 bytes copied device to device (the
+// sender's flags stay behind), then both halves of this receive's flags.
+TEST_F(Gdr, MirrorLL128CopiesLineDataOnTheGpuThenWritesFlags) {
+  configure(DataPolicy::Mirror);
+  void* s = virtualSend();
+  void* r = virtualRecv();
+  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(s, {&sll}, nccl::NCCL_PTR_HOST);
+  registerProtocols(s, {&sll128, &ssimple}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  for (std::size_t i = 0; i < kLL128Step; ++i) sll128.p.get()[i] = std::byte((i * 5 + 1) & 0xFF);
+  void* sreq = sendPost(s, 1, sll128.at(0), kLL128Step);
+  gpu_->complete = false;
+  void* rreq = recvPost(r, 1, ll128.at(0), kLL128Step);  // step 0 -> flag 1
+  stillPendingFor(rreq, 5);
+  stillPendingFor(sreq, 5);  // the 2D copy still reads the send buffer
+  gpu_->complete = true;
+  waitDone(rreq);
+  waitDone(sreq);
+  const auto c = gpu_->named("cuMemcpy2DAsync");
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].src, reinterpret_cast<std::uintptr_t>(sll128.at(0)));
+  EXPECT_EQ(c[0].dst, reinterpret_cast<std::uintptr_t>(ll128.at(0)));
+  EXPECT_EQ(c[0].bytes, 120u);
+  EXPECT_EQ(c[0].pitch, 128u);
+  EXPECT_EQ(c[0].rows, kLL128Step / 128);
+  EXPECT_EQ(gpu_->named("cuMemsetD2D32Async").size(), 2u) << "high and low flag halves";
+  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
+    EXPECT_EQ(std::memcmp(ll128.at(line * 128), sll128.at(line * 128), 120), 0) << line;
+    std::uint64_t flag = 0;
+    std::memcpy(&flag, ll128.at(line * 128 + 120), 8);
+    EXPECT_EQ(flag, 1u);
+  }
+}
+
 // Two real ranks with GPU buffers: bytes go GPU -> pinned staging -> TCP -> staging -> GPU,
 // bit-exact, each side with one async copy; the receive completes only after its copy.
 TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
