@@ -1,12 +1,11 @@
 #include "cuda_driver.h"
 
 #include <dlfcn.h>
+#include <fmt/core.h>
 
 #include <mutex>
 #include <string>
 #include <type_traits>
-
-#include <fmt/core.h>
 
 #include "errors.h"
 
@@ -33,10 +32,11 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   void* dl = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char* why = dlerror();
-    return fmt::format("cannot load {} ({}): receive buffers in GPU memory need the CUDA "
-                       "driver; set CRYSTAL_GDR=0 (or emulation.gdr: false) to keep NCCL's "
-                       "buffers in host memory",
-                       library, why ? why : "no reason given");
+    return fmt::format(
+        "cannot load {} ({}): receive buffers in GPU memory need the CUDA "
+        "driver; set CRYSTAL_GDR=0 (or emulation.gdr: false) to keep NCCL's "
+        "buffers in host memory",
+        library, why ? why : "no reason given");
   }
   std::string missing;
   auto get = [&](auto& fn, const char* name) {
@@ -60,7 +60,8 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.memsetD2D32Async, "cuMemsetD2D32Async");
   get(api.memHostAlloc, "cuMemHostAlloc");
   get(api.memFreeHost, "cuMemFreeHost");
-  if (!missing.empty()) return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
+  if (!missing.empty())
+    return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};
 }
 

@@ -23,11 +23,11 @@ using Event = void*;
 using Context = void*;
 
 inline constexpr Result kSuccess = 0;
-inline constexpr Result kNotReady = 600;           // CUDA_ERROR_NOT_READY
-inline constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
-inline constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING
-inline constexpr unsigned kMemoryTypeHost = 1;     // CU_MEMORYTYPE_HOST
-inline constexpr unsigned kMemoryTypeDevice = 2;   // CU_MEMORYTYPE_DEVICE
+inline constexpr Result kNotReady = 600;            // CUDA_ERROR_NOT_READY
+inline constexpr unsigned kStreamNonBlocking = 1;   // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
+inline constexpr unsigned kMemoryTypeHost = 1;      // CU_MEMORYTYPE_HOST
+inline constexpr unsigned kMemoryTypeDevice = 2;    // CU_MEMORYTYPE_DEVICE
 
 // CUDA_MEMCPY2D (cuda.h, the _v2 layout that cuMemcpy2DAsync_v2 takes).
 struct Memcpy2D {
@@ -49,25 +49,25 @@ static_assert(sizeof(Memcpy2D) == 128);
 
 // One entry per driver function; the comment names the libcuda symbol it is resolved from.
 struct DriverApi {
-  Result (*getErrorString)(Result, const char**);                       // cuGetErrorString
-  Result (*ctxGetCurrent)(Context*);                                     // cuCtxGetCurrent
-  Result (*ctxSetCurrent)(Context);                                      // cuCtxSetCurrent
-  Result (*streamCreate)(Stream*, unsigned);                             // cuStreamCreate
-  Result (*streamDestroy)(Stream);                                       // cuStreamDestroy_v2
-  Result (*eventCreate)(Event*, unsigned);                               // cuEventCreate
-  Result (*eventDestroy)(Event);                                         // cuEventDestroy_v2
-  Result (*eventRecord)(Event, Stream);                                  // cuEventRecord
-  Result (*eventQuery)(Event);                                           // cuEventQuery
+  Result (*getErrorString)(Result, const char**);                          // cuGetErrorString
+  Result (*ctxGetCurrent)(Context*);                                       // cuCtxGetCurrent
+  Result (*ctxSetCurrent)(Context);                                        // cuCtxSetCurrent
+  Result (*streamCreate)(Stream*, unsigned);                               // cuStreamCreate
+  Result (*streamDestroy)(Stream);                                         // cuStreamDestroy_v2
+  Result (*eventCreate)(Event*, unsigned);                                 // cuEventCreate
+  Result (*eventDestroy)(Event);                                           // cuEventDestroy_v2
+  Result (*eventRecord)(Event, Stream);                                    // cuEventRecord
+  Result (*eventQuery)(Event);                                             // cuEventQuery
   Result (*memcpyHtoDAsync)(DevicePtr, const void*, std::size_t, Stream);  // cuMemcpyHtoDAsync_v2
-  Result (*memcpyDtoHAsync)(void*, DevicePtr, std::size_t, Stream);      // cuMemcpyDtoHAsync_v2
-  Result (*memcpyDtoDAsync)(DevicePtr, DevicePtr, std::size_t, Stream);  // cuMemcpyDtoDAsync_v2
-  Result (*memcpy2DAsync)(const Memcpy2D*, Stream);                      // cuMemcpy2DAsync_v2
+  Result (*memcpyDtoHAsync)(void*, DevicePtr, std::size_t, Stream);        // cuMemcpyDtoHAsync_v2
+  Result (*memcpyDtoDAsync)(DevicePtr, DevicePtr, std::size_t, Stream);    // cuMemcpyDtoDAsync_v2
+  Result (*memcpy2DAsync)(const Memcpy2D*, Stream);                        // cuMemcpy2DAsync_v2
   Result (*memsetD8Async)(DevicePtr, unsigned char, std::size_t, Stream);  // cuMemsetD8Async
   // dst, pitch (bytes), value, width (32-bit words per row), height (rows), stream.
   Result (*memsetD2D32Async)(DevicePtr, std::size_t, unsigned, std::size_t, std::size_t,
-                             Stream);                                    // cuMemsetD2D32Async
-  Result (*memHostAlloc)(void**, std::size_t, unsigned);                 // cuMemHostAlloc
-  Result (*memFreeHost)(void*);                                          // cuMemFreeHost
+                             Stream);                     // cuMemsetD2D32Async
+  Result (*memHostAlloc)(void**, std::size_t, unsigned);  // cuMemHostAlloc
+  Result (*memFreeHost)(void*);                           // cuMemFreeHost
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

@@ -22,8 +22,8 @@ void flagsLL128(DeviceQueue& q, char* d, std::size_t lines, std::uint64_t step, 
 
 }  // namespace
 
-void writeLinesOnDevice(DeviceQueue& q, Proto p, void* dst, std::size_t bytes,
-                        std::uint64_t step, proto::Fill fill) {
+void writeLinesOnDevice(DeviceQueue& q, Proto p, void* dst, std::size_t bytes, std::uint64_t step,
+                        proto::Fill fill) {
   auto* d = static_cast<char*>(dst);
   const bool zero = fill == proto::Fill::Zero;
   switch (p) {

@@ -75,8 +75,8 @@ void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) 
   check(d_->memcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
 }
 
-void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch,
-                                   std::size_t width, std::size_t rows) {
+void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
+                                   std::size_t rows) {
   if (rows == 0 || width == 0) return;
   enter();
   cuda::Memcpy2D m;

@@ -17,8 +17,8 @@ namespace crystal::plugin {
 
 class DeviceQueue {
  public:
-  explicit DeviceQueue(int slots) : events_(static_cast<std::size_t>(slots)),
-                                    staging_(static_cast<std::size_t>(slots)) {}
+  explicit DeviceQueue(int slots)
+      : events_(static_cast<std::size_t>(slots)), staging_(static_cast<std::size_t>(slots)) {}
   ~DeviceQueue();  // best effort: errors while tearing down are ignored
   DeviceQueue(const DeviceQueue&) = delete;
   DeviceQueue& operator=(const DeviceQueue&) = delete;

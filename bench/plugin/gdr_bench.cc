@@ -49,7 +49,8 @@ struct VirtualRecv {
     hello.peer = live::PeerKind::Virtual;
     hello.listen_id = h.listen_id;
     hello.comm_id = h.comm_id;
-    if (::send(host_fd, &hello, sizeof hello, 0) != static_cast<ssize_t>(sizeof hello)) std::abort();
+    if (::send(host_fd, &hello, sizeof hello, 0) != static_cast<ssize_t>(sizeof hello))
+      std::abort();
     while (!comm)
       if (net::accept(listen, &comm, nullptr) != nccl::ncclSuccess) std::abort();
     std::vector<char>* bufs[3] = {&ll, &ll128, &simple};
@@ -71,8 +72,7 @@ struct VirtualRecv {
     int tag = 1;
     void* req = nullptr;
     const live::TimeNs t0 = live::nowNs();
-    if (net::irecv(comm, 1, &data, &size, &tag, &mr[2], nullptr, &req) != nccl::ncclSuccess ||
-        !req)
+    if (net::irecv(comm, 1, &data, &size, &tag, &mr[2], nullptr, &req) != nccl::ncclSuccess || !req)
       std::abort();
     const live::TimeNs t1 = live::nowNs();
     int done = 0;

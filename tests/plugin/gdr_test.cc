@@ -3,8 +3,8 @@
 // driver calls a fake records and performs on host memory), completion that waits for the
 // fake's GPU work, real<->real staging, and a driver that cannot be loaded.
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -262,8 +262,8 @@ TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0].dst, reinterpret_cast<std::uintptr_t>(ll.at(2 * kLLStep + 4)));
   EXPECT_EQ(m[0].pitch, 8u);
-  EXPECT_EQ(m[0].bytes, 1u);                  // one 32-bit word per row
-  EXPECT_EQ(m[0].rows, 2 * kLLStep / 16);     // flag1 and flag2 of every line
+  EXPECT_EQ(m[0].bytes, 1u);               // one 32-bit word per row
+  EXPECT_EQ(m[0].rows, 2 * kLLStep / 16);  // flag1 and flag2 of every line
   EXPECT_EQ(m[0].value, 3u);
   EXPECT_EQ(gpu_->count("cuMemsetD8"), 0u) << "none does not zero data";
   std::uint32_t line[4];
@@ -355,7 +355,8 @@ TEST_F(Gdr, MirrorLLFromHostSendIsStagedAndCopiedToTheGpu) {
   registerProtocols(s, {&sll128, &ssimple}, nccl::NCCL_PTR_CUDA);
   registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
   std::vector<std::uint64_t> payload(kLLStep / 16);
-  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = 0x1111111100000000ull * (i % 15) + i;
+  for (std::size_t i = 0; i < payload.size(); ++i)
+    payload[i] = 0x1111111100000000ull * (i % 15) + i;
   plugin::proto::encodeLL(sll.at(0), payload.data(), payload.size() * 8, 40);  // sender's step 40
   void* sreq = sendPost(s, 0, sll.at(0), kLLStep);
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));  // receiver's step 0 -> flag 1
@@ -464,7 +465,8 @@ TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
   void* req = recvPost(r, 0, ll.at(0), kLLStep);
   nccl::ncclResult_t rc = ncclSuccess;
   int done = 0;
-  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i) rc = net::test(req, &done, nullptr);
+  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i)
+    rc = net::test(req, &done, nullptr);
   EXPECT_EQ(rc, nccl::ncclSystemError);
   std::lock_guard lock(g_log_mu);
   EXPECT_NE(g_log.find("libcuda-crystal-absent.so.1"), std::string::npos) << g_log;
@@ -480,7 +482,8 @@ TEST_F(Gdr, NoContextOnTheCallingThreadIsASystemError) {
   void* req = recvPost(r, 0, ll.at(0), kLLStep);
   nccl::ncclResult_t rc = ncclSuccess;
   int done = 0;
-  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i) rc = net::test(req, &done, nullptr);
+  for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i)
+    rc = net::test(req, &done, nullptr);
   EXPECT_EQ(rc, nccl::ncclSystemError);
 }
 
