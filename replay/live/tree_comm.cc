@@ -93,7 +93,7 @@ std::optional<TreeRole> roleIn(const TreeNeighbours& t, bool send, int peer) {
 }  // namespace
 
 std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   const auto r0 = roleIn(doubleBinaryTree(nranks_, self_, 0), send, peer);
   const auto r1 = roleIn(doubleBinaryTree(nranks_, self_, 1), send, peer);
   if (!r0 && !r1) return nullptr;
@@ -117,6 +117,8 @@ std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
   const TreeRole role = r0 ? *r0 : *r1;
   connected_[tree] = std::max(connected_[tree], ordinal + 1);
   auto ch = channelLocked(tree, ordinal);
+  // Lock order: a channel's lock is taken before this one (nextOp), never after.
+  lock.unlock();
   if (role == TreeRole::ToParent) ch->setSendsUp();
   return std::make_shared<VirtualLink>(std::move(ch), role);
 }
@@ -124,13 +126,14 @@ std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
 std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, int peer,
                                                                      int ordinal, TreeRole r0,
                                                                      TreeRole r1) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   const int per_tree = std::max({connected_[0], connected_[1], (both_[{send, peer}] + 1) / 2, 1});
   const int tree = ordinal < per_tree ? 0 : 1;
   const int k = ordinal - tree * per_tree;
   connected_[tree] = std::max(connected_[tree], k + 1);
   const TreeRole role = tree == 0 ? r0 : r1;
   auto ch = channelLocked(tree, k);
+  lock.unlock();  // lock order as in link()
   if (role == TreeRole::ToParent) ch->setSendsUp();
   return {std::move(ch), role};
 }
