@@ -70,7 +70,11 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
 std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
   auto& ch = channels_[{tree, ordinal}];
   if (!ch) {
-    auto cursor = std::make_shared<std::uint64_t>(0);
+    // Runtime connect makes a channel when the operation that first needs it is enqueued:
+    // its record is the newest tree all-reduce (none yet when NCCL connects at init).
+    auto cursor = std::make_shared<std::uint64_t>(log_->newest([](const CollectiveEntry& e) {
+      return e.algo == model::Algo::Tree && e.func == model::Func::AllReduce;
+    }));
     ch = std::make_shared<TreeChannel>(
         targetTreePosition(self_, nranks_, shape_.ranks_per_node, tree),
         doubleBinaryTree(nranks_, self_, tree).up >= 0,

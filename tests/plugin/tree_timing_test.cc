@@ -1,0 +1,132 @@
+// TreeChannel and TreeComm on their own: the per-unit rules without a proxy harness, the
+// fallbacks that keep a real rank from waiting forever, and how connections find their
+// channel.
+#include "crystal/live/tree_timing.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "crystal/live/collective_log.h"
+#include "crystal/live/link_timing.h"
+#include "crystal/live/target_model.h"
+#include "crystal/live/tree_comm.h"
+
+namespace crystal::live {
+namespace {
+
+TreeOpPlan plan(std::uint64_t units, double bytes) {
+  TreeOpPlan p;
+  p.units = units;
+  p.unit_bytes = bytes;
+  p.nvl = {1000, 0.01};  // 1 us + 10 ns per KB
+  p.net = {5000, 0.04};
+  return p;
+}
+
+TimeNs lineTime(const std::vector<bool>& hops, const TreeOpPlan& p) {
+  TimeNs t = 0;
+  for (bool net : hops) {
+    const TreeHop& h = net ? p.net : p.nvl;
+    t += h.tx(p.unit_bytes) + h.latency_ns;
+  }
+  return t;
+}
+
+// One unit: the result comes back down the loop from the real rank's send up.
+TEST(TreeTiming, ParentReceiveComesDownTheLoopFromTheSendUp) {
+  const TreePosition pos = targetTreePosition(63, 64, 8, 0);  // deepest leaf: below empty
+  const TreeOpPlan p = plan(1, 65536);
+  TreeChannel ch(pos, true, [&](std::uint64_t) { return p; });
+  ch.setSendsUp();
+  ch.postRecv(0, 1000, 4 << 20);
+  EXPECT_FALSE(ch.recvArrival(TreeRole::FromParent, 0, 1000, 1000).has_value())
+      << "the parent's chunk cannot come before the real rank sent its own up";
+  const TimeNs left = ch.postUpSend(0, 3000, 65536);
+  EXPECT_EQ(left, 3000 + p.nvl.tx(65536));
+  const auto d = ch.recvArrival(TreeRole::FromParent, 0, 1000, 3000);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, 3000 + lineTime(pos.loop, p));
+}
+
+// A root in NCCL's tree (no send up): its receives from children bring the result when the
+// target's rank at its place would hold it: below, then the loop.
+TEST(TreeTiming, RealRootGetsTheResultOnItsChildReceives) {
+  const TreePosition pos = targetTreePosition(13, 64, 8, 0);
+  const TreeOpPlan p = plan(1, 65536);
+  TreeChannel ch(pos, false, [&](std::uint64_t) { return p; });
+  ch.postRecv(0, 0, 4 << 20);
+  const auto a = ch.recvArrival(TreeRole::FromChild, 0, 0, 0);
+  ASSERT_TRUE(a.has_value());
+  std::vector<bool> path = pos.below;
+  path.insert(path.end(), pos.loop.begin(), pos.loop.end());
+  EXPECT_EQ(*a, lineTime(path, p));
+}
+
+// No hang: a parent receive whose send up never comes is taken as ready after 200 us of
+// silence, never before it was posted.
+TEST(TreeTiming, ParentReceiveWithoutSendUpIsBounded) {
+  const TreePosition pos = targetTreePosition(63, 64, 8, 0);
+  TreeChannel ch(pos, true, [&](std::uint64_t) { return plan(4, 4096); });
+  ch.setSendsUp();
+  ch.postRecv(0, 0, 4096);
+  EXPECT_FALSE(ch.recvArrival(TreeRole::FromParent, 0, 0, TreeChannel::kStallSlackNs - 1));
+  const auto late = ch.recvArrival(TreeRole::FromParent, 0, 0, TreeChannel::kStallSlackNs);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_GE(*late, 0);
+}
+
+// Without a record (tuner off) every unit is its own operation of the posted bytes.
+TEST(TreeTiming, NoRecordTimesOneUnitOfThePost) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0001, 63, 64);
+  const TreeOpPlan p = comm->nextOp(0, 0, std::make_unique<std::uint64_t>(0).get(), 12345);
+  EXPECT_EQ(p.units, 1u);
+  EXPECT_DOUBLE_EQ(p.unit_bytes, 12345.0);
+  EXPECT_GT(p.net.ns_per_byte, 0.0);
+}
+
+// A record gives NCCL's chunking: 64 MiB on 16 channels = 8 steps of 512 KiB per channel.
+TEST(TreeTiming, RecordGivesTheChunking) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0002, 63, 64);
+  for (int k = 0; k < 8; ++k) {
+    ASSERT_NE(comm->link(true, 62, k), nullptr);  // parent in tree 0: channels 0..7
+    ASSERT_NE(comm->link(false, 62, k), nullptr);
+  }
+  collectiveLog(0xfeed0002)
+      ->append({model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1 << 20, 16});
+  collectiveLog(0xfeed0002)
+      ->append({model::Func::AllReduce, model::Algo::Tree, model::Proto::Simple, 64u << 20, 8});
+  std::uint64_t cursor = 0;
+  const TreeOpPlan p = comm->nextOp(0, 3, &cursor, 4 << 20);
+  EXPECT_EQ(p.units, 16u);  // 8 channels connected (tree 0 only): 8 MiB each
+  EXPECT_DOUBLE_EQ(p.unit_bytes, 512.0 * 1024);
+  EXPECT_EQ(cursor, 2u) << "the ring record is skipped, the tree record consumed";
+}
+
+// Connections find their channel: a peer that is no tree neighbour gets none (peer-ready);
+// a neighbour in both trees is bound at its first transfer.
+TEST(TreeTiming, ConnectionsFindTheirChannel) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0003, 13, 64);
+  EXPECT_EQ(comm->link(true, 40, 0), nullptr);
+  // Rank 13: parent 14 in tree 0, child 14 in tree 1 (NCCL's double binary tree of 64).
+  ASSERT_EQ(doubleBinaryTree(64, 13, 0).up, 14);
+  ASSERT_EQ(doubleBinaryTree(64, 13, 1).down[0], 14);
+  auto first = comm->link(true, 14, 0);
+  auto second = comm->link(true, 14, 1);
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(first->isTree()) << "not bound before its first transfer";
+  (void)second->postSend(0, 4096);
+  EXPECT_TRUE(second->isTree());
+}
+
+}  // namespace
+}  // namespace crystal::live
