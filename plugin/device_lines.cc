@@ -1,5 +1,7 @@
 #include "device_lines.h"
 
+#include <cstring>
+
 namespace crystal::plugin {
 namespace {
 
@@ -52,6 +54,18 @@ void copyLinesToDevice(DeviceQueue& q, int slot, Proto p, void* dst, const void*
     // The CPU builds the lines (new flags) in pinned staging; one copy puts them in place.
     std::byte* image = q.staging(slot, bytes);
     proto::writeLines(p, image, bytes, step, src, proto::Fill::Zero);
+    if (p == Proto::LL128) {
+      // A copy engine need not write a 128-byte line in order: copy the lines with flag 0
+      // (never valid), then set the flags, so no flag lands before its line's data.
+      const std::size_t lines = bytes / proto::kLL128Line;
+      for (std::size_t i = 0; i < lines; ++i)
+        std::memset(image + i * proto::kLL128Line + kLL128FlagOffset, 0, 8);
+      q.hostToDevice(d, image, bytes);
+      flagsLL128(q, d, lines, step, false);
+      return;
+    }
+    // LL: each 8-byte data/flag pair is written whole (the PCIe write atomicity NCCL's own
+    // GDR LL relies on).
     q.hostToDevice(d, image, bytes);
     return;
   }

@@ -411,6 +411,34 @@ TEST_F(Gdr, MirrorLL128CopiesLineDataOnTheGpuThenWritesFlags) {
   }
 }
 
+// Mirror LL128 from a host send buffer (GDR read off): lines staged with flag 0, one H2D
+// copy, then the flags, so a copy engine writing out of order cannot expose a flag early.
+TEST_F(Gdr, MirrorLL128FromHostCopiesLinesThenFlags) {
+  configure(DataPolicy::Mirror);
+  void* s = virtualSend();
+  void* r = virtualRecv();
+  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
+  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
+  registerProtocols(s, {&sll, &sll128, &ssimple}, nccl::NCCL_PTR_HOST);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  for (std::size_t i = 0; i < kLL128Step; ++i) sll128.p.get()[i] = std::byte((i * 3 + 2) & 0xFF);
+  void* sreq = sendPost(s, 1, sll128.at(0), kLL128Step);
+  waitDone(recvPost(r, 1, ll128.at(0), kLL128Step));
+  waitDone(sreq);
+  ASSERT_GE(gpu_->calls.size(), 3u);
+  std::vector<std::string> order;
+  for (const auto& c : gpu_->calls)
+    if (c.name != "cuMemHostAlloc" && c.name != "cuEventRecord") order.push_back(c.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"cuMemcpyHtoDAsync", "cuMemsetD2D32Async",
+                                             "cuMemsetD2D32Async"}));
+  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
+    EXPECT_EQ(std::memcmp(ll128.at(line * 128), sll128.at(line * 128), 120), 0) << line;
+    std::uint64_t flag = 0;
+    std::memcpy(&flag, ll128.at(line * 128 + 120), 8);
+    EXPECT_EQ(flag, 1u);
+  }
+}
+
 // Two real ranks with GPU buffers: bytes go GPU -> pinned staging -> TCP -> staging -> GPU,
 // bit-exact, each side with one async copy; the receive completes only after its copy.
 TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
