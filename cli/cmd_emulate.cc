@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <span>
@@ -96,8 +96,8 @@ std::string makeRunDir(std::string dir) {
 // Python ranks load crystal_site (step times, allocator peaks, one profiled step) and write
 // rank<R>.pyrun.json into the run directory. The profiled step is the first one after the
 // warm-up unless the caller set CRYSTAL_PROFILE_WARMUP/STEPS; `plan` says which it is.
-control::EnvList pythonEnvironment(const std::string& run_dir, bool profile,
-                                   report::StepPlan& plan, std::string& pyrun_dir) {
+control::EnvList pythonEnvironment(const std::string& run_dir, bool profile, report::StepPlan& plan,
+                                   std::string& pyrun_dir) {
   control::EnvList env;
   pyrun_dir = run_dir;
   std::string site;
@@ -166,7 +166,9 @@ int runEmulate(std::span<const std::string> args) {
                  })
           .value("--run-dir", [&](const std::string& v) { run_dir = v; })
           .value("--warmup",
-                 [&](const std::string& v) { warmup = intInRange("emulate", "--warmup", v, 0, 1000000); })
+                 [&](const std::string& v) {
+                   warmup = intInRange("emulate", "--warmup", v, 0, 1000000);
+                 })
           .flag("--no-profile", [&] { profile = false; })
           .flag("--no-record", [&] { record = false; })
           .commandAfterDashes()

@@ -125,7 +125,8 @@ int runNcclTests(std::span<const std::string> args) {
           .value("--op",
                  [&](const std::string& v) {
                    op = sweep::parseTestOp(v);
-                   if (!op) throw InputError("nccl-tests: --op '" + v + "' is not an NCCL-tests op");
+                   if (!op)
+                     throw InputError("nccl-tests: --op '" + v + "' is not an NCCL-tests op");
                  })
           .forwardUnknown()  // emulate's options (--listen, --split, ...) and their values
           .commandAfterDashes()

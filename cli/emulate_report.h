@@ -60,7 +60,8 @@ struct KinetoKernels {
 
 // Parsers: throw InputError naming `source` and the line / event. (rank<R>.pyrun.json is
 // read by graph/import/pyrun.h.)
-[[nodiscard]] NcclRecordTimes parseNcclRecordTimes(std::string_view text, const std::string& source);
+[[nodiscard]] NcclRecordTimes parseNcclRecordTimes(std::string_view text,
+                                                   const std::string& source);
 [[nodiscard]] KinetoKernels parseKinetoKernels(std::string_view json, const std::string& source);
 
 // ---- statistics ---------------------------------------------------------------------
@@ -109,8 +110,8 @@ struct StepPlan {
 
 struct RankReport {
   int rank = -1;
-  std::string iterations_from;  // "pyrun", "nccl-period" or "" (no iteration marks)
-  std::size_t steps = 0;        // all steps (or NCCL repetitions) seen
+  std::string iterations_from;            // "pyrun", "nccl-period" or "" (no iteration marks)
+  std::size_t steps = 0;                  // all steps (or NCCL repetitions) seen
   std::vector<std::size_t> steady_steps;  // indices of the steps in `iteration_ms`
   std::optional<Summary> iteration_ms;    // steady state: wall time per step
   std::optional<Summary> gpu_ms;          // steady state: GPU time per step (pyrun)

@@ -56,7 +56,7 @@ class OptionParser {
 // Number checks for option values, with the message "<command>: <flag> '<v>' is not ...".
 [[nodiscard]] double positiveNumber(std::string_view command, std::string_view flag,
                                     const std::string& v);
-[[nodiscard]] int intInRange(std::string_view command, std::string_view flag,
-                             const std::string& v, int lo, int hi);
+[[nodiscard]] int intInRange(std::string_view command, std::string_view flag, const std::string& v,
+                             int lo, int hi);
 
 }  // namespace crystal::cli

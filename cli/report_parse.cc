@@ -93,6 +93,8 @@ NcclRecordTimes parseNcclRecordTimes(std::string_view file, const std::string& s
     c.p2p = kind == "p2p_api";
     c.t0_ns = integer(j, "t0", where);
     c.t1_ns = integer(j, "t1", where);
+    // CLOCK_MONOTONIC times: non-negative, so differences of them cannot overflow.
+    if (c.t0_ns < 0) throw InputError(where + ": negative t0");
     if (c.t1_ns < c.t0_ns) throw InputError(where + ": t1 before t0");
     r.calls.push_back(std::move(c));
   }
@@ -113,8 +115,10 @@ KinetoKernels parseKinetoKernels(std::string_view json_text, const std::string& 
   for (std::size_t i = 0; i < events->size(); ++i) {
     const json& e = (*events)[i];
     if (!e.is_object()) continue;
-    const std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
-    const std::string cat = e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
+    const std::string name =
+        e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+    const std::string cat =
+        e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
     if (cat == "user_annotation" && name.starts_with("ProfilerStep#")) ++k.profiler_steps;
     if (cat != "kernel") continue;
     const std::string where = fmt::format("{}: traceEvents[{}]", source, i);

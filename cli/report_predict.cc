@@ -64,8 +64,7 @@ Prediction predict(const Config& config, std::span<const int> real_ranks, int it
     if (iterations > 0) longer.job.iterations = iterations;
     const auto g2 = iterations > 0 ? graph::buildGraph(longer) : nullptr;
     opts.trace_ranks.assign(real_ranks.begin(), real_ranks.end());
-    opts.trace_ranks.insert(opts.trace_ranks.end(), p.virtual_peers.begin(),
-                            p.virtual_peers.end());
+    opts.trace_ranks.insert(opts.trace_ranks.end(), p.virtual_peers.begin(), p.virtual_peers.end());
     std::erase_if(opts.trace_ranks, [&](int rank) { return rank < 0 || rank >= g->worldSize(); });
     p.trace = replay::chromeTrace(replay::runReplay(g2 ? *g2 : *g, cost, opts));
   } catch (const std::exception& e) {

@@ -50,16 +50,17 @@ std::vector<RankInputs> collectInputs(const RunInfo& run) {
                            fmt::format("rank{}.pyrun.json", in.rank);
     std::error_code ec;
     if (!fs::exists(pyrun, ec)) {
-      in.notes.push_back(fmt::format("{}: missing (not a Python program, or it did not exit "
-                                     "normally)",
-                                     pyrun.string()));
+      in.notes.push_back(
+          fmt::format("{}: missing (not a Python program, or it did not exit "
+                      "normally)",
+                      pyrun.string()));
       continue;
     }
     try {
       in.pyrun = graph::parsePyRun(slurp(pyrun), pyrun.string());
       if (in.pyrun->rank != in.rank)
-        throw InputError(fmt::format("{}: says rank {}, expected {}", pyrun.string(),
-                                     in.pyrun->rank, in.rank));
+        throw InputError(
+            fmt::format("{}: says rank {}, expected {}", pyrun.string(), in.pyrun->rank, in.rank));
     } catch (const std::exception& e) {
       in.pyrun.reset();
       in.notes.push_back(e.what());
@@ -109,8 +110,8 @@ std::vector<RankInputs> collectInputs(const RunInfo& run) {
   }
   for (RankInputs& in : out)
     if (!in.nccl)
-      in.notes.push_back(fmt::format("no NCCL record file of rank {} in {}", in.rank,
-                                     run.record_dir));
+      in.notes.push_back(
+          fmt::format("no NCCL record file of rank {} in {}", in.rank, run.record_dir));
   return out;
 }
 

@@ -139,8 +139,7 @@ void iterationsFromNccl(const NcclRecordTimes& rec, const StepPlan& plan, RankRe
 
 void exposedFromKineto(const KinetoKernels& k, const StepPlan& plan, RankReport& out) {
   std::vector<Interval> nccl, other;
-  for (const KernelSpan& s : k.kernels)
-    (s.nccl ? nccl : other).push_back({s.start_us, s.end_us});
+  for (const KernelSpan& s : k.kernels) (s.nccl ? nccl : other).push_back({s.start_us, s.end_us});
   // Steps in the trace: its ProfilerStep ranges if it has them, else the profiled steps.
   const int steps = k.profiler_steps > 0 ? k.profiler_steps : std::max(plan.profiled_count, 1);
   out.nccl_kernel_ms = coveredTime(nccl) / 1e3 / steps;
@@ -178,8 +177,8 @@ RankReport analyzeRank(const RankInputs& in, const StepPlan& plan) {
     out.iteration_ms = summarize(host);
     out.gpu_ms = summarize(gpu);
     if (untimed > 0)
-      out.notes.push_back(fmt::format("{}: {} steady step(s) without a host time left out",
-                                      p.source, untimed));
+      out.notes.push_back(
+          fmt::format("{}: {} steady step(s) without a host time left out", p.source, untimed));
     if (!out.iteration_ms)
       out.notes.push_back(fmt::format(
           "{}: {} steps, none in steady state (first {} dropped as warm-up{})", p.source,

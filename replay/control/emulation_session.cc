@@ -32,8 +32,8 @@ struct EmulationSession::Impl {
     launch.getenv = envLookup;
     launch.local_gpus = opts.local_gpus > 0 ? opts.local_gpus : store::localGpuCount(envLookup);
     store::StoreServerOptions so;
-    so.listen = opts.store_listen.empty() ? sameHostAnyPort(host.controlAddress())
-                                          : opts.store_listen;
+    so.listen =
+        opts.store_listen.empty() ? sameHostAnyPort(host.controlAddress()) : opts.store_listen;
     so.world_size = launch.world_size;
     so.real_ranks = launch.real_ranks;
     so.ranks_per_root = store::ranksPerRoot(launch);
@@ -58,9 +58,8 @@ struct EmulationSession::Impl {
       if (!record_dir.empty()) {
         // The plugin library is also NCCL's profiler (plugin/profiler/, docs/record.md).
         const auto outer_plugin = envLookup("NCCL_PROFILER_PLUGIN");
-        env.emplace_back("NCCL_PROFILER_PLUGIN", outer_plugin && !outer_plugin->empty()
-                                                     ? *outer_plugin
-                                                     : opts.plugin_path);
+        env.emplace_back("NCCL_PROFILER_PLUGIN",
+                         outer_plugin && !outer_plugin->empty() ? *outer_plugin : opts.plugin_path);
         env.emplace_back("CRYSTAL_RECORD", record_dir);
       }
     }

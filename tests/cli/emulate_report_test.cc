@@ -40,9 +40,13 @@ std::string errorOf(const std::function<void()>& f) {
 // Three iterations of {AllReduce tp, AllReduce dp} after an init broadcast, as the plugin's
 // profiler writes them (lines at each event's stop; a task line per call).
 std::string recordFile() {
-  std::string s = R"({"crystal_record":1,"rank":"0","pid":4242})" "\n"
-                  R"({"comm":"aa","name":"tp","nnodes":8,"nranks":8,"rank":0,"t":1})" "\n"
-                  R"({"ev":"coll_api","func":"Broadcast","count":4,"dtype":"ncclFloat32","root":0,"stream":"0x1","graph":false,"comm":"aa","id":1,"parent":-1,"t0":1000,"t1":1100})" "\n";
+  std::string s =
+      R"({"crystal_record":1,"rank":"0","pid":4242})"
+      "\n"
+      R"({"comm":"aa","name":"tp","nnodes":8,"nranks":8,"rank":0,"t":1})"
+      "\n"
+      R"({"ev":"coll_api","func":"Broadcast","count":4,"dtype":"ncclFloat32","root":0,"stream":"0x1","graph":false,"comm":"aa","id":1,"parent":-1,"t0":1000,"t1":1100})"
+      "\n";
   long t = 10'000'000;  // 10 ms
   int id = 2;
   for (int it = 0; it < 4; ++it) {
@@ -76,7 +80,8 @@ TEST(ReportParse, NcclRecordTimes) {
 }
 
 TEST(ReportParse, BadRecordFilesNameTheLine) {
-  EXPECT_EQ(errorOf([] { (void)parseNcclRecordTimes("", "f.jsonl"); }), "f.jsonl: empty record file");
+  EXPECT_EQ(errorOf([] { (void)parseNcclRecordTimes("", "f.jsonl"); }),
+            "f.jsonl: empty record file");
   EXPECT_EQ(errorOf([] { (void)parseNcclRecordTimes("{\"x\":1}\n", "f.jsonl"); }),
             "f.jsonl:1: not a crystal record file (no \"crystal_record\":1)");
   EXPECT_EQ(errorOf([] {
@@ -87,6 +92,14 @@ TEST(ReportParse, BadRecordFilesNameTheLine) {
                   "f.jsonl");
             }),
             "f.jsonl:2: t1 before t0");
+  EXPECT_EQ(errorOf([] {
+              (void)parseNcclRecordTimes(
+                  "{\"crystal_record\":1}\n"
+                  "{\"ev\":\"coll_api\",\"comm\":\"a\",\"func\":\"AllReduce\",\"dtype\":\"f\","
+                  "\"count\":1,\"t0\":-5,\"t1\":4}\n",
+                  "f.jsonl");
+            }),
+            "f.jsonl:2: negative t0");
   EXPECT_EQ(errorOf([] {
               (void)parseNcclRecordTimes("{\"crystal_record\":1}\n{\"ev\":\"p2p_api\"}\n", "g");
             }),
@@ -148,8 +161,8 @@ TEST(ReportStats, PeriodOfACallSequence) {
   EXPECT_FALSE(findPeriod(std::vector<std::string>{"a", "b", "a", "b", "x"}));
   EXPECT_FALSE(findPeriod(std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
   // A loop over less than half of the calls is not the program's iteration.
-  EXPECT_FALSE(findPeriod(std::vector<std::string>{"p", "q", "r", "s", "t", "u", "v", "x", "x",
-                                                   "x"}));
+  EXPECT_FALSE(
+      findPeriod(std::vector<std::string>{"p", "q", "r", "s", "t", "u", "v", "x", "x", "x"}));
 }
 
 TEST(ReportAnalyze, SteadyStateFromPyRunLeavesOutWarmupAndProfiledSteps) {
@@ -188,8 +201,8 @@ TEST(ReportAnalyze, ExposedCommFromTheProfiledStepsKernels) {
   in.kineto = k;
   const RankReport r = analyzeRank(in, StepPlan{2, 2, 2});
   ASSERT_TRUE(r.exposed_comm_ms);
-  EXPECT_DOUBLE_EQ(*r.exposed_comm_ms, 5);   // per step
-  EXPECT_DOUBLE_EQ(*r.nccl_kernel_ms, 10);   // per step
+  EXPECT_DOUBLE_EQ(*r.exposed_comm_ms, 5);  // per step
+  EXPECT_DOUBLE_EQ(*r.nccl_kernel_ms, 10);  // per step
 }
 
 TEST(ReportAnalyze, IterationsFromTheNcclCallsOfAProgramWithoutMarks) {
@@ -248,7 +261,8 @@ job: {world_size: 64, layout: {tp: 8, dp: 8}}
 workload: {kind: dense, layers: 2, hidden: 1024, heads: 16, vocab: 8192, seq_len: 512,
            micro_batch: 4, dtype: fp32}
 emulation: {real_ranks: [0]}
-)", "test.yaml");
+)",
+                              "test.yaml");
   RunInfo run;
   run.config_path = "test.yaml";
   run.run_dir = d.path.string();
@@ -270,8 +284,8 @@ emulation: {real_ranks: [0]}
   ASSERT_TRUE(r["predicted"].is_object()) << j.dump(1);
   const double predicted = r["predicted"]["iteration_ms"].get<double>();
   EXPECT_GT(predicted, 0);
-  EXPECT_NEAR(r["predicted"]["iteration_diff_pct"].get<double>(),
-              100 * (5 - predicted) / predicted, 1e-9);
+  EXPECT_NEAR(r["predicted"]["iteration_diff_pct"].get<double>(), 100 * (5 - predicted) / predicted,
+              1e-9);
   std::ifstream t(d.path / "timeline.json");
   const auto tl = nlohmann::json::parse(t);
   std::set<std::string> processes;

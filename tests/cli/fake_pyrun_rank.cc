@@ -37,8 +37,9 @@ int main() {
   const char* rank = env("RANK");
   if (run_dir == nullptr || record == nullptr || env("NCCL_PROFILER_PLUGIN") == nullptr ||
       rank == nullptr) {
-    std::fprintf(stderr, "fake_pyrun_rank: CRYSTAL_RUN_DIR, CRYSTAL_RECORD, "
-                         "NCCL_PROFILER_PLUGIN or RANK missing\n");
+    std::fprintf(stderr,
+                 "fake_pyrun_rank: CRYSTAL_RUN_DIR, CRYSTAL_RECORD, "
+                 "NCCL_PROFILER_PLUGIN or RANK missing\n");
     return 5;
   }
   const std::string base = std::string(run_dir) + "/rank" + rank;
@@ -53,27 +54,32 @@ int main() {
     for (int i = 0; i < 7; ++i)
       pyrun += (i ? "," : "") + std::string("{\"gpu_ms\":") + std::to_string(host[i] - 0.5) +
                ",\"host_ms\":" + std::to_string(host[i]) + "}";
-    pyrun += "],\"max_memory_allocated\":1073741824,\"max_memory_reserved\":2147483648,"
-             "\"kineto_trace\":\"rank" + std::string(rank) + ".kineto.json\",\"torch\":\"fake\","
-             "\"nccl\":[2,28,9]}";
+    pyrun +=
+        "],\"max_memory_allocated\":1073741824,\"max_memory_reserved\":2147483648,"
+        "\"kineto_trace\":\"rank" +
+        std::string(rank) +
+        ".kineto.json\",\"torch\":\"fake\","
+        "\"nccl\":[2,28,9]}";
     const std::string kineto =
         "{\"traceEvents\":["
-        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#2\",\"ts\":0,\"dur\":12000},"
-        "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"ncclDevKernel_AllReduce\",\"ts\":0,\"dur\":10000},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#2\",\"ts\":0,\"dur\":"
+        "12000},"
+        "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"ncclDevKernel_AllReduce\",\"ts\":0,\"dur\":"
+        "10000},"
         "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"sm90_gemm\",\"ts\":4000,\"dur\":8000}]}";
     if (!writeFile(base + ".kineto.json", kineto)) return 6;
   }
   if (!writeFile(base + ".pyrun.json", pyrun)) return 6;
 
-  std::string rec = "{\"crystal_record\":1,\"rank\":\"" + std::string(rank) + "\",\"pid\":" +
-                    std::to_string(::getpid()) + "}\n";
+  std::string rec = "{\"crystal_record\":1,\"rank\":\"" + std::string(rank) +
+                    "\",\"pid\":" + std::to_string(::getpid()) + "}\n";
   long t = 1'000'000;
   for (int it = 0; it < 4; ++it)
     for (const char* count : {"1024", "2048"}) {
       rec += std::string("{\"ev\":\"coll_api\",\"func\":\"AllReduce\",\"count\":") + count +
              ",\"dtype\":\"ncclFloat32\",\"root\":-1,\"stream\":\"0x1\",\"graph\":false,"
-             "\"comm\":\"aa\",\"id\":1,\"parent\":-1,\"t0\":" + std::to_string(t) +
-             ",\"t1\":" + std::to_string(t + 100) + "}\n";
+             "\"comm\":\"aa\",\"id\":1,\"parent\":-1,\"t0\":" +
+             std::to_string(t) + ",\"t1\":" + std::to_string(t + 100) + "}\n";
       t += 2'000'000;
     }
   if (!writeFile(std::string(record) + "/crystal-record." + std::to_string(::getpid()) + ".jsonl",

@@ -20,9 +20,9 @@ struct EmulationSessionOptions {
   // libnccl-net-crystal.so; "" leaves LD_PRELOAD/LD_LIBRARY_PATH and the profiler out (a
   // `crystal host` that could not find it still serves).
   std::string plugin_path;
-  std::string store_listen;      // "" = the control address's IP, any port
-  double store_timeout_s = 0;    // <= 0: emulation.timeout_s of the config
-  int local_gpus = 0;            // <= 0: CUDA_VISIBLE_DEVICES, else the driver's count, else 1
+  std::string store_listen;    // "" = the control address's IP, any port
+  double store_timeout_s = 0;  // <= 0: emulation.timeout_s of the config
+  int local_gpus = 0;          // <= 0: CUDA_VISIBLE_DEVICES, else the driver's count, else 1
   // Directory for the NCCL profiler's record files (NCCL_PROFILER_PLUGIN = the plugin,
   // CRYSTAL_RECORD = this dir); "" = no recording. A CRYSTAL_RECORD already in the caller's
   // environment wins (`crystal record -- crystal emulate ...`): see recordDir().
