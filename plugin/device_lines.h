@@ -27,7 +27,8 @@ void writeLinesOnDevice(DeviceQueue& q, proto::Proto p, void* dst, std::size_t b
 
 // dst (device) gets the data of protocol-p lines at src with this step's flags. src in
 // device memory: device-to-device copies (no LL: NCCL keeps LL send buffers in host memory);
-// src in host memory: the lines are built in slot's pinned staging by the CPU, then copied.
+// src in host memory: the lines are built in slot's pinned staging by the CPU, then copied
+// (LL128: with flag 0, the flags set after the copy).
 void copyLinesToDevice(DeviceQueue& q, int slot, proto::Proto p, void* dst, const void* src,
                        bool src_on_device, std::size_t bytes, std::uint64_t step);
 
