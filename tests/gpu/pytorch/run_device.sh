@@ -89,7 +89,7 @@ store.get("no_rank_writes_this")  # waits; the emulation's store must fail it
 PY
   local t0=$(date +%s%N)
   timeout -k 5 60 $B/cli/crystal emulate "$cfg" --store-timeout 10 \
-    --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- python3 "$OUT/nokey.py" >"$OUT/nokey.txt" 2>&1
+    --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" --run-dir "$OUT/run-nokey" -- python3 "$OUT/nokey.py" >"$OUT/nokey.txt" 2>&1
   local rc=$?
   local wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   echo "nokey: rc=$rc wall=${wall} ms (expected: rc 1, ~10 s)"
