@@ -23,7 +23,9 @@ struct EmulateRun {
   nlohmann::json report;
 };
 
-EmulateRun emulate(const std::string& env) {
+// `crystal emulate` of the fake rank; then, if `report_opts` is given, `crystal report` on
+// the same run directory with those options (its report.json is the one returned).
+EmulateRun emulate(const std::string& env, const std::string& report_opts = "") {
   std::string t = (fs::temp_directory_path() / "crystal-emulate-report-XXXXXX").string();
   const fs::path dir = ::mkdtemp(t.data());
   const fs::path run_dir = dir / "run";
@@ -36,6 +38,14 @@ EmulateRun emulate(const std::string& env) {
   while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.err += buf.data();
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (!report_opts.empty()) {
+    const std::string again = std::string(CRYSTAL_EXE) + " report " + TEST_DIR +
+                              "/emulate64.yaml " + run_dir.string() + " " + report_opts + " 2>&1";
+    FILE* q = ::popen(again.c_str(), "r");
+    while (std::fgets(buf.data(), buf.size(), q) != nullptr) r.err += buf.data();
+    const int rst = ::pclose(q);
+    r.status = WIFEXITED(rst) ? WEXITSTATUS(rst) : -1;
+  }
   std::ifstream f(run_dir / "report.json");
   if (f) r.report = nlohmann::json::parse(f, nullptr, false);
   fs::remove_all(dir);
@@ -84,6 +94,21 @@ TEST(EmulateReport, ACorruptPyRunIsANoteAndTheStatusStaysThePrograms) {
     named = named || n.get<std::string>().find("run/rank0.pyrun.json") != std::string::npos;
   EXPECT_TRUE(named) << rank["notes"].dump();
   EXPECT_EQ(rank["nccl_calls"], 8);
+}
+
+TEST(EmulateReport, CrystalReportRedoesItWithAnotherWarmup) {
+  // Warm-up 4 (the profiled step 2, from the run's report.json, falls inside it): steps
+  // 4..6 = 5, 7, 3 ms.
+  EmulateRun r = emulate("FAKE_EXIT=3", "--warmup 4");
+  EXPECT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_EQ(r.report["exit_code"], 3);  // the run's, kept from its report
+  EXPECT_EQ(r.report["profiled_steps"], nlohmann::json({2}));
+  EXPECT_DOUBLE_EQ(r.report["ranks"][0]["iteration_ms"]["mean"].get<double>(), 5);
+  // --profiled none: step 2 (4 ms) counts again; warm-up 2: 4, 6, 5, 7, 3.
+  r = emulate("", "--profiled none");
+  EXPECT_DOUBLE_EQ(r.report["ranks"][0]["iteration_ms"]["mean"].get<double>(), 5);
+  EXPECT_EQ(r.report["ranks"][0]["steady_steps"].size(), 5u);
 }
 
 }  // namespace
