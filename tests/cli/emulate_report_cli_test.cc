@@ -105,8 +105,12 @@ TEST(EmulateReport, CrystalReportRedoesItWithAnotherWarmup) {
   EXPECT_EQ(r.report["exit_code"], 3);  // the run's, kept from its report
   EXPECT_EQ(r.report["profiled_steps"], nlohmann::json({2}));
   EXPECT_DOUBLE_EQ(r.report["ranks"][0]["iteration_ms"]["mean"].get<double>(), 5);
+}
+
+TEST(EmulateReport, CrystalReportCanCountTheProfiledStep) {
   // --profiled none: step 2 (4 ms) counts again; warm-up 2: 4, 6, 5, 7, 3.
-  r = emulate("", "--profiled none");
+  const EmulateRun r = emulate("", "--profiled none");
+  ASSERT_TRUE(r.report.is_object()) << r.err;
   EXPECT_DOUBLE_EQ(r.report["ranks"][0]["iteration_ms"]["mean"].get<double>(), 5);
   EXPECT_EQ(r.report["ranks"][0]["steady_steps"].size(), 5u);
 }
