@@ -21,6 +21,8 @@ DeviceQueue::~DeviceQueue() {
   if (stream_) (void)d_->streamDestroy(stream_);
   for (const Staging& s : staging_)
     if (s.p) (void)d_->memFreeHost(s.p);
+  for (std::byte* p : retired_) (void)d_->memFreeHost(p);
+  for (const Twin& t : twins_) (void)d_->memFreeHost(t.p);
   if (caller != ctx_) (void)d_->ctxSetCurrent(caller);
 }
 
@@ -95,13 +97,24 @@ std::byte* DeviceQueue::staging(int slot, std::size_t bytes) {
   Staging& s = staging_.at(static_cast<std::size_t>(slot));
   if (s.size >= bytes && s.p) return s.p;
   enter();
-  if (s.p) check(d_->memFreeHost(s.p), "cuMemFreeHost");
-  s = Staging{};
   void* p = nullptr;
   check(d_->memHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+  if (s.p) retired_.push_back(s.p);  // not freed here: cuMemFreeHost waits for the GPU
   s.p = static_cast<std::byte*>(p);
   s.size = bytes;
   return s.p;
+}
+
+std::byte* DeviceQueue::twin(const void* base, std::size_t bytes) {
+  for (const Twin& t : twins_)
+    if (t.base == base && t.size >= bytes) return t.p;
+  // A region registered again at the same address (larger) gets a new twin; the old one is
+  // kept until close for the same reason as outgrown staging.
+  enter();
+  void* p = nullptr;
+  check(d_->memHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+  twins_.push_back(Twin{base, bytes, static_cast<std::byte*>(p)});
+  return twins_.back().p;
 }
 
 void DeviceQueue::mark(int slot) {

@@ -33,8 +33,14 @@ class DeviceQueue {
   void deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
                         std::size_t rows);
   // Pinned host memory of at least `bytes` for slot `slot`, kept (and grown) across uses; a
-  // slot's staging is only reused after that slot's request completed.
+  // slot's staging is only reused after that slot's request completed. Growing never frees
+  // the smaller buffer before close: cuMemFreeHost synchronizes the context, i.e. waits for
+  // the NCCL kernel that is itself waiting for this proxy (a deadlock).
   [[nodiscard]] std::byte* staging(int slot, std::size_t bytes);
+  // A pinned host twin of the GPU region [base, base + bytes): allocated once on first use,
+  // kept until close. Real peers stage a buffer at its offset in the twin, so a
+  // connection's staging is sized by what NCCL registered, not by the messages it sees.
+  [[nodiscard]] std::byte* twin(const void* base, std::size_t bytes);
   // The work enqueued so far completes slot `slot`'s request.
   void mark(int slot);
   // Records `e` (created on first use) after the work enqueued so far: another object (the
@@ -55,6 +61,13 @@ class DeviceQueue {
   std::vector<cuda::Event> events_;
   std::vector<bool> marked_ = std::vector<bool>(events_.size());
   std::vector<Staging> staging_;
+  std::vector<std::byte*> retired_;  // outgrown staging, freed at close (see staging())
+  struct Twin {
+    const void* base = nullptr;
+    std::size_t size = 0;
+    std::byte* p = nullptr;
+  };
+  std::vector<Twin> twins_;  // few: NCCL registers LL, LL128, Simple (and a shared pool)
 };
 
 }  // namespace crystal::plugin

@@ -1,9 +1,9 @@
 #include "net_api.h"
 
+#include <fmt/core.h>
+
 #include <cstring>
 #include <mutex>
-
-#include <fmt/core.h>
 
 #include "connection.h"
 #include "crystal/base/log.h"
@@ -27,8 +27,9 @@ T* need(T* p, const char* what) {
 
 Comm& commOf(const void* token, CommKind kind, const char* entry) {
   Comm* c = HandleTable::instance().find(token);
-  if (!c) throw PluginError(Errc::BadUsage,
-                            fmt::format("{}: comm {} is closed or was never opened", entry, token));
+  if (!c)
+    throw PluginError(Errc::BadUsage,
+                      fmt::format("{}: comm {} is closed or was never opened", entry, token));
   if (c->kind() != kind)
     throw PluginError(Errc::BadUsage, fmt::format("{}: comm {} has the wrong kind", entry, token));
   return *c;
@@ -43,6 +44,13 @@ DataComm& dataCommOf(const void* token, const char* entry) {
 }
 
 int sendCapacity() { return nccl::NCCL_NET_MAX_REQUESTS * PluginState::get().maxRecvs(); }
+
+// How long a request may wait on a real peer before its comm logs a stall warning: the
+// emulation's timeout (emulation.timeout_s / CRYSTAL_TIMEOUT).
+live::TimeNs stallNs(const PluginState& st) {
+  const double s = st.config().emulation.timeout_s;
+  return static_cast<live::TimeNs>((s > 0 && s < 1e6 ? s : 1e6) * 1e9);  // no overflow
+}
 
 void closeComm(void* token, CommKind kind, const char* entry) {
   (void)commOf(token, kind, entry);
@@ -85,7 +93,8 @@ ncclResult_t getProperties(int dev, nccl::ncclNetProperties_v11_t* props) noexce
     // memory (given NCCL_NET_GDR_LEVEL, which crystal emulate sets), so a connection to a
     // virtual peer costs the GPU only HBM traffic; the plugin writes those buffers through
     // the CUDA driver and stages real peers' bytes through pinned host memory.
-    props->ptrSupport = st.gdr() ? (nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA) : nccl::NCCL_PTR_HOST;
+    props->ptrSupport =
+        st.gdr() ? (nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA) : nccl::NCCL_PTR_HOST;
     props->regIsGlobal = 0;
     props->forceFlush = 0;
     props->speed = n.speed_mbps;
@@ -143,8 +152,8 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       vc.ordinal = h.ordinal;
       vc.graph = h.graph;
       auto link = c->virtualLink(vc, dev);
-      *sendComm = table.insert(
-          std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank, c->mirrorFor(vc)));
+      *sendComm = table.insert(std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link,
+                                                                 h.rank, c->mirrorFor(vc)));
       return;
     }
     // RealListen: non-blocking TCP connect + Hello, progressed over repeated calls.
@@ -165,18 +174,22 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     auto& pc = static_cast<PendingConnect&>(commOf(token, CommKind::PendingConnect, "connect"));
     if (!pc.connected && !(pc.connected = connectDone(pc.fd.get()))) return;
     while (pc.hello_sent < sizeof pc.hello) {
-      const std::size_t n = sendSome(pc.fd.get(), reinterpret_cast<char*>(&pc.hello) + pc.hello_sent,
-                                     sizeof pc.hello - pc.hello_sent);
+      const std::size_t n =
+          sendSome(pc.fd.get(), reinterpret_cast<char*>(&pc.hello) + pc.hello_sent,
+                   sizeof pc.hello - pc.hello_sent);
       if (n == 0) return;
       pc.hello_sent += n;
     }
     Fd fd = std::move(pc.fd);
+    // Both sides name the connection by (comm, listen id): the two logs pair up.
+    std::string peer =
+        fmt::format("a real peer (comm {:#x}, listen {})", pc.hello.comm_id, pc.hello.listen_id);
     (void)table.remove(token);
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
-    *sendComm = table.insert(std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd),
-                                                            st.link(), nic.out));
+    *sendComm = table.insert(std::make_unique<RealSendComm>(
+        c, dev, sendCapacity(), std::move(fd), st.link(), nic.out, std::move(peer), stallNs(st)));
   });
 }
 
@@ -195,8 +208,9 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       lc.hello_got = 0;
     }
     while (lc.hello_got < sizeof lc.hello) {
-      const std::size_t n = recvSome(lc.pending.get(), reinterpret_cast<char*>(&lc.hello) + lc.hello_got,
-                                     sizeof lc.hello - lc.hello_got);
+      const std::size_t n =
+          recvSome(lc.pending.get(), reinterpret_cast<char*>(&lc.hello) + lc.hello_got,
+                   sizeof lc.hello - lc.hello_got);
       if (n == 0) return;
       lc.hello_got += n;
     }
@@ -223,7 +237,9 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       return;
     }
     *recvComm = HandleTable::instance().insert(std::make_unique<RealRecvComm>(
-        lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), st.link(), st.sharedClock()));
+        lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), st.link(), st.sharedClock(),
+        fmt::format("a real peer (comm {:#x}, listen {})", lc.hello.comm_id, lc.hello.listen_id),
+        stallNs(st)));
   });
 }
 
@@ -235,8 +251,8 @@ ncclResult_t regMr(void* comm, void* data, std::size_t size, int type, void** mh
   });
 }
 
-ncclResult_t regMrDmaBuf(void* comm, void* data, std::size_t size, int type, std::uint64_t,
-                         int, void** mhandle) noexcept {
+ncclResult_t regMrDmaBuf(void* comm, void* data, std::size_t size, int type, std::uint64_t, int,
+                         void** mhandle) noexcept {
   // DMA-BUF is not advertised (ptrSupport): NCCL only calls this if a plugin reports
   // NCCL_PTR_DMABUF. Registering the range (host or GPU) is all the plugin needs.
   return regMr(comm, data, size, type, mhandle);
@@ -257,9 +273,8 @@ ncclResult_t isend(void* sendComm, void* data, std::size_t size, int tag, void* 
     *request = nullptr;
     auto& c = static_cast<DataComm&>(commOf(sendComm, CommKind::Send, "isend"));
     if (size > PluginState::get().maxBytes())
-      throw PluginError(Errc::BadArgument,
-                        fmt::format("isend of {} bytes exceeds maxP2pBytes {}", size,
-                                    PluginState::get().maxBytes()));
+      throw PluginError(Errc::BadArgument, fmt::format("isend of {} bytes exceeds maxP2pBytes {}",
+                                                       size, PluginState::get().maxBytes()));
     std::lock_guard lock(c.mu);
     if (size > 0) c.checkRange(mhandle, data, size);
     Request* r = c.allocRequest();
@@ -319,12 +334,13 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
     Comm* c = HandleTable::instance().find(comm);
     if (!c || slot < 0 || (c->kind() != CommKind::Send && c->kind() != CommKind::Recv))
       throw PluginError(Errc::BadUsage, fmt::format("test: request {} is unknown or its comm "
-                                                    "was closed", request));
+                                                    "was closed",
+                                                    request));
     auto& dc = static_cast<DataComm&>(*c);
     std::lock_guard lock(dc.mu);
     Request* r = dc.slot(slot);
-    if (!r) throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed",
-                                                          request));
+    if (!r)
+      throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed", request));
     const bool finished = dc.test(*r, live::nowNs(), sizes);
     if (finished) dc.freeRequest(*r);
     *need(done, "done") = finished ? 1 : 0;

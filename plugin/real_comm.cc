@@ -1,9 +1,10 @@
 #include "real_comm.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
 
+#include <algorithm>
+
+#include "crystal/base/log.h"
 #include "errors.h"
 
 namespace crystal::plugin {
@@ -15,12 +16,13 @@ void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live
   r.tags[0] = tag;
   r.posted = now;
   r.bytes = size;
+  r.step = steps_++;
   r.due = port_->reserve(now, link_.occupancy(size)) + link_.latency_ns;
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
   if (region && region->type == nccl::NCCL_PTR_CUDA) {
     if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
     const int s = slotOf(r);
-    gpu_->deviceToHost(gpu_->staging(s, size), data, size);
+    gpu_->deviceToHost(stagingOf(data, size), data, size);
     gpu_->mark(s);
     r.on_device[0] = r.staged = true;
   }
@@ -34,7 +36,7 @@ void RealSendComm::progress() {
     Request& r = *slot(s);
     // A GPU buffer: its bytes leave from the staging copy once that copy is done.
     if (r.staged && !gpu_->done(s)) return;
-    const char* body = r.staged ? reinterpret_cast<const char*>(gpu_->staging(s, r.sizes[0]))
+    const char* body = r.staged ? reinterpret_cast<const char*>(stagingOf(r.data[0], r.sizes[0]))
                                 : static_cast<const char*>(r.data[0]);
     if (hdr_done_ == 0 && body_done_ == 0) {
       hdr_ = FrameHeader{};
@@ -59,15 +61,42 @@ void RealSendComm::progress() {
   }
 }
 
+std::byte* RealSendComm::stagingOf(const void* data, std::size_t size) {
+  const MemRegion* region = regionOf(data);
+  if (!region || region->type != nccl::NCCL_PTR_CUDA)
+    throw PluginError(Errc::BadUsage, "isend: GPU buffer is no longer registered on this comm");
+  const auto off = static_cast<std::size_t>(static_cast<const std::byte*>(data) -
+                                            static_cast<const std::byte*>(region->base));
+  (void)size;  // within the region: checked at isend (checkRange)
+  return gpu_->twin(region->base, region->size) + off;
+}
+
+void RealSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
+  if (stall_warned_ || now - r.posted < stall_ns_) return;
+  stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
+  const char* what = r.staged && !r.filled[0] && !gpu_->done(slotOf(r))
+                         ? "its device-to-host staging copy (the GPU has not run it)"
+                     : !r.filled[0] ? "the real peer to read the bytes (TCP send blocked: the "
+                                      "peer's proxy does not post or progress a receive)"
+                                    : "its modelled delivery time";
+  CRYSTAL_WARN(
+      "send to {} (net dev {}): step {} ({} bytes, tag {}) has waited {:.1f} s (> the "
+      "emulation timeout) for {}; still waiting",
+      peer_, dev(), r.step, r.sizes[0], r.tags[0], static_cast<double>(now - r.posted) / 1e9, what);
+}
+
 bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (!r.filled[0]) progress();
-  if (!r.filled[0] || now < r.due) return false;
+  if (!r.filled[0] || now < r.due) {
+    warnIfStalled(r, now);
+    return false;
+  }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
 }
 
-void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
-                         const int* tags, live::TimeNs now) {
+void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
+                         live::TimeNs now) {
   r.n = n;
   for (int i = 0; i < n; ++i) {
     r.data[i] = data[i];
@@ -79,6 +108,7 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
   }
   r.posted = now;
   r.due = 0;
+  r.step = steps_++;
   posted_.push_back(slotOf(r));
   progress(now);
 }
@@ -96,8 +126,8 @@ void RealRecvComm::progress(live::TimeNs now) {
       if (!waiting) return;
     }
     while (hdr_done_ < sizeof hdr_) {
-      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_,
-                                     sizeof hdr_ - hdr_done_);
+      const std::size_t n =
+          recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
       if (n == 0) return;
       hdr_done_ += n;
     }
@@ -108,7 +138,10 @@ void RealRecvComm::progress(live::TimeNs now) {
       for (int s : posted_) {
         Request& r = *slot(s);
         for (int i = 0; i < r.n && target_slot_ < 0; ++i)
-          if (!r.filled[i] && r.tags[i] == hdr_.tag) { target_slot_ = s; target_entry_ = i; }
+          if (!r.filled[i] && r.tags[i] == hdr_.tag) {
+            target_slot_ = s;
+            target_entry_ = i;
+          }
         if (target_slot_ >= 0) break;
       }
       if (target_slot_ < 0) return;  // wait for NCCL to post a matching receive
@@ -120,8 +153,7 @@ void RealRecvComm::progress(live::TimeNs now) {
     }
     Request& r = *slot(target_slot_);
     const bool staged = r.on_device[target_entry_];
-    const int stage = target_slot_ * kMaxGroup + target_entry_;
-    char* dst = staged ? reinterpret_cast<char*>(gpu().staging(stage, r.sizes[target_entry_]))
+    char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[target_entry_], hdr_.size))
                        : static_cast<char*>(r.data[target_entry_]);
     while (body_done_ < hdr_.size) {
       const std::size_t n = recvSome(fd_.get(), dst + body_done_, hdr_.size - body_done_);
@@ -137,8 +169,8 @@ void RealRecvComm::progress(live::TimeNs now) {
     r.filled[target_entry_] = true;
     r.got[target_entry_] = hdr_.size;
     // Released no earlier than the target would have delivered it.
-    const live::TimeNs due = shared_clock_ ? hdr_.due_ns
-                                           : r.posted + link_.occupancy(hdr_.size) + link_.latency_ns;
+    const live::TimeNs due =
+        shared_clock_ ? hdr_.due_ns : r.posted + link_.occupancy(hdr_.size) + link_.latency_ns;
     r.due = std::max({r.due, due, now});
     hdr_done_ = body_done_ = 0;
     target_slot_ = target_entry_ = -1;
@@ -154,14 +186,60 @@ bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (!all) {
     progress(now);
     for (int i = 0; i < r.n; ++i)
-      if (!r.filled[i]) return false;
+      if (!r.filled[i]) {
+        warnIfStalled(r, now, "bytes from the real peer");
+        return false;
+      }
   }
-  if (r.staged && !gpu_->done(slotOf(r) * kMaxGroup)) return false;
-  if (now < r.due) return false;
+  if (r.staged && !gpu_->done(slotOf(r) * kMaxGroup)) {
+    warnIfStalled(r, now, "the host-to-device copy of its staged bytes (the GPU has not run it)");
+    return false;
+  }
+  if (now < r.due) {
+    warnIfStalled(r, now, "its modelled delivery time");
+    return false;
+  }
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.got[i]);
   posted_.erase(std::find(posted_.begin(), posted_.end(), slotOf(r)));
   return true;
+}
+
+std::byte* RealRecvComm::stagingOf(const void* data, std::size_t size) {
+  const MemRegion* region = regionOf(data);
+  if (!region || region->type != nccl::NCCL_PTR_CUDA)
+    throw PluginError(Errc::BadUsage, "irecv: GPU buffer is no longer registered on this comm");
+  const auto off = static_cast<std::size_t>(static_cast<const std::byte*>(data) -
+                                            static_cast<const std::byte*>(region->base));
+  if (off + size > region->size)
+    throw PluginError(Errc::Remote,
+                      fmt::format("real peer sent {} bytes past the end of a {}-byte GPU region",
+                                  size, region->size));
+  return gpu().twin(region->base, region->size) + off;
+}
+
+void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {
+  if (stall_warned_ || now - r.posted < stall_ns_) return;
+  stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
+  std::string need;
+  for (int i = 0; i < r.n; ++i)
+    if (!r.filled[i])
+      need +=
+          fmt::format("{}tag {} (<= {} bytes)", need.empty() ? "" : ", ", r.tags[i], r.sizes[i]);
+  std::string stream;
+  if (hdr_done_ > 0 && hdr_done_ < sizeof hdr_)
+    stream = fmt::format("; a frame header is half read ({} of {} bytes)", hdr_done_, sizeof hdr_);
+  else if (hdr_done_ == sizeof hdr_ && target_slot_ < 0)
+    stream = fmt::format("; the peer's next frame (tag {}, {} bytes) matches no posted receive",
+                         hdr_.tag, hdr_.size);
+  else if (hdr_done_ == sizeof hdr_)
+    stream = fmt::format("; {} of {} body bytes of the frame with tag {} arrived", body_done_,
+                         hdr_.size, hdr_.tag);
+  CRYSTAL_WARN(
+      "receive from {} (net dev {}): step {} ({} entries{}{}) has waited {:.1f} s (> the "
+      "emulation timeout) for {}{}; still waiting (legit only if the peer is idle)",
+      peer_, dev(), r.step, r.n, need.empty() ? "" : ", missing ", need,
+      static_cast<double>(now - r.posted) / 1e9, what, stream);
 }
 
 DeviceQueue& RealRecvComm::gpu() {

@@ -4,11 +4,18 @@
 // Buffers in GPU memory (GDR) are staged through pinned host memory with async copies on the
 // comm's DeviceQueue: a send's bytes leave once its device-to-host copy is done; a receive
 // completes once its host-to-device copy is (event queries in test(), no blocking call).
+// A GPU buffer is staged at its offset in a pinned twin of its registered region (allocated
+// once, kept to close: no cuMemFreeHost while NCCL's kernels run, see DeviceQueue).
+//
+// A request that waits on the real peer longer than the emulation's timeout is logged once
+// per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
+// Waiting is legit while the peer is idle, so it is a warning and the wait goes on.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 
 #include "comm.h"
 #include "crystal/live/link_timing.h"
@@ -27,19 +34,31 @@ static_assert(sizeof(FrameHeader) == 24);
 
 class RealSendComm final : public DataComm {
  public:
+  // `peer` names the connection in warnings; `stall_ns`: wait before the stall warning.
   RealSendComm(NetContext* ctx, int dev, int max_requests, Fd fd, live::LinkParams link,
-               std::shared_ptr<live::PortQueue> port)
-      : DataComm(CommKind::Send, ctx, dev, max_requests), fd_(std::move(fd)), link_(link),
-        port_(std::move(port)) {}
+               std::shared_ptr<live::PortQueue> port, std::string peer, live::TimeNs stall_ns)
+      : DataComm(CommKind::Send, ctx, dev, max_requests),
+        fd_(std::move(fd)),
+        link_(link),
+        port_(std::move(port)),
+        peer_(std::move(peer)),
+        stall_ns_(stall_ns) {}
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
 
  private:
   void progress();
+  [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
+  void warnIfStalled(const Request& r, live::TimeNs now);
   Fd fd_;
   live::LinkParams link_;
   std::shared_ptr<live::PortQueue> port_;
-  std::unique_ptr<DeviceQueue> gpu_;  // GPU send buffers: staging slot = request slot
+  std::string peer_;
+  live::TimeNs stall_ns_;
+  bool stall_warned_ = false;
+  std::uint64_t steps_ = 0;
+  std::unique_ptr<DeviceQueue>
+      gpu_;                // GPU send buffers: twins of their regions, one event per slot
   std::deque<int> queue_;  // request slots in post order
   FrameHeader hdr_;
   std::size_t hdr_done_ = 0, body_done_ = 0;
@@ -48,9 +67,13 @@ class RealSendComm final : public DataComm {
 class RealRecvComm final : public DataComm {
  public:
   RealRecvComm(NetContext* ctx, int dev, int max_requests, Fd fd, live::LinkParams link,
-               bool shared_clock)
-      : DataComm(CommKind::Recv, ctx, dev, max_requests), fd_(std::move(fd)), link_(link),
-        shared_clock_(shared_clock) {}
+               bool shared_clock, std::string peer, live::TimeNs stall_ns)
+      : DataComm(CommKind::Recv, ctx, dev, max_requests),
+        fd_(std::move(fd)),
+        link_(link),
+        shared_clock_(shared_clock),
+        peer_(std::move(peer)),
+        stall_ns_(stall_ns) {}
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
@@ -58,11 +81,17 @@ class RealRecvComm final : public DataComm {
  private:
   void progress(live::TimeNs now);
   DeviceQueue& gpu();
+  [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
+  void warnIfStalled(const Request& r, live::TimeNs now, const char* what);
   Fd fd_;
   live::LinkParams link_;
   bool shared_clock_;
-  // GPU receive buffers: staging slot = request slot * kMaxGroup + entry; a request's
-  // completion event is that of its entry 0 slot.
+  std::string peer_;
+  live::TimeNs stall_ns_;
+  bool stall_warned_ = false;
+  std::uint64_t steps_ = 0;
+  // GPU receive buffers: twins of their regions; a request's completion event is that of
+  // slot request slot * kMaxGroup.
   std::unique_ptr<DeviceQueue> gpu_;
   std::deque<int> posted_;  // request slots in post order
   FrameHeader hdr_;

@@ -99,6 +99,7 @@ Result hostAlloc(void** p, std::size_t n, unsigned) {
 }
 Result freeHost(void* p) {
   --g.live_host_allocs;
+  record({"cuMemFreeHost", addr(p), 0, 0});
   std::free(p);
   return 0;
 }

@@ -59,12 +59,13 @@ struct Buffer {
   [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
 };
 
-void configure(DataPolicy policy, bool gdr = true) {
+void configure(DataPolicy policy, bool gdr = true, double timeout_s = 60.0) {
   ::unsetenv("CRYSTAL_DATA");
   ::unsetenv("CRYSTAL_GDR");
   Config cfg;
   cfg.emulation.data = policy;
   cfg.emulation.gdr = gdr;
+  cfg.emulation.timeout_s = timeout_s;
   plugin::PluginState::get().configure(cfg);
 }
 
@@ -124,6 +125,25 @@ class Gdr : public ::testing::Test {
     return s;
   }
   void* virtualRecv() { return acceptOf(live::PeerKind::Virtual); }
+  // A send and a receive comm of two real ranks, both in this process over loopback TCP.
+  void realPair(void** s, void** r) {
+    live::NetHandle h;
+    (void)acceptOf(live::PeerKind::Real, &h);
+    char bytes[live::kNcclHandleSize] = {};
+    std::memcpy(bytes, &h, sizeof h);
+    *s = *r = nullptr;
+    for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
+      if (!*s) {
+        ASSERT_EQ(net::connect(ctx_, 0, bytes, s, nullptr), ncclSuccess);
+      }
+      if (!*r) {
+        ASSERT_EQ(net::accept(listens_.back(), r, nullptr), ncclSuccess);
+      }
+    }
+    ASSERT_TRUE(*s && *r);
+    sends_.push_back(*s);
+    recvs_.push_back(*r);
+  }
   void* acceptOf(live::PeerKind kind, live::NetHandle* handle_out = nullptr) {
     char bytes[live::kNcclHandleSize] = {};
     void* l = nullptr;
@@ -482,6 +502,97 @@ TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
   EXPECT_EQ(h2d[0].dst, reinterpret_cast<std::uintptr_t>(dst.at(0)));
   EXPECT_EQ(h2d[0].bytes, kBytes);
   EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), kBytes), 0);
+}
+
+// The `two` stall on the H200 (4 MiB all-reduce after 1 KiB..256 KiB): NCCL's sizes on one
+// real<->real connection grow, and staging that grew by cuMemFreeHost + cuMemHostAlloc on
+// the proxy thread waits for the GPU, i.e. for the kernel that waits for this proxy. Steps
+// of growing sizes, several in flight at distinct offsets, must stay bit-exact and never
+// free pinned memory before close; staging is one pinned twin per registered GPU region.
+TEST_F(Gdr, RealPeersNeverFreePinnedMemoryWhileSizesGrow) {
+  configure(DataPolicy::None);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kRegion = 1 << 20, kSteps = 4, kStep = kRegion / kSteps;
+  Buffer src(kRegion), dst(kRegion);
+  registerProtocols(s, {&src}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&dst}, nccl::NCCL_PTR_CUDA);
+  const std::size_t allocs_before = gpu_->count("cuMemHostAlloc");
+  std::uint32_t seed = 1;
+  for (std::size_t size : {std::size_t{1024}, std::size_t{16384}, kStep / 4, kStep}) {
+    for (std::size_t i = 0; i < kRegion; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      src.p.get()[i] = std::byte(seed >> 24);
+    }
+    std::memset(dst.p.get(), 0xA5, kRegion);
+    std::vector<void*> sreq, rreq;
+    for (std::size_t k = 0; k < kSteps; ++k) {  // NCCL-like: all steps of a buffer in flight
+      rreq.push_back(recvPost(r, 0, dst.at(k * kStep), kStep));
+      sreq.push_back(sendPost(s, 0, src.at(k * kStep), size));
+    }
+    for (std::size_t k = 0; k < kSteps; ++k) {
+      waitDone(sreq[k]);
+      waitDone(rreq[k]);
+      EXPECT_EQ(std::memcmp(src.at(k * kStep), dst.at(k * kStep), size), 0)
+          << "step " << k << " of " << size << " bytes";
+    }
+  }
+  EXPECT_EQ(gpu_->count("cuMemFreeHost"), 0u) << "pinned memory freed on the data path";
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc") - allocs_before, 2u) << "one twin per side";
+}
+
+// A receive that waits on a real peer past the emulation timeout is named once, as a WARN
+// through NCCL's logger (which connection, which step, what it waits for), and keeps waiting:
+// the bytes that come later still complete it.
+TEST_F(Gdr, RealReceiveWaitingPastTheTimeoutWarnsOnceAndStillCompletes) {
+  configure(DataPolicy::None, true, /*timeout_s=*/0.05);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(8192), dst(8192);
+  registerProtocols(s, {&src}, nccl::NCCL_PTR_CUDA);
+  registerProtocols(r, {&dst}, nccl::NCCL_PTR_CUDA);
+  void* rreq = recvPost(r, 0, dst.at(0), 8192);
+  stillPendingFor(rreq, 150);  // nothing sent: past the 50 ms timeout, then some more
+  std::string log;
+  {
+    std::lock_guard lock(g_log_mu);
+    log = g_log;
+  }
+  const auto first = log.find("has waited");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("has waited", first + 1), std::string::npos) << "warned more than once";
+  EXPECT_NE(log.find("receive from a real peer (comm"), std::string::npos) << log;
+  EXPECT_NE(log.find("step 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("missing tag 1 (<= 8192 bytes)"), std::string::npos) << log;
+  EXPECT_NE(log.find("for bytes from the real peer"), std::string::npos) << log;
+  std::memset(src.p.get(), 0x3C, 8192);
+  void* sreq = sendPost(s, 0, src.at(0), 8192);
+  waitDone(sreq);
+  waitDone(rreq);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 8192), 0);
+}
+
+// The same for a receive whose bytes arrived but whose host-to-device copy the GPU has not
+// run: the warning says so (a GPU that does not run our copy stream is then visible).
+TEST_F(Gdr, RealReceiveWaitingForItsGpuCopyPastTheTimeoutSaysSo) {
+  configure(DataPolicy::None, true, /*timeout_s=*/0.05);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(4096), dst(4096);
+  registerProtocols(s, {&src}, nccl::NCCL_PTR_HOST);
+  registerProtocols(r, {&dst}, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = false;
+  void* rreq = recvPost(r, 0, dst.at(0), 4096);
+  void* sreq = sendPost(s, 0, src.at(0), 4096);
+  waitDone(sreq);
+  stillPendingFor(rreq, 150);
+  {
+    std::lock_guard lock(g_log_mu);
+    EXPECT_NE(g_log.find("for the host-to-device copy of its staged bytes"), std::string::npos)
+        << g_log;
+  }
+  gpu_->complete = true;
+  waitDone(rreq);
 }
 
 TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
