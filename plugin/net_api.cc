@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -46,9 +47,14 @@ DataComm& dataCommOf(const void* token, const char* entry) {
 int sendCapacity() { return nccl::NCCL_NET_MAX_REQUESTS * PluginState::get().maxRecvs(); }
 
 // How long a request may wait on a real peer before its comm logs a stall warning: the
-// emulation's timeout (emulation.timeout_s / CRYSTAL_TIMEOUT).
+// emulation's timeout, CRYSTAL_TIMEOUT (what the host calls use) over emulation.timeout_s.
 live::TimeNs stallNs(const PluginState& st) {
-  const double s = st.config().emulation.timeout_s;
+  double s = st.config().emulation.timeout_s;
+  if (const char* env = std::getenv("CRYSTAL_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end != env && *end == '\0' && v > 0) s = v;
+  }
   return static_cast<live::TimeNs>((s > 0 && s < 1e6 ? s : 1e6) * 1e9);  // no overflow
 }
 

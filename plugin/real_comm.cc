@@ -3,9 +3,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "proto_lines.h"
+#include "virtual_data.h"
 
 namespace crystal::plugin {
 
@@ -109,6 +112,7 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
   r.posted = now;
   r.due = 0;
   r.step = steps_++;
+  if (protocol_buffers_ < 0) protocol_buffers_ = std::min(3, registrations());
   posted_.push_back(slotOf(r));
   progress(now);
 }
@@ -161,8 +165,8 @@ void RealRecvComm::progress(live::TimeNs now) {
       body_done_ += n;
     }
     if (staged) {
-      // The GPU buffer gets the bytes by one async copy; the request waits for its event.
-      gpu().hostToDevice(r.data[target_entry_], dst, hdr_.size);
+      // The GPU buffer gets the bytes by async copies; the request waits for its event.
+      copyToDevice(r, target_entry_, dst, hdr_.size);
       gpu().mark(target_slot_ * kMaxGroup);
       r.staged = true;
     }
@@ -216,6 +220,33 @@ std::byte* RealRecvComm::stagingOf(const void* data, std::size_t size) {
                       fmt::format("real peer sent {} bytes past the end of a {}-byte GPU region",
                                   size, region->size));
   return gpu().twin(region->base, region->size) + off;
+}
+
+void RealRecvComm::copyToDevice(const Request& r, int entry, char* staged, std::size_t bytes) {
+  void* dst = r.data[entry];
+  const MemRegion* region = regionOf(dst);
+  const std::size_t lines = bytes / proto::kLL128Line;
+  if (!region || protoOfRegion(region->ordinal, protocol_buffers_) != proto::Proto::LL128 ||
+      lines == 0) {
+    gpu().hostToDevice(dst, staged, bytes);
+    return;
+  }
+  // Every line of one step carries the same flag (the sender's step); a step whose lines
+  // disagree is copied as it came (then it is the sender's own inconsistency).
+  constexpr std::size_t kFlag = proto::kLL128FlagWord * 8;
+  std::uint64_t flag = 0;
+  std::memcpy(&flag, staged + kFlag, 8);
+  for (std::size_t i = 1; i < lines; ++i)
+    if (std::memcmp(staged + i * proto::kLL128Line + kFlag, &flag, 8) != 0) {
+      gpu().hostToDevice(dst, staged, bytes);
+      return;
+    }
+  for (std::size_t i = 0; i < lines; ++i) std::memset(staged + i * proto::kLL128Line + kFlag, 0, 8);
+  gpu().hostToDevice(dst, staged, bytes);
+  // Little-endian u64: high half at +124 first, then the low half at +120.
+  char* d = static_cast<char*>(dst);
+  gpu().fill32(d + kFlag + 4, proto::kLL128Line, static_cast<std::uint32_t>(flag >> 32), lines);
+  gpu().fill32(d + kFlag, proto::kLL128Line, static_cast<std::uint32_t>(flag), lines);
 }
 
 void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {

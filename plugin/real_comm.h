@@ -10,6 +10,11 @@
 // A request that waits on the real peer longer than the emulation's timeout is logged once
 // per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
 // Waiting is legit while the peer is idle, so it is a warning and the wait goes on.
+//
+// LL128 lines into GPU memory (only where NCCL enables LL128 on the connection, e.g.
+// NCCL_PROTO=LL128): the staged lines carry the sender's flags, and a copy engine need not
+// write a 128-byte line in order, so the lines go with flag 0 and the flags after, in stream
+// order (as device_lines.h does for virtual senders).
 #pragma once
 
 #include <cstdint>
@@ -83,9 +88,11 @@ class RealRecvComm final : public DataComm {
   DeviceQueue& gpu();
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
   void warnIfStalled(const Request& r, live::TimeNs now, const char* what);
+  void copyToDevice(const Request& r, int entry, char* staged, std::size_t bytes);
   Fd fd_;
   live::LinkParams link_;
   bool shared_clock_;
+  int protocol_buffers_ = -1;  // NCCL's LL, LL128, Simple registrations; fixed at first irecv
   std::string peer_;
   live::TimeNs stall_ns_;
   bool stall_warned_ = false;

@@ -62,6 +62,7 @@ struct Buffer {
 void configure(DataPolicy policy, bool gdr = true, double timeout_s = 60.0) {
   ::unsetenv("CRYSTAL_DATA");
   ::unsetenv("CRYSTAL_GDR");
+  ::unsetenv("CRYSTAL_TIMEOUT");  // it would win over timeout_s
   Config cfg;
   cfg.emulation.data = policy;
   cfg.emulation.gdr = gdr;
@@ -539,6 +540,42 @@ TEST_F(Gdr, RealPeersNeverFreePinnedMemoryWhileSizesGrow) {
   }
   EXPECT_EQ(gpu_->count("cuMemFreeHost"), 0u) << "pinned memory freed on the data path";
   EXPECT_EQ(gpu_->count("cuMemHostAlloc") - allocs_before, 2u) << "one twin per side";
+}
+
+// LL128 from a real sender into GPU memory (NCCL_PROTO=LL128): the staged lines carry the
+// sender's flags, so they are copied with flag 0 and the flags are set after, high half then
+// low half, in stream order; the result is the sender's lines bit-exact.
+TEST_F(Gdr, RealLL128IntoGpuCopiesLinesWithFlagZeroThenTheSendersFlags) {
+  configure(DataPolicy::None);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kLines = 10, kBytes = kLines * 128;
+  constexpr std::uint64_t kFlag = 0x0000000500000007ull;
+  Buffer src(kBytes), ll(kLLStep), ll128(kBytes), simple(kSimpleStep);
+  for (std::size_t i = 0; i < kBytes; ++i) src.p.get()[i] = std::byte((i * 29 + 3) & 0xFF);
+  for (std::size_t l = 0; l < kLines; ++l) std::memcpy(src.at(l * 128 + 120), &kFlag, 8);
+  registerProtocols(s, {&src}, nccl::NCCL_PTR_HOST);
+  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  void* rreq = recvPost(r, 1, ll128.at(0), kBytes);
+  void* sreq = sendPost(s, 0, src.at(0), kBytes);
+  waitDone(sreq);
+  waitDone(rreq);
+  EXPECT_EQ(std::memcmp(src.p.get(), ll128.p.get(), kBytes), 0);
+  std::vector<std::string> order;
+  for (const FakeCall& c : gpu_->calls)
+    if (c.name == "cuMemcpyHtoDAsync" || c.name == "cuMemsetD2D32Async") order.push_back(c.name);
+  ASSERT_EQ(order, (std::vector<std::string>{"cuMemcpyHtoDAsync", "cuMemsetD2D32Async",
+                                             "cuMemsetD2D32Async"}));
+  const auto sets = gpu_->named("cuMemsetD2D32Async");
+  const auto base = reinterpret_cast<std::uintptr_t>(ll128.at(0));
+  EXPECT_EQ(sets[0].dst, base + 124);
+  EXPECT_EQ(sets[0].value, 5u);
+  EXPECT_EQ(sets[1].dst, base + 120);
+  EXPECT_EQ(sets[1].value, 7u);
+  for (const FakeCall& c : sets) {
+    EXPECT_EQ(c.pitch, 128u);
+    EXPECT_EQ(c.rows, kLines);
+  }
 }
 
 // A receive that waits on a real peer past the emulation timeout is named once, as a WARN
