@@ -78,7 +78,10 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.posted = now;
   planDelivery(r);
   r.step = next_step_++;
-  link_->postRecv(r.step, now, outstanding() == 1);  // only this one: an operation starts
+  // Only this one outstanding: an operation starts. LL/LL128 move one step per request.
+  const bool one_per_step =
+      deliveries_[static_cast<std::size_t>(slotOf(r))].proto != proto::Proto::Simple;
+  link_->postRecv(r.step, now, outstanding() == 1, one_per_step ? 1 : 0);
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
 }

@@ -68,8 +68,8 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes) {
   return port_->reserve(now, params_.occupancy(bytes)) + params_.latency_ns;
 }
 
-void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle) {
-  if (ring_) ring_->postRecv(step, now, idle);
+void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step) {
+  if (ring_) ring_->postRecv(step, now, idle, units_per_step);
 }
 
 void VirtualLink::recvDone(bool idle) {

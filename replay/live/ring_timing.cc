@@ -14,29 +14,21 @@ RingChannel::RingChannel(std::vector<RingHop> chain, RingHop in, int slices,
       in_(in),
       busy_(busy ? std::move(busy) : std::make_shared<std::atomic<int>>(0)),
       connected_(connected ? std::move(connected) : std::make_shared<std::atomic<int>>(0)),
-      free_at_(chain_.size() + 1, 0),
       posted_(kWindow, 0),
       bytes_(kWindow, 0),
-      op_start_(kWindow, 0),
-      delivered_(kWindow * std::max<std::size_t>(1, chain_.size()), 0),
-      frontier_(std::max<std::size_t>(1, chain_.size()), 0) {
+      op_lag_(static_cast<std::uint64_t>(slices_)),
+      free_at_(std::max<std::size_t>(1, chain_.size()), 0),
+      delivered_(kWindow * std::max<std::size_t>(1, chain_.size()), 0) {
   if (chain_.empty()) throw std::invalid_argument("RingChannel: empty chain");
 }
 
 TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes) {
   std::lock_guard lock(mu_);
   const std::uint64_t u = sends_++;
-  while (!starts_.empty() && starts_.front().first <= u) {
-    current_start_ = starts_.front().second;
-    starts_.erase(starts_.begin());
-  }
-  const std::size_t s = slot(u);
-  posted_[s] = now;
-  bytes_[s] = bytes;
-  op_start_[s] = current_start_;
-  last_send_ = now;
-  const TimeNs d = transmit(chain_[0], free_at_[0], now, bytes);
-  delivered(0, u) = d;
+  posted_[slot(u)] = now;
+  bytes_[slot(u)] = bytes;
+  if (have_op_ && u >= op_first_) op_bytes_ = bytes;
+  const TimeNs d = transmit(chain_[0], real_free_, now, bytes);
   // Done once the data left the real rank's share of the link: the model has no send window,
   // so NCCL's 8-step credit (freed by this completion) must not wait for the hop latency.
   return d - chain_[0].latency_ns;
@@ -57,70 +49,80 @@ void RingChannel::recvDone(bool idle) {
   in_op_ = false;
 }
 
-void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle) {
+void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step) {
   if (!idle) return;
   std::lock_guard lock(mu_);
   if (!in_op_) busy_->fetch_add(1, std::memory_order_relaxed);
   in_op_ = true;
-  // A later start for the same unit (re-posted after a fallback) replaces the earlier one.
-  if (!starts_.empty() && starts_.back().first == unit)
-    starts_.back().second = now;
-  else
-    starts_.emplace_back(unit, now);
-  // A connection that only receives (the end of a broadcast chain) never consumes them.
-  if (starts_.size() > kMaxStarts) starts_.erase(starts_.begin());
+  // An idle connection is a new operation once the real rank sent every unit before this one
+  // (or sent nothing in the last: a receive-only connection). Otherwise a slow real rank let
+  // its receives run dry in the middle of one (the GPU had not freed a slot yet): the chain
+  // goes on as it was.
+  if (have_op_ && sends_ < unit && op_bytes_ != 0) return;
+  TimeNs start = now;
+  std::uint64_t sent_bytes = 0;
+  // The real rank's send of this unit came first (after the previous operation started):
+  // the operation started then.
+  if (unit < sends_ && unit + kWindow > sends_ && (!have_op_ || posted_[slot(unit)] >= op_start_)) {
+    start = std::min(start, posted_[slot(unit)]);
+    sent_bytes = bytes_[slot(sends_ - 1)];
+  }
+  // The previous operation had no send of the real rank: a receive-only connection.
+  recv_only_ = have_op_ && op_bytes_ == 0 && sent_bytes == 0;
+  have_op_ = true;
+  op_first_ = unit;
+  op_start_ = start;
+  op_lag_ = static_cast<std::uint64_t>(units_per_step > 0 ? units_per_step : slices_);
+  op_bytes_ = sent_bytes;
+  frontier_ = std::max(frontier_, unit);
 }
 
-TimeNs RingChannel::depReady(int pos, std::uint64_t u) {
-  TimeNs t = op_start_[slot(u)];
-  const auto s = static_cast<std::uint64_t>(slices_);
-  if (u >= s && kept(u - s) && (pos == 1 || frontier_[static_cast<std::size_t>(pos - 1)] > u - s))
-    t = std::max(t, delivered(pos - 1, u - s));
-  return t;
-}
-
-void RingChannel::advance(int pos, std::uint64_t upto) {
-  std::uint64_t& next = frontier_[static_cast<std::size_t>(pos)];
-  const auto p = static_cast<std::size_t>(pos);
-  for (; next <= upto; ++next) {
-    if (!kept(next)) continue;
-    delivered(pos, next) =
-        transmit(chain_[p], free_at_[p], depReady(pos, next), bytes_[slot(next)]);
+void RingChannel::advance(std::uint64_t upto, std::uint64_t capacity) {
+  const int p = period_;
+  for (; frontier_ <= upto; ++frontier_) {
+    const std::uint64_t u = frontier_;
+    const std::uint64_t b = sentInOp(u) ? bytes_[slot(u)] : op_bytes_ > 0 ? op_bytes_ : capacity;
+    // From the operation's second step on, a member forwards what the one before it sent a
+    // step earlier; position 0 (the idealised copy of the real rank) gets it from the chain's
+    // end, by periodicity.
+    const bool forwards = u >= op_first_ + op_lag_;
+    for (int pos = 0; pos < p; ++pos) {
+      TimeNs ready = op_start_;
+      if (forwards) ready = std::max(ready, delivered(pos == 0 ? p - 1 : pos - 1, u - op_lag_));
+      const RingHop& hop = p == 1 ? in_ : chain_[static_cast<std::size_t>(pos)];
+      delivered(pos, u) = transmit(hop, free_at_[static_cast<std::size_t>(pos)], ready, b);
+    }
   }
 }
 
 std::optional<TimeNs> RingChannel::recvArrival(std::uint64_t unit, TimeNs posted,
                                                std::uint64_t bytes, TimeNs now) {
   std::lock_guard lock(mu_);
-  const bool one = period_ == 1;
-  const RingHop& in = one ? in_ : chain_.back();
-  TimeNs& in_free = free_at_[one ? chain_.size() : chain_.size() - 1];
-  if (unit >= sends_ || !kept(unit)) {
-    if (unit >= sends_) {
-      const TimeNs step_ns = in.occupancy(bytes, 1) + in.latency_ns;
-      const bool stalled = sends_ == 0 || now - last_send_ > kStallSteps * step_ns + kStallSlackNs;
-      if (now < posted + step_ns || !stalled) return std::nullopt;
-    }
-    // Not a ring's order (or older than the window): the previous member is taken as ready.
-    return transmit(in, in_free, posted, bytes);
+  const RingHop& in = period_ == 1 ? in_ : chain_.back();
+  if (!have_op_) {  // a receive nobody announced: it starts an operation
+    have_op_ = true;
+    op_first_ = unit;
+    op_start_ = posted;
+    op_lag_ = static_cast<std::uint64_t>(slices_);
+    frontier_ = std::max(frontier_, unit);
   }
-  const std::uint64_t b = bytes_[slot(unit)];
-  // The previous member sends when its data is ready, not when the real rank's proxy reposts
-  // the buffer (the model has no receive window either); the receive completes no earlier
-  // than it was posted.
-  TimeNs ready = 0;
-  if (period_ == 1) {
-    // The previous member is a copy of the real rank: it sends unit u when the real rank did.
-    ready = posted_[slot(unit)];
-  } else {
-    const auto s = static_cast<std::uint64_t>(slices_);
-    for (int pos = 1; pos < period_ - 1; ++pos) {
-      const std::uint64_t lag = static_cast<std::uint64_t>(period_ - 1 - pos) * s;
-      if (unit >= lag) advance(pos, unit - lag);
-    }
-    ready = depReady(period_ - 1, unit);
+  if (unit < frontier_) {
+    // Computed already (a repeated question), or older than the window: the member before
+    // is taken as ready.
+    if (unit + kWindow > frontier_) return std::max(posted, delivered(period_ - 1, unit));
+    TimeNs free = posted;
+    return transmit(in, free, posted, bytes);
   }
-  return std::max(posted, transmit(in, in_free, ready, b));
+  if (op_bytes_ == 0 && !sentInOp(unit)) {
+    // No send of this operation yet to say the unit's size. A ring's comes at once (step 0
+    // needs no data); a connection that does not pair as a ring's (the end of a broadcast
+    // chain) gets its receive's own size once it waited a few steps.
+    const TimeNs step_ns = in.occupancy(bytes, 1) + in.latency_ns;
+    const bool recv_only = recv_only_ && now >= posted + step_ns;
+    if (!recv_only && now - op_start_ <= kStallSteps * step_ns + kStallSlackNs) return std::nullopt;
+  }
+  advance(unit, bytes);
+  return std::max(posted, delivered(period_ - 1, unit));
 }
 
 }  // namespace crystal::live

@@ -31,13 +31,38 @@ TEST(LinkTiming, UnpairedReceiveIsTimedFromItsOwnPost) {
 // 1 us hops of 50 GB/s (50'000 B: 1000 ns), no cap, so that numbers are easy to follow.
 constexpr RingHop kHop{1000, 0.02, 0.0};
 
-TEST(RingTiming, PeriodOneMirrorsTheRealRanksSends) {
-  // One member per node: the previous member sends unit u when the real rank does.
+TEST(RingTiming, PeriodOneCopyRunsAtTheModelsPaceFromTheOperationsStart) {
+  // One member per node: the previous member is a copy of the real rank's position, a target
+  // rank: it sends unit 0 at the operation's start (the receive's post), not when the real
+  // rank's (slow) proxy did.
   RingChannel ring({kHop}, kHop, 2, nullptr);
   ring.postRecv(0, 0, true);
-  EXPECT_FALSE(ring.recvArrival(0, 0, 50'000, 0).has_value());  // not sent yet: wait
+  EXPECT_FALSE(ring.recvArrival(0, 0, 50'000, 0).has_value());  // no size known yet: wait
   EXPECT_EQ(ring.postSend(500, 50'000), 500 + 1000);            // done when it left
-  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 600), 500 + 1000 + 1000);
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 600), 0 + 1000 + 1000);
+  EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 600), 3000);  // serial behind unit 0
+  // Unit 2 forwards unit 0 (arrived 2000; the link is free from 2000 on): 2000 + 2000. The
+  // real rank has not sent units 1..2 (a slow GPU): the copy does not wait for it.
+  EXPECT_EQ(ring.recvArrival(2, 0, 50'000, 700), 4000);
+  // A receive posted after its modelled arrival completes when posted.
+  EXPECT_EQ(ring.recvArrival(3, 90'000, 50'000, 90'000), 90'000);
+}
+
+TEST(RingTiming, SendBeforeTheFirstReceiveStartsTheOperation) {
+  RingChannel ring({kHop}, kHop, 2, nullptr);
+  (void)ring.postSend(200, 50'000);
+  ring.postRecv(0, 900, true);  // the proxy posted its receives late
+  // Started at the send (200): arrival 200 + 2000, completed no earlier than posted.
+  EXPECT_EQ(ring.recvArrival(0, 900, 50'000, 900), 2200);
+}
+
+TEST(RingTiming, OneUnitPerStepForLlProtocols) {
+  // LL/LL128: every request is a ring step; unit 1 forwards unit 0 (no two-slice overlap).
+  RingChannel ring({kHop}, kHop, 2, nullptr);
+  ring.postRecv(0, 0, true, 1);
+  (void)ring.postSend(0, 50'000);
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 0), 2000);
+  EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 4000);  // waits for unit 0's arrival
 }
 
 TEST(RingTiming, ChainOfVirtualMembersRunsTheRecurrence) {
@@ -69,19 +94,20 @@ TEST(RingTiming, ChannelsShareTheLinkWhileBusy) {
   EXPECT_EQ(b.postSend(0, 50'000), 1000);  // alone again: the whole link
 }
 
-TEST(RingTiming, ReceiveWithoutItsSendIsBoundedByTheStallRule) {
-  // A chain broadcast's send depends on its receive: the real rank never sends unit 0 first.
+TEST(RingTiming, ReceiveWithoutAnySendIsBoundedByTheStallRule) {
+  // A chain broadcast's end only receives: no send says a unit's size. It waits for one
+  // kStallSteps steps + slack from the operation's start, then takes its own size.
   RingChannel ring({kHop}, kHop, 2, nullptr);
   ring.postRecv(0, 100, true);
   const TimeNs step = 1000 + 1000;
-  EXPECT_FALSE(ring.recvArrival(0, 100, 50'000, 100 + step - 1).has_value());
-  // Nothing was ever sent: taken as a ready peer once a step time passed.
-  EXPECT_EQ(ring.recvArrival(0, 100, 50'000, 100 + step), 100 + step);
-  // With a recent send the receive keeps waiting until kStallSteps steps + slack of silence.
-  (void)ring.postSend(10'000, 50'000);
   const TimeNs silence = RingChannel::kStallSteps * step + RingChannel::kStallSlackNs;
-  EXPECT_FALSE(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence).has_value());
-  EXPECT_EQ(ring.recvArrival(1, 10'000, 50'000, 10'000 + silence + 1), 10'000 + step);
+  EXPECT_FALSE(ring.recvArrival(0, 100, 50'000, 100 + silence).has_value());
+  EXPECT_EQ(ring.recvArrival(0, 100, 50'000, 100 + silence + 1), 100 + step);
+  ring.recvDone(true);
+  // The next operation of a receive-only connection waits one step, not the whole bound.
+  ring.postRecv(1, 500'000, true);
+  EXPECT_FALSE(ring.recvArrival(1, 500'000, 50'000, 500'000 + step - 1).has_value());
+  EXPECT_EQ(ring.recvArrival(1, 500'000, 50'000, 500'000 + step), 500'000 + step);
 }
 
 TEST(LinkTiming, HostStreamEofMeansTheVirtualSenderIsGone) {

@@ -99,7 +99,8 @@ struct Outcome {
 // Model's ring/Simple time with the channel count NCCL would use (the tuner's), and the
 // emulated time: the proxy's span plus the model's per-call base latency (kernel launch and
 // GPU-side set-up, which a real GPU supplies and the instantaneous one here does not).
-Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int exchanges = 1) {
+Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int exchanges = 1,
+            Turnaround turnaround = {}) {
   static std::uint64_t next_comm = 0x1000;
   const Config cfg = targetOf(k.nranks);
   plugin::PluginState::get().configure(cfg);
@@ -118,7 +119,7 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
                    interleave, exchanges);
   // Start well after anything an earlier case left on the shared NIC/NVLink queues.
   static live::TimeNs start = 1'000'000'000;
-  const RingRun r = runRingCollective(c.ring, k.f, k.bytes, k.nranks, start);
+  const RingRun r = runRingCollective(c.ring, k.f, k.bytes, k.nranks, start, turnaround);
   start = r.end + 1'000'000'000;
   close(c);
   return Outcome{static_cast<double>(r.end - r.start) / 1e3 + base_us, model_us, channels,
@@ -185,6 +186,29 @@ TEST(RingEmulation, FewerRealChannelsThanTheTarget) {
 TEST(RingEmulation, ChannelsConnectedInTwoExchanges) {
   expectWithin({Func::AllReduce, 64 * MiB, 64}, 0.02, false, 16, /*exchanges=*/2);
   expectWithin({Func::AllGather, MiB, 64, 5}, 0.02, true, 8, /*exchanges=*/2);
+}
+
+// A slow real rank (GPU + proxy turnaround per step) delays its own sends, never the virtual
+// members' sends to it: the time is the model's plus about one turnaround (the last
+// forwarded step), not one per ring step (63 on 64 ranks before the chain ran open-loop).
+// Bounded by NCCL's receive window: a slot is freed when the GPU forwarded what it held, so
+// the real rank does at most 4 Simple slices (2 steps) per turnaround; 8 us stays below the
+// model's 2 steps on 64 ranks (about 10 us). A longer one is the real rank's own pace.
+TEST(RingEmulation, SlowRealRankAddsOneTurnaroundNotOnePerStep) {
+  constexpr live::TimeNs kTurnaroundNs = 8'000;
+  for (Func f : {Func::AllGather, Func::ReduceScatter, Func::AllReduce}) {
+    const Case k{f, 64 * 1024, 64};
+    const Outcome o = run(k, false, 0, 1, Turnaround{kTurnaroundNs, 0});
+    const double want = o.model_us + kTurnaroundNs / 1e3;
+    const double diff = (o.emulated_us - want) / want;
+    std::printf(
+        "%-13s %5d ranks %8s, %.0f us turnaround: emulated %9.1f us, model + turnaround "
+        "%9.1f us, %+6.2f %%\n",
+        std::string(model::toString(f)).c_str(), k.nranks, sizeName(k.bytes).c_str(),
+        kTurnaroundNs / 1e3, o.emulated_us, want, 100 * diff);
+    EXPECT_LE(std::abs(diff), 0.03) << model::toString(f);
+    EXPECT_EQ(o.unknown_waits, 0);
+  }
 }
 
 // 8192 ranks, 1 GiB: 32764 slices per channel on 16 channels (one test each: < 5 s under

@@ -65,6 +65,7 @@ struct ChannelRun {
   DataComm* recv = nullptr;
   std::deque<Request*> sends, recvs;  // outstanding, oldest first (NCCL tests in order)
   long sent = 0, send_done = 0, posted = 0, received = 0, consumed = 0;
+  std::vector<live::TimeNs> received_at;  // [slice]: its receive completed
 };
 
 }  // namespace
@@ -117,7 +118,7 @@ void closeConns(std::vector<RingConns>& conns) {
 }
 
 RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uint64_t bytes,
-                          int nranks, live::TimeNs start) {
+                          int nranks, live::TimeNs start, Turnaround turnaround) {
   const int nch = static_cast<int>(conns.size());
   // calcCollChunking as the model reads it (replay/model/steps.cc ringRun): loops of
   // nranks chunks of at most 4 steps per channel, 2 slices per chunk.
@@ -136,7 +137,17 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
   for (int c = 0; c < nch; ++c) {
     ch[c].send = &dataComm(conns[c].send);
     ch[c].recv = &dataComm(conns[c].recv);
+    ch[c].received_at.assign(static_cast<std::size_t>(units), 0);
   }
+  // When the GPU may send slice v: its data ready plus the turnaround; kUnknown: not yet.
+  auto sendReady = [&](const ChannelRun& c, long v) {
+    if (stepOf(v) == 0) return start + turnaround.send_ns;
+    if (c.received <= v - kSlicesPerStep) return Request::kUnknown;
+    return c.received_at[static_cast<std::size_t>(v - kSlicesPerStep)] + turnaround.send_ns;
+  };
+  auto consumeReady = [&](const ChannelRun& c, long v) {
+    return c.received_at[static_cast<std::size_t>(v)] + turnaround.consume_ns;
+  };
   RingRun out;
   out.start = start;
   live::TimeNs now = start;
@@ -151,6 +162,7 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
         while (!c.recvs.empty() && c.recv->test(*c.recvs.front(), now, nullptr)) {
           c.recv->freeRequest(*c.recvs.front());
           c.recvs.pop_front();
+          c.received_at[static_cast<std::size_t>(c.received)] = now;
           ++c.received;
           progress = true;
         }
@@ -165,6 +177,7 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
           const long v = c.consumed;
           const bool forwarded = stepOf(v) < steps - 1;
           if (forwarded && c.sent <= v + kSlicesPerStep) break;
+          if (now < consumeReady(c, v)) break;
           ++c.consumed;
           progress = true;
         }
@@ -183,7 +196,7 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
         // Sends: data ready (first step of a loop, or the slice received a step earlier)
         // and a free send slot (head credit of the slice 4 back).
         while (c.sent < units && c.sent < c.send_done + kSlicesInFlight &&
-               (stepOf(c.sent) == 0 || c.received > c.sent - kSlicesPerStep)) {
+               now >= sendReady(c, c.sent)) {
           Request* r = c.send->allocRequest();
           EXPECT_NE(r, nullptr);
           if (!r) break;
@@ -202,6 +215,12 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
     for (ChannelRun& c : ch) {
       if (!c.recvs.empty()) next = std::min(next, c.recvs.front()->due);
       if (!c.sends.empty()) next = std::min(next, c.sends.front()->due);
+      // The GPU's next own action (a turnaround running out).
+      if (c.consumed < c.received && consumeReady(c, c.consumed) > now)
+        next = std::min(next, consumeReady(c, c.consumed));
+      if (c.sent < units && c.sent < c.send_done + kSlicesInFlight &&
+          sendReady(c, c.sent) != Request::kUnknown && sendReady(c, c.sent) > now)
+        next = std::min(next, sendReady(c, c.sent));
     }
     if (next == Request::kUnknown) {
       ++out.unknown_waits;  // nothing known: only a fallback can resolve it

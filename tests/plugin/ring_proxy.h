@@ -1,6 +1,7 @@
-// CPU stand-in for NCCL's proxy and an instantaneous GPU, driving the plugin's connections to
-// virtual peers on a virtual clock, to check that a real rank's ring collective takes the
-// time `crystal simulate`'s model predicts (docs/plugin.md "Timing checked against the model").
+// CPU stand-in for NCCL's proxy and a GPU (instantaneous, or with a turnaround per step),
+// driving the plugin's connections to virtual peers on a virtual clock, to check that a real rank's
+// ring collective takes the time `crystal simulate`'s model predicts (docs/plugin.md "Timing
+// checked against the model").
 //
 // Connections are made through the plugin's net API as NCCL's proxy makes them: connect() on
 // the VirtualPeer handle the host forges for the next rank, listen() + accept() of a Hello the
@@ -53,9 +54,21 @@ struct RingRun {
   long requests = 0;
 };
 
+// A real rank slower than an instantaneous GPU: what its proxy + GPU take per step.
+struct Turnaround {
+  // A send is posted this long after its data became ready (the operation's start for the
+  // first step, else the receive it forwards completed): completion -> proxy -> GPU sees
+  // the tail -> GPU writes -> proxy sees it -> isend.
+  live::TimeNs send_ns = 0;
+  // A receive slot is reposted this long after its receive completed (the GPU consumed it
+  // and the proxy saw its head credit).
+  live::TimeNs consume_ns = 0;
+};
+
 // Runs one ring collective (AllReduce, AllGather or ReduceScatter) of `bytes` over the
 // channels in `conns` starting at virtual time `start`.
 [[nodiscard]] RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f,
-                                        std::uint64_t bytes, int nranks, live::TimeNs start);
+                                        std::uint64_t bytes, int nranks, live::TimeNs start,
+                                        Turnaround turnaround = {});
 
 }  // namespace crystal::test

@@ -72,8 +72,9 @@ class VirtualLink {
   // Send step posted at `now`: returns its delivery time.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
   // Receive `step` (0-based sequence number on this connection) posted at `now`; `idle`:
-  // no other receive was outstanding on the connection.
-  void postRecv(std::uint64_t step, TimeNs now, bool idle);
+  // no other receive was outstanding on the connection. `units_per_step`: requests per ring
+  // step of its protocol (LL/LL128 1, Simple 2), 0 = unknown.
+  void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0);
   // A receive completed; `idle`: none is outstanding any more.
   void recvDone(bool idle);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see

@@ -2,26 +2,35 @@
 //
 // The model (replay/model closed_form.h, pipeline.h) runs a ring collective as units (one
 // NCCL slice = one isend/irecv of the proxy): member x sends unit u to x+1 once its link is
-// free and, from the second step of a loop on, once unit u-s (s = slices per step) from x-1
-// has arrived. Every node holds the same ring positions (period p = members per node), so the
-// ring is p classes repeated; the last position of a node sends over the NET, the others over
-// NVLink. The real rank is one position q. Its receive of unit u comes from position q-1,
-// which by periodicity behaves like the virtual position q+p-1 of the chain
-//   real (q) -> q+1 -> ... -> q+p-1 -> real,
-// so RingChannel runs the model's recurrence for the p-1 virtual positions of that chain,
-// driven by the real rank's own sends (their post and delivery times), lazily when a receive
-// needs it. With p = 1 (one member per node, or a single node) the previous member is a copy
-// of the real rank: it sends unit u when the real rank does.
+// free and, from the second step of an operation on, once unit u-s (s = slices per step) from
+// x-1 has arrived. Every node holds the same ring positions (period p = members per node), so
+// the ring is p classes repeated; the last position of a node sends over the NET, the others
+// over NVLink. The real rank is one position q. Its receive of unit u comes from position
+// q-1, which by periodicity behaves like the virtual position q+p-1 of the chain
+//   q' -> q+1 -> ... -> q+p-1 -> real,
+// where q' is a copy of position q on another node: a *target* rank, running at the model's
+// pace. So RingChannel runs the model's recurrence open-loop for an idealised q' (it sends
+// unit u once its link is free and unit u-s came back from the chain's end) and the p-1
+// virtual positions after it, anchored at the operation's start; the real rank's own sends
+// only say how many bytes a unit carries. A slow real rank (its GPU/proxy turnaround per
+// step) therefore delays its own sends and what it forwards, never the virtual members'
+// sends to it: emulated time = max(model, the real rank's own processing). With p = 1 (one
+// member per node, or a single node) the chain is q' alone, sending over `in`.
 //
-// The virtual members start an operation no earlier than the real rank's proxy does: an
-// irecv posted on an idle receive connection marks the start of an operation, a lower
-// bound for every virtual send of it.
+// Operation start: an irecv posted on an idle receive connection, or the real rank's send of
+// the same unit if that was posted earlier (whichever comes first); no virtual send of the
+// operation precedes it. An idle connection whose real rank has not yet sent every earlier
+// unit is a slow real rank in the middle of an operation (its GPU had not freed a receive
+// slot), not a new one: a new operation posted that early is taken as the old one going on,
+// so its first step may arrive up to one step early (never before its post).
 //
-// No hang: a receive whose unit the real rank has not sent yet waits (a ring's receive k
-// never precedes the real rank's send k in NCCL's order), unless the real rank posted
-// nothing for kStallSteps step times + kStallSlackNs: then the pairing cannot be a ring's
-// (e.g. a chain broadcast, where the send depends on the receive) and the receive is timed
-// from its own post, the previous member taken as ready.
+// Unit size: the real rank's send of the same unit when it was posted, else its newest send
+// of the operation (every member sends the same sizes; NCCL's receive sizes are whole slots).
+// A receive posted before any send of its operation waits for the first one (ring
+// collectives send at once: step 0 needs no data), unless none came for kStallSteps step
+// times + kStallSlackNs (one step when the previous operation had no send either): then the
+// connection does not pair as a ring's (the end of a broadcast chain) and the receive's own
+// size is taken. No hang: every receive is timed.
 #pragma once
 
 #include <algorithm>
@@ -61,13 +70,13 @@ class RingChannel {
   static constexpr int kStallSteps = 4;
   static constexpr TimeNs kStallSlackNs = 200'000;
   static constexpr std::uint64_t kWindow = 1024;  // units kept per channel (power of two)
-  static constexpr std::size_t kMaxStarts = 64;   // operation starts not yet sent, kept
 
-  // chain[0]: the real rank's send link; chain[j], 0 < j < p: virtual position q+j's send
-  // link (chain[p-1] sends to the real rank). With p = 1, chain[0] is the send link and `in`
-  // the link into the real rank. `slices`: units per ring step (Simple: chunkSteps /
-  // sliceSteps = 2). `busy`: channels of this ring with receives outstanding (shared).
-  // `connected`: ring channels the real rank's NCCL connected (shared; null = unknown).
+  // chain[0]: position q's send link (the real rank's and its idealised copy's); chain[j],
+  // 0 < j < p: virtual position q+j's send link (chain[p-1] sends to the real rank). With
+  // p = 1, chain[0] is the send link and `in` the link into the real rank. `slices`: units
+  // per ring step unless a receive says otherwise (Simple: chunkSteps / sliceSteps = 2).
+  // `busy`: channels of this ring with receives outstanding (shared). `connected`: ring
+  // channels the real rank's NCCL connected (shared; null = unknown).
   RingChannel(std::vector<RingHop> chain, RingHop in, int slices,
               std::shared_ptr<std::atomic<int>> busy,
               std::shared_ptr<std::atomic<int>> connected = nullptr);
@@ -77,8 +86,10 @@ class RingChannel {
   // The real rank posts its send unit (sequence number = the count so far); returns its
   // delivery time at the next member.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
-  // The real rank posted receive `unit`; `idle`: no other receive outstanding on it.
-  void postRecv(std::uint64_t unit, TimeNs now, bool idle);
+  // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
+  // operation starts). `units_per_step`: slices per ring step of the operation's protocol
+  // (LL/LL128: 1, Simple: 2), 0 = the channel's default.
+  void postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step = 0);
   // A receive completed; `idle`: none is outstanding any more (the operation ended here).
   void recvDone(bool idle);
   // Arrival of receive `unit` (posted at `posted`, `bytes` capacity) once known.
@@ -86,14 +97,15 @@ class RingChannel {
                                                   std::uint64_t bytes, TimeNs now);
 
  private:
-  [[nodiscard]] std::size_t slot(std::uint64_t u) const { return u & (kWindow - 1); }
+  [[nodiscard]] static std::size_t slot(std::uint64_t u) { return u & (kWindow - 1); }
   [[nodiscard]] TimeNs& delivered(int pos, std::uint64_t u) {
     return delivered_[static_cast<std::size_t>(pos) * kWindow + slot(u)];
   }
-  [[nodiscard]] bool kept(std::uint64_t u) const { return u + kWindow > sends_; }
-  // Computes virtual position `pos`'s sends up to unit `upto` (inclusive).
-  void advance(int pos, std::uint64_t upto);
-  [[nodiscard]] TimeNs depReady(int pos, std::uint64_t u);
+  [[nodiscard]] bool sentInOp(std::uint64_t u) const {
+    return u >= op_first_ && u < sends_ && u + kWindow > sends_;
+  }
+  // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
+  void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
   [[nodiscard]] TimeNs transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                                 std::uint64_t bytes);
@@ -106,17 +118,23 @@ class RingChannel {
   std::shared_ptr<std::atomic<int>> busy_;
   std::shared_ptr<std::atomic<int>> connected_;
   bool in_op_ = false;
-  std::vector<TimeNs> free_at_;       // [pos]: the channel's share of pos's link is free; [p]: in_
-  std::uint64_t sends_ = 0;           // units the real rank has sent
-  TimeNs last_send_ = 0;              // post time of its newest send
-  std::vector<TimeNs> posted_;        // [slot]: real send post time
-  std::vector<std::uint64_t> bytes_;  // [slot]: its size (every member sends the same)
-  std::vector<TimeNs> op_start_;      // [slot]: start of the operation the unit belongs to
-  std::vector<TimeNs> delivered_;     // [pos * kWindow + slot]: delivery of pos's send
-  std::vector<std::uint64_t> frontier_;  // [pos]: next unit to compute (pos >= 1)
-  // Operation starts seen on the receive side, (first unit, time), oldest first.
-  std::vector<std::pair<std::uint64_t, TimeNs>> starts_;
-  TimeNs current_start_ = 0;
+  // The real rank's sends: its own link share, count, and per unit post time and size.
+  TimeNs real_free_ = 0;
+  std::uint64_t sends_ = 0;
+  std::vector<TimeNs> posted_;        // [slot]
+  std::vector<std::uint64_t> bytes_;  // [slot]
+  // The operation the receives are in: first unit, start, slices per step, newest send size
+  // (0: none yet).
+  bool have_op_ = false;
+  std::uint64_t op_first_ = 0;
+  TimeNs op_start_ = 0;
+  std::uint64_t op_lag_ = 1;
+  std::uint64_t op_bytes_ = 0;
+  bool recv_only_ = false;  // the previous operation had no send: wait one step, not kStall
+  // The idealised chain: [pos] link share free, [pos * kWindow + slot] delivery of pos's send.
+  std::vector<TimeNs> free_at_;
+  std::vector<TimeNs> delivered_;
+  std::uint64_t frontier_ = 0;  // next unit to compute
 };
 
 }  // namespace crystal::live
