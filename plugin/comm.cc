@@ -1,8 +1,8 @@
 #include "comm.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
+
+#include <algorithm>
 
 #include "errors.h"
 
@@ -14,7 +14,9 @@ DataComm::DataComm(CommKind kind, NetContext* ctx, int dev, int max_requests)
 void* DataComm::regMr(void* data, std::size_t size, int type) {
   if (type != nccl::NCCL_PTR_HOST && type != nccl::NCCL_PTR_CUDA)
     throw PluginError(Errc::BadArgument, fmt::format("regMr: unsupported pointer type {}", type));
-  auto r = std::make_unique<MemRegion>(MemRegion{data, size, type, registrations_++});
+  auto r = std::make_unique<MemRegion>(MemRegion{data, size, type, registrations_});
+  registered(*r);  // may throw: then nothing is registered
+  ++registrations_;
   regions_.push_back(std::move(r));
   return regions_.back().get();
 }
@@ -34,8 +36,8 @@ void DataComm::checkRange(void* mhandle, const void* data, std::size_t size) con
     const auto* d = static_cast<const char*>(data);
     if (d < b || d + size > b + r->size)
       throw PluginError(Errc::BadArgument,
-                        fmt::format("{} bytes at {} lie outside the registered region {}+{}",
-                                    size, data, r->base, r->size));
+                        fmt::format("{} bytes at {} lie outside the registered region {}+{}", size,
+                                    data, r->base, r->size));
     return;
   }
   throw PluginError(Errc::BadArgument, "memory handle not registered on this comm");

@@ -42,7 +42,7 @@ inline constexpr int kMaxGroup = 8;  // largest maxRecvs we report
 struct MemRegion {
   void* base = nullptr;
   std::size_t size = 0;
-  int type = 0;  // NCCL_PTR_*
+  int type = 0;     // NCCL_PTR_*
   int ordinal = 0;  // registration order on its comm (NCCL registers LL, LL128, Simple first)
 };
 
@@ -52,16 +52,16 @@ struct Request {
   std::array<void*, kMaxGroup> data{};
   std::array<std::size_t, kMaxGroup> sizes{};  // posted sizes (capacity for receives)
   std::array<int, kMaxGroup> tags{};
-  std::array<std::size_t, kMaxGroup> got{};    // bytes actually received
+  std::array<std::size_t, kMaxGroup> got{};  // bytes actually received
   std::array<bool, kMaxGroup> filled{};
   std::array<bool, kMaxGroup> on_device{};  // entry's buffer is GPU memory (real peers: staged)
-  bool staged = false;  // GPU copies of this request are enqueued (real peers)
+  bool staged = false;                      // GPU copies of this request are enqueued (real peers)
   static constexpr live::TimeNs kUnknown = INT64_MAX;
   live::TimeNs due = kUnknown;  // modelled completion; kUnknown while not yet known
   live::TimeNs posted = 0;
-  std::uint64_t step = 0;       // per-comm sequence number of this request
-  std::uint64_t bytes = 0;      // total posted bytes
-  std::uint64_t seq = 0;        // FIFO order among outstanding requests
+  std::uint64_t step = 0;   // per-comm sequence number of this request
+  std::uint64_t bytes = 0;  // total posted bytes
+  std::uint64_t seq = 0;    // FIFO order among outstanding requests
 };
 
 class DataComm : public Comm {
@@ -78,7 +78,10 @@ class DataComm : public Comm {
 
   // A free request slot, or nullptr when NCCL's maximum is outstanding (NCCL retries).
   [[nodiscard]] Request* allocRequest() noexcept;
-  void freeRequest(Request& r) noexcept { r.in_use = false; --outstanding_; }
+  void freeRequest(Request& r) noexcept {
+    r.in_use = false;
+    --outstanding_;
+  }
   [[nodiscard]] int slotOf(const Request& r) const noexcept {
     return static_cast<int>(&r - pool_.data());
   }
@@ -88,6 +91,9 @@ class DataComm : public Comm {
   [[nodiscard]] int outstanding() const noexcept { return outstanding_; }
   [[nodiscard]] std::size_t capacity() const noexcept { return pool_.size(); }
 
+  // Called by regMr before the region is added (connection setup, not the data path): real
+  // comms allocate the pinned twin of a GPU region here.
+  virtual void registered(const MemRegion& /*region*/) {}
   // Data path, implemented by the virtual and real comms. isend/irecv fill a fresh request.
   virtual void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now);
   virtual void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,

@@ -12,6 +12,12 @@
 
 namespace crystal::plugin {
 
+void RealSendComm::registered(const MemRegion& region) {
+  if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
+  if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
+  (void)gpu_->twin(region.base, region.size);
+}
+
 void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
   r.n = 1;
   r.data[0] = data;
@@ -96,6 +102,11 @@ bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
+}
+
+void RealRecvComm::registered(const MemRegion& region) {
+  if (region.type == nccl::NCCL_PTR_CUDA && region.size > 0)
+    (void)gpu().twin(region.base, region.size);
 }
 
 void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,

@@ -5,7 +5,8 @@
 // comm's DeviceQueue: a send's bytes leave once its device-to-host copy is done; a receive
 // completes once its host-to-device copy is (event queries in test(), no blocking call).
 // A GPU buffer is staged at its offset in a pinned twin of its registered region (allocated
-// once, kept to close: no cuMemFreeHost while NCCL's kernels run, see DeviceQueue).
+// at regMr, during connection setup; kept to close: no cuMemFreeHost while NCCL's kernels
+// run, see DeviceQueue).
 //
 // A request that waits on the real peer longer than the emulation's timeout is logged once
 // per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
@@ -48,6 +49,7 @@ class RealSendComm final : public DataComm {
         port_(std::move(port)),
         peer_(std::move(peer)),
         stall_ns_(stall_ns) {}
+  void registered(const MemRegion& region) override;
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
 
@@ -79,6 +81,7 @@ class RealRecvComm final : public DataComm {
         shared_clock_(shared_clock),
         peer_(std::move(peer)),
         stall_ns_(stall_ns) {}
+  void registered(const MemRegion& region) override;
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
