@@ -26,6 +26,7 @@
 #include "cli/command.h"
 #include "cli/emulate_report.h"
 #include "cli/options.h"
+#include "cli/session_options.h"
 #include "cli/python_site.h"
 #include "cli/sweep_commands.h"
 #include "crystal/base/error.h"
@@ -149,17 +150,9 @@ int runEmulate(std::span<const std::string> args) {
   std::string plugin, run_dir;
   bool profile = true, record = true;
   int warmup = 2;
+  OptionParser parser("emulate", std::string(kUsage));
   const ParsedOptions parsed =
-      OptionParser("emulate", std::string(kUsage))
-          .value("--listen", [&](const std::string& v) { opts.host.listen = v; })
-          .value("--split",
-                 [&](const std::string& v) { opts.host.split_rules = control::parseSplitRules(v); })
-          .value("--plugin", [&](const std::string& v) { plugin = v; })
-          .value("--store-listen", [&](const std::string& v) { opts.store_listen = v; })
-          .value("--store-timeout",
-                 [&](const std::string& v) {
-                   opts.store_timeout_s = positiveNumber("emulate", "--store-timeout", v);
-                 })
+      addSessionOptions(parser, "emulate", opts, plugin)
           .value("--gpus",
                  [&](const std::string& v) {
                    opts.local_gpus = intInRange("emulate", "--gpus", v, 1, 1024);

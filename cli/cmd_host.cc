@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/options.h"
+#include "cli/session_options.h"
 #include "crystal/base/error.h"
 #include "crystal/config/config.h"
 #include "crystal/control/emulation_session.h"
@@ -35,17 +36,9 @@ constexpr std::string_view kUsage =
 int runHost(std::span<const std::string> args) {
   control::EmulationSessionOptions opts;
   std::string plugin;
+  OptionParser parser("host", std::string(kUsage));
   const ParsedOptions parsed =
-      OptionParser("host", std::string(kUsage))
-          .value("--listen", [&](const std::string& v) { opts.host.listen = v; })
-          .value("--split",
-                 [&](const std::string& v) { opts.host.split_rules = control::parseSplitRules(v); })
-          .value("--plugin", [&](const std::string& v) { plugin = v; })
-          .value("--store-listen", [&](const std::string& v) { opts.store_listen = v; })
-          .value("--store-timeout",
-                 [&](const std::string& v) {
-                   opts.store_timeout_s = positiveNumber("host", "--store-timeout", v);
-                 })
+      addSessionOptions(parser, "host", opts, plugin)
           .maxPositional(1)
           .parse(args);
   if (parsed.help) {
