@@ -12,6 +12,7 @@ Nothing here resets the allocator's peak counters: the program reads what it wou
 without crystal.
 """
 import atexit
+import importlib
 import json
 import os
 import time
@@ -59,9 +60,14 @@ class Recorder:
 
     def start(self):
         torch = self._torch
-        torch.optim.optimizer.register_optimizer_step_post_hook(self._on_step)
+        # Import the submodules by name: the hooks go in while the program's own `import
+        # torch` is still running, before torch.optim / torch.nn are attributes of torch
+        # (seen on the H200: "module 'torch.optim' has no attribute 'optimizer'").
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        optimizer.register_optimizer_step_post_hook(self._on_step)
         try:
-            self._first_forward = torch.nn.modules.module.register_module_forward_pre_hook(
+            module = importlib.import_module("torch.nn.modules.module")
+            self._first_forward = module.register_module_forward_pre_hook(
                 self._on_first_forward)
         except Exception as err:  # iteration 0 then has no start
             warn.once("no start mark for iteration 0", err)
