@@ -145,7 +145,11 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
   }
   f.read("timeout_s", e.timeout_s);
   f.read("tuner", e.tuner);
-  f.read("gdr", e.gdr);
+  if (f.has("gdr")) {
+    bool gdr = false;
+    f.read("gdr", gdr);
+    e.gdr = gdr;
+  }
   f.read("map_comms", e.map_comms);
   f.rejectUnknown();
 }

@@ -104,7 +104,7 @@ void emulation(YAML::Emitter& e, const EmulationConfig& m) {
   kv(e, "data", m.data == DataPolicy::Mirror ? "mirror" : m.data == DataPolicy::Zero ? "zero" : "none");
   kv(e, "timeout_s", m.timeout_s);
   kv(e, "tuner", m.tuner);
-  kv(e, "gdr", m.gdr);
+  if (m.gdr) kv(e, "gdr", *m.gdr);  // unset: the default rule (config.h gdrEnabled)
   kv(e, "map_comms", m.map_comms);
   e << YAML::EndMap;
 }

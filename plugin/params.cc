@@ -27,7 +27,7 @@ constexpr Param kParams[] = {
      "mirror)."},
     {"CRYSTAL_GDR", "",
      "1: report GPU memory support (NCCL_PTR_CUDA) so NCCL keeps NET buffers in GPU memory "
-     "(GDR); 0: host memory only. Overrides emulation.gdr (default 1)."},
+     "(GDR); 0: host memory only. Overrides emulation.gdr (default: 1 only under data none)."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
      "that the profiler writes every NCCL call to. Unset: no recording."},

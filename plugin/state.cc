@@ -195,7 +195,7 @@ void PluginState::applyLocked(const Config& cfg) {
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
   const std::string data = paramString("CRYSTAL_DATA");
   data_ = data.empty() ? cfg.emulation.data : parseDataPolicy(data, "environment CRYSTAL_DATA");
-  gdr_ = paramString("CRYSTAL_GDR").empty() ? cfg.emulation.gdr : paramBool("CRYSTAL_GDR");
+  gdr_ = paramString("CRYSTAL_GDR").empty() ? gdrEnabled(cfg.emulation, data_) : paramBool("CRYSTAL_GDR");
   cfg_ = cfg;
   model_ = live::makeTargetModel(cfg_);
   link_ = live::linkParams(*model_, cfg_.cluster);

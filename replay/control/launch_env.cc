@@ -55,7 +55,10 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   // GPU memory. NCCL_NET_GDR_READ=1 does the same for send buffers (its default already
   // reads from GPU memory on compute capability >= 8.0). Defaults only: a value in the
   // caller's environment is kept.
-  if (config.emulation.gdr) {
+  // Set unless GDR is off by config: whether the plugin turns it on also depends on the data
+  // policy in effect (CRYSTAL_DATA may override), and without NCCL_PTR_CUDA from the plugin
+  // these variables change nothing.
+  if (config.emulation.gdr.value_or(true)) {
     auto byDefault = [&](const char* var, const char* value) {
       const char* mine = std::getenv(var);
       env.emplace_back(var, (mine != nullptr && *mine != '\0') ? std::string(mine) : value);

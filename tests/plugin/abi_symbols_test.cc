@@ -2,6 +2,7 @@
 // points) and each version reports the target's NICs.
 #include <cstdio>
 #include <set>
+#include <cstdlib>
 #include <string>
 
 #include "abi_harness.h"
@@ -62,7 +63,10 @@ TEST(PluginAbi, V11ReportsTargetNics) {
     EXPECT_EQ(std::string(p.name), "crystal" + std::to_string(d));
     EXPECT_EQ(p.speed, 400000);  // Mb/s
     EXPECT_FLOAT_EQ(p.latency, static_cast<float>(targetLink().latency_ns / 1e3));
-    EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST | NCCL_PTR_CUDA);  // GDR on by default
+    // The default GDR rule (config.h gdrEnabled): GPU buffers only under data `none`.
+    const char* data = std::getenv("CRYSTAL_DATA");
+    const bool gdr = data != nullptr && std::string(data) == "none";
+    EXPECT_EQ(p.ptrSupport, gdr ? (NCCL_PTR_HOST | NCCL_PTR_CUDA) : NCCL_PTR_HOST);
     EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);
     EXPECT_EQ(p.maxRecvs, 8);
     EXPECT_EQ(p.maxP2pBytes, std::size_t{1} << 40);

@@ -220,13 +220,43 @@ class Gdr : public ::testing::Test {
   std::map<void*, std::vector<void*>> mhandles_;
 };
 
+// emulation.gdr unset: GDR only where the plugin writes no data (data `none`), judged on
+// the policy in effect (CRYSTAL_DATA wins over the config's).
+TEST_F(Gdr, DefaultIsOnOnlyUnderDataNone) {
+  ::unsetenv("CRYSTAL_GDR");
+  ::unsetenv("CRYSTAL_DATA");
+  nccl::ncclNetProperties_v11_t p{};
+  Config cfg;  // data mirror, gdr unset
+  plugin::PluginState::get().configure(cfg);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  cfg.emulation.data = DataPolicy::Zero;
+  plugin::PluginState::get().configure(cfg);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  cfg.emulation.data = DataPolicy::None;
+  plugin::PluginState::get().configure(cfg);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+  ::setenv("CRYSTAL_DATA", "mirror", 1);  // the policy in effect, not the config's
+  plugin::PluginState::get().configure(cfg);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  ::unsetenv("CRYSTAL_DATA");
+  cfg.emulation.data = DataPolicy::Mirror;
+  cfg.emulation.gdr = true;  // set explicitly: wins over the rule
+  plugin::PluginState::get().configure(cfg);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+}
+
 TEST_F(Gdr, PropertiesReportCudaWhenOnHostOnlyWhenOff) {
   nccl::ncclNetProperties_v11_t p{};
   configure(DataPolicy::None, true);
   ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
   EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
   ::setenv("CRYSTAL_GDR", "0", 1);
-  plugin::PluginState::get().configure(Config{});  // emulation.gdr true, the environment wins
+  plugin::PluginState::get().configure(Config{});  // the environment wins
   ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
   EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
   configure(DataPolicy::None, false);  // emulation.gdr: false

@@ -121,13 +121,22 @@ struct EmulationConfig {
   DataPolicy data = DataPolicy::Mirror;
   double timeout_s = 60.0;      // a virtual peer that cannot answer fails the real rank by then
   bool tuner = true;            // report the target's algorithm/protocol/channel choices
-  bool gdr = true;              // NET buffers in GPU memory (plugin reports NCCL_PTR_CUDA)
+  // NET buffers in GPU memory (plugin reports NCCL_PTR_CUDA). Unset = on only under data
+  // `none`: with `mirror` a PyTorch step hung on the H200 with GDR on (2026-12-03), so the
+  // default keeps host buffers wherever the plugin writes data (gdrEnabled()).
+  std::optional<bool> gdr;
   // The program's own world is real_ranks.size() ranks (NCCL-tests, small scripts): each
   // communicator it creates with that many ranks becomes the target's world_size-rank one,
   // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).
   bool map_comms = false;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
+
+// Whether GDR is on for `data` (the effective data policy: CRYSTAL_DATA may override the
+// config's): emulation.gdr when set, else only under `none`.
+[[nodiscard]] inline bool gdrEnabled(const EmulationConfig& e, DataPolicy data) {
+  return e.gdr.value_or(data == DataPolicy::None);
+}
 
 // Calibration constants of the NCCL/network model. Unset = the model's documented default.
 struct ModelConfig {
