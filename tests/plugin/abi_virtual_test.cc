@@ -229,6 +229,41 @@ TEST(PluginVirtual, GroupedReceiveReportsPostedSizesAtModelTime) {
   ::close(sock);
 }
 
+// NCCL 2.28.9 pre-sets *request to (void*)0x1 for a single LL/LL128 receive when
+// NCCL_NET_OPTIONAL_RECV_COMPLETION is on (a hint that completion may be skipped) and then
+// tests whatever request the plugin returns: the plugin must replace the hint with a real
+// request that completes with the posted size, never leave the sentinel behind.
+TEST(PluginVirtual, OptionalCompletionHintIsReplacedByARealRequest) {
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  void* ctx = nullptr;
+  ASSERT_EQ(n->init(&ctx, 0x79, nullptr, testLogger, nullptr), ncclSuccess);
+  char lh[128] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(n->listen(ctx, 1, lh, &lc), ncclSuccess);
+  live::NetHandle h;
+  ASSERT_TRUE(live::decodeHandle(lh, h));
+  const int sock = openHello(h, live::PeerKind::Virtual);
+  void* rc = pollUntil([&](void** out) { return n->accept(lc, out, nullptr); });
+  ASSERT_NE(rc, nullptr);
+  std::vector<char> buf(64 << 10);
+  void* mr = nullptr;
+  ASSERT_EQ(n->regMr(rc, buf.data(), buf.size(), NCCL_PTR_HOST, &mr), ncclSuccess);
+  void* data = buf.data();
+  std::size_t size = buf.size();
+  int tag = 3;
+  void* req = reinterpret_cast<void*>(0x1);
+  ASSERT_EQ(n->irecv(rc, 1, &data, &size, &tag, &mr, nullptr, &req), ncclSuccess);
+  ASSERT_NE(req, nullptr);
+  ASSERT_NE(req, reinterpret_cast<void*>(0x1));
+  int got = -1;
+  ASSERT_GE(waitDone(n, req, &got, nullptr), 0);
+  EXPECT_EQ(got, 64 << 10);
+  EXPECT_EQ(n->deregMr(rc, mr), ncclSuccess);
+  EXPECT_EQ(n->closeRecv(rc), ncclSuccess);
+  EXPECT_EQ(n->closeListen(lc), ncclSuccess);
+  ::close(sock);
+}
+
 TEST(PluginVirtual, MaxOutstandingRequestsThenNull) {
   const ncclNet_v11_t* n = Plugin::get().v11;
   void* ctx = nullptr;
