@@ -84,6 +84,16 @@ double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes
   return baseLatency(Algo::Ring, Proto::Simple, opt) + chainClosedForm(c);
 }
 
+// One hop of algorithm `a` on `shape`'s placement (NET or NVLink) as the live timing's
+// per-step latency and bandwidth.
+StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShape& shape, Algo a,
+                   Proto p, int channels, bool net) {
+  const Placement pl = topo.place(shape);
+  const HopPair t = hopTiming(pl, a, p, std::max(1, channels), opt.step);
+  const Hop& h = net ? t.net : t.nvl;
+  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+}
+
 }  // namespace
 
 NcclModel::NcclModel(const ClusterConfig& cluster, const ModelConfig& model)
@@ -160,27 +170,19 @@ StepTiming NcclModel::netStep(Proto p, int channels) const {
 }
 
 StepTiming NcclModel::netStep(Proto p, int channels, const CommShape& shape) const {
-  const Placement pl = impl_->topo.place(shape);
-  const Hop h = hopTiming(pl, Algo::Ring, p, std::max(1, channels), impl_->opt.step).net;
-  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+  return hopStep(impl_->topo, impl_->opt, shape, Algo::Ring, p, channels, /*net=*/true);
 }
 
 StepTiming NcclModel::nvlStep(Proto p, int channels, const CommShape& shape) const {
-  const Placement pl = impl_->topo.place(shape);
-  const Hop h = hopTiming(pl, Algo::Ring, p, std::max(1, channels), impl_->opt.step).nvl;
-  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+  return hopStep(impl_->topo, impl_->opt, shape, Algo::Ring, p, channels, /*net=*/false);
 }
 
 StepTiming NcclModel::treeNetStep(Proto p, int channels, const CommShape& shape) const {
-  const Placement pl = impl_->topo.place(shape);
-  const Hop h = hopTiming(pl, Algo::Tree, p, std::max(1, channels), impl_->opt.step).net;
-  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+  return hopStep(impl_->topo, impl_->opt, shape, Algo::Tree, p, channels, /*net=*/true);
 }
 
 StepTiming NcclModel::treeNvlStep(Proto p, int channels, const CommShape& shape) const {
-  const Placement pl = impl_->topo.place(shape);
-  const Hop h = hopTiming(pl, Algo::Tree, p, std::max(1, channels), impl_->opt.step).nvl;
-  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+  return hopStep(impl_->topo, impl_->opt, shape, Algo::Tree, p, channels, /*net=*/false);
 }
 
 std::string_view NcclModel::whyUnsupported(Func f, const CommShape& shape, Algo a, Proto p) const {
