@@ -90,6 +90,9 @@ class DataComm : public Comm {
   }
   [[nodiscard]] int outstanding() const noexcept { return outstanding_; }
   [[nodiscard]] std::size_t capacity() const noexcept { return pool_.size(); }
+  // This connection's id in the per-request trace (conn_trace.h); kNoTrace when it is off.
+  static constexpr std::uint32_t kNoTrace = UINT32_MAX;
+  std::uint32_t trace_id = kNoTrace;
 
   // Called by regMr before the region is added (connection setup, not the data path): real
   // comms allocate the pinned twin of a GPU region here.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "conn_trace.h"
 #include "connection.h"
 #include "crystal/base/log.h"
 #include "errors.h"
@@ -19,6 +20,32 @@ namespace crystal::plugin::net {
 namespace {
 
 using nccl::ncclSuccess;
+
+// Per-request trace (CRYSTAL_TRACE_CONN): name the connection once, at creation.
+void traceVirtual(DataComm& c, const VirtualConn& id, const live::VirtualLink& link) {
+  ConnTrace* t = ConnTrace::global();
+  if (!t) return;
+  TraceConnInfo info;
+  info.dir = id.send ? 's' : 'r';
+  info.peer_kind = 'v';
+  info.timing = link.isRing() ? 'r' : link.treeTimed() ? 't' : 'p';
+  info.self_rank = id.self_rank;
+  info.peer_rank = id.peer_rank;
+  info.nranks = id.nranks;
+  info.graph = id.graph;
+  info.distance = id.distance;
+  info.ordinal = id.ordinal;
+  c.trace_id = t->addConn(info);
+}
+
+void traceReal(DataComm& c, char dir) {
+  ConnTrace* t = ConnTrace::global();
+  if (!t) return;
+  TraceConnInfo info;
+  info.dir = dir;
+  info.peer_kind = 'R';
+  c.trace_id = t->addConn(info);
+}
 
 template <typename T>
 T* need(T* p, const char* what) {
@@ -158,8 +185,10 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       vc.ordinal = h.ordinal;
       vc.graph = h.graph;
       auto link = c->virtualLink(vc, dev);
-      *sendComm = table.insert(std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link,
-                                                                 h.rank, c->mirrorFor(vc)));
+      auto sc = std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank,
+                                                  c->mirrorFor(vc));
+      traceVirtual(*sc, vc, *link);
+      *sendComm = table.insert(std::move(sc));
       return;
     }
     // RealListen: non-blocking TCP connect + Hello, progressed over repeated calls.
@@ -194,8 +223,10 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
-    *sendComm = table.insert(std::make_unique<RealSendComm>(
-        c, dev, sendCapacity(), std::move(fd), st.link(), nic.out, std::move(peer), stallNs(st)));
+    auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(),
+                                             nic.out, std::move(peer), stallNs(st));
+    traceReal(*rc, 's');
+    *sendComm = table.insert(std::move(rc));
   });
 }
 
@@ -239,13 +270,16 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       // The stream stays open with the host; the data path only watches it for EOF.
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
                                                   lc.hello.sender_rank, lc.ctx()->mirrorFor(id));
+      traceVirtual(*vc, id, *link);
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;
     }
-    *recvComm = HandleTable::instance().insert(std::make_unique<RealRecvComm>(
+    auto rc = std::make_unique<RealRecvComm>(
         lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), st.link(), st.sharedClock(),
         fmt::format("a real peer (comm {:#x}, listen {})", lc.hello.comm_id, lc.hello.listen_id),
-        stallNs(st)));
+        stallNs(st));
+    traceReal(*rc, 'r');
+    *recvComm = HandleTable::instance().insert(std::move(rc));
   });
 }
 
@@ -347,8 +381,14 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
     Request* r = dc.slot(slot);
     if (!r)
       throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed", request));
-    const bool finished = dc.test(*r, live::nowNs(), sizes);
-    if (finished) dc.freeRequest(*r);
+    const live::TimeNs now = live::nowNs();
+    const bool finished = dc.test(*r, now, sizes);
+    if (finished) {
+      if (dc.trace_id != DataComm::kNoTrace)
+        ConnTrace::global()->record({dc.trace_id, static_cast<std::uint32_t>(r->step), r->bytes,
+                                     r->posted, r->due, now});
+      dc.freeRequest(*r);
+    }
     *need(done, "done") = finished ? 1 : 0;
     return ncclSuccess;
   } catch (...) {

@@ -33,6 +33,10 @@ constexpr Param kParams[] = {
      "that the profiler writes every NCCL call to. Unset: no recording."},
     {"CRYSTAL_RANK", "",
      "Global rank written into a recording; unset: RANK (torchrun's)."},
+    {"CRYSTAL_TRACE_CONN", "",
+     "Per-request trace: PREFIX; each process writes PREFIX.<pid>.csv at exit, one row per "
+     "completed request (connection, bytes, posted, modelled due and observed done times)."},
+    {"CRYSTAL_TRACE_CONN_MAX", "2000000", "Rows the per-request trace keeps (the rest are counted)."},
 };
 
 const Param& find(std::string_view name) {

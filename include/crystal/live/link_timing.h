@@ -84,6 +84,8 @@ class VirtualLink {
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] bool isRing() const { return ring_ != nullptr; }
   [[nodiscard]] bool isTree() const { return tree_ != nullptr; }
+  // A tree connection, bound already or at its first transfer.
+  [[nodiscard]] bool treeTimed() const { return tree_ != nullptr || bind_ != nullptr; }
 
   // The emulation host's stream that opened this connection (a virtual sender's Hello),
   // owned from now on. The host keeps it open while the communicator lives; EOF means the

@@ -1,0 +1,74 @@
+#include "conn_trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include "crystal/base/error.h"
+#include "params.h"
+
+namespace crystal::plugin {
+namespace {
+
+ConnTrace* makeGlobal() {
+  const std::string prefix = paramString("CRYSTAL_TRACE_CONN");
+  if (prefix.empty()) return nullptr;
+  const std::int64_t rows = paramInt("CRYSTAL_TRACE_CONN_MAX");
+  if (rows <= 0)
+    throw InputError(fmt::format("CRYSTAL_TRACE_CONN_MAX={}: must be positive", rows));
+  // Leaked on purpose: proxy threads may still record while static destructors run; the
+  // rows are written by an atexit handler instead.
+  auto* t = new ConnTrace(fmt::format("{}.{}.csv", prefix, ::getpid()),
+                          static_cast<std::size_t>(rows));
+  std::atexit([] { (void)ConnTrace::global()->write(); });
+  return t;
+}
+
+}  // namespace
+
+ConnTrace::ConnTrace(std::string path, std::size_t capacity)
+    : path_(std::move(path)), rows_(capacity) {}
+
+ConnTrace* ConnTrace::global() {
+  static ConnTrace* const t = makeGlobal();
+  return t;
+}
+
+std::uint32_t ConnTrace::addConn(const TraceConnInfo& info) {
+  std::lock_guard lock(mu_);
+  conns_.push_back(info);
+  return static_cast<std::uint32_t>(conns_.size() - 1);
+}
+
+std::size_t ConnTrace::write() {
+  std::lock_guard lock(mu_);
+  const std::size_t claimed = next_.load(std::memory_order_acquire);
+  const std::size_t n = std::min(claimed, rows_.size());
+  std::FILE* f = std::fopen(path_.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "crystal: cannot write the connection trace %s\n", path_.c_str());
+    return 0;
+  }
+  std::fputs("conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
+             "posted_ns,due_ns,done_ns\n", f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const TraceRow& r = rows_[i];
+    const TraceConnInfo c = r.conn < conns_.size() ? conns_[r.conn] : TraceConnInfo{};
+    const long long due = r.due == INT64_MAX ? -1 : static_cast<long long>(r.due);
+    std::fprintf(f, "%u,%c,%c,%c,%d,%d,%d,%d,%d,%d,%u,%llu,%lld,%lld,%lld\n", r.conn, c.dir,
+                 c.peer_kind, c.timing, c.self_rank, c.peer_rank, c.nranks, c.graph, c.distance,
+                 c.ordinal, r.step, static_cast<unsigned long long>(r.bytes),
+                 static_cast<long long>(r.posted), due, static_cast<long long>(r.done));
+  }
+  std::fclose(f);
+  if (claimed > rows_.size())
+    std::fprintf(stderr, "crystal: connection trace %s kept %zu rows, dropped %zu "
+                 "(raise CRYSTAL_TRACE_CONN_MAX)\n", path_.c_str(), n, claimed - n);
+  return n;
+}
+
+}  // namespace crystal::plugin

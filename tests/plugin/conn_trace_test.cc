@@ -1,0 +1,149 @@
+// The per-request trace (plugin/conn_trace.h): exact CSV rows, the capacity bound, and the
+// built plugin writing one row per completed request at process exit (CRYSTAL_TRACE_CONN).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "abi_harness.h"
+#include "conn_trace.h"
+
+namespace crystal::test {
+namespace {
+
+std::vector<std::string> lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+std::vector<std::string> fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string f; std::getline(ss, f, ',');) out.push_back(f);
+  return out;
+}
+
+std::string tempPrefix(const char* name) {
+  return ::testing::TempDir() + name + std::to_string(::getpid());
+}
+
+TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
+  const std::string path = tempPrefix("trace_rows") + ".csv";
+  plugin::ConnTrace t(path, 4);
+  plugin::TraceConnInfo ring;
+  ring.dir = 'r';
+  ring.timing = 'r';
+  ring.self_rank = 0;
+  ring.peer_rank = 63;
+  ring.nranks = 64;
+  ring.graph = 1;
+  ring.distance = 1;
+  ring.ordinal = 3;
+  plugin::TraceConnInfo real;
+  real.dir = 's';
+  real.peer_kind = 'R';
+  EXPECT_EQ(t.addConn(ring), 0u);
+  EXPECT_EQ(t.addConn(real), 1u);
+  t.record({0, 7, 524288, 1000, 15000, 15200});
+  t.record({1, 2, 64, 2000, INT64_MAX, 2500});
+  EXPECT_EQ(t.write(), 2u);
+  const auto l = lines(path);
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0], "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
+                  "posted_ns,due_ns,done_ns");
+  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200");
+  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500");  // due -1: not modelled
+  std::remove(path.c_str());
+}
+
+TEST(ConnTrace, KeepsAtMostItsCapacity) {
+  const std::string path = tempPrefix("trace_cap") + ".csv";
+  plugin::ConnTrace t(path, 2);
+  (void)t.addConn({});
+  for (int i = 0; i < 5; ++i) t.record({0, static_cast<std::uint32_t>(i), 8, i, i + 1, i + 2});
+  EXPECT_EQ(t.write(), 2u);
+  const auto l = lines(path);
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(fields(l[2])[10], "1");  // the first two records, in order
+  std::remove(path.c_str());
+}
+
+// The built plugin, in a child process (the trace is written at exit): a receive from and a
+// send to a virtual peer give one row each, with the post, modelled due and observed done
+// times of the request, due - posted = the model's step time.
+TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
+  const std::string prefix = tempPrefix("trace_plugin");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
+    const ncclNet_v11_t* n = Plugin::get().v11;
+    void* ctx = nullptr;
+    if (!n || n->init(&ctx, 0x7a, nullptr, testLogger, nullptr) != ncclSuccess) std::exit(2);
+    char lh[128] = {};
+    void* lc = nullptr;
+    if (n->listen(ctx, 0, lh, &lc) != ncclSuccess) std::exit(3);
+    live::NetHandle h;
+    if (!live::decodeHandle(lh, h)) std::exit(4);
+    const int sock = openHello(h, live::PeerKind::Virtual);
+    void* rc = pollUntil([&](void** out) { return n->accept(lc, out, nullptr); });
+    live::NetHandle vh = virtualPeerHandle(1, 2);
+    char vbuf[128] = {};
+    std::memcpy(vbuf, &vh, sizeof vh);
+    void* sc = pollUntil([&](void** out) { return n->connect(ctx, 0, vbuf, out, nullptr); });
+    if (!rc || !sc) std::exit(5);
+    std::vector<char> buf(1 << 20);
+    void *rmr = nullptr, *smr = nullptr;
+    if (n->regMr(rc, buf.data(), buf.size(), NCCL_PTR_HOST, &rmr) != ncclSuccess ||
+        n->regMr(sc, buf.data(), buf.size(), NCCL_PTR_HOST, &smr) != ncclSuccess)
+      std::exit(6);
+    void* data[1] = {buf.data()};
+    std::size_t sizes[1] = {256 << 10};
+    int tags[1] = {0};
+    void* mrs[1] = {rmr};
+    void *rreq = nullptr, *sreq = nullptr;
+    if (n->irecv(rc, 1, data, sizes, tags, mrs, nullptr, &rreq) != ncclSuccess) std::exit(7);
+    (void)waitDone(n, rreq);
+    if (n->isend(sc, buf.data(), 64 << 10, 0, smr, nullptr, &sreq) != ncclSuccess) std::exit(8);
+    (void)waitDone(n, sreq);
+    ::close(sock);
+    std::exit(0);  // exit(), not _exit(): the trace is written by an atexit handler
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string path = prefix + "." + std::to_string(child) + ".csv";
+  const auto l = lines(path);
+  ASSERT_EQ(l.size(), 3u) << path;
+  const auto r = fields(l[1]);
+  const auto s = fields(l[2]);
+  ASSERT_EQ(r.size(), 15u);
+  ASSERT_EQ(s.size(), 15u);
+  EXPECT_EQ(r[1], "r");
+  EXPECT_EQ(r[2], "v");
+  EXPECT_EQ(r[11], std::to_string(256 << 10));
+  EXPECT_EQ(s[1], "s");
+  EXPECT_EQ(s[11], std::to_string(64 << 10));
+  for (const auto& row : {r, s}) {
+    const long long posted = std::stoll(row[12]), due = std::stoll(row[13]),
+                    done = std::stoll(row[14]);
+    EXPECT_GE(done, due);
+    EXPECT_GT(due, posted);
+  }
+  // A lone receive of a peer-ready connection arrives one step (occupancy + latency) after
+  // its post.
+  EXPECT_EQ(std::stoll(r[13]) - std::stoll(r[12]), modelNs(256 << 10));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace crystal::test
