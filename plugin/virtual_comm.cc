@@ -35,7 +35,7 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.posted = now;
   r.bytes = size;
   r.step = next_send_++;
-  r.due = link_->postSend(now, size);
+  r.due = link_->postSend(now, size, outstanding() == 1);
   if (!mirror_) return;
   if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;

@@ -58,18 +58,27 @@ bool VirtualLink::hostAlive(TimeNs now) {
   return host_alive_;
 }
 
-TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes) {
+TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle) {
   if (ring_) return ring_->postSend(now, bytes);
   if (bindTree()) {
     const std::uint64_t unit = tree_sends_++;
     return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes)
                                        : tree_->postDownSend(unit, now, bytes, tree_free_);
   }
-  return port_->reserve(now, params_.occupancy(bytes)) + params_.latency_ns;
+  // A burst pays the latency once: its first send completes at delivery, the rest when they
+  // left the link (NCCL's 8 slots then never wait a latency per window; the model has none).
+  send_left_ = port_->reserve(idle ? now : std::max(now, send_left_), params_.occupancy(bytes));
+  if (idle) burst_delivered_ = send_left_ + params_.latency_ns;
+  return std::max(send_left_, burst_delivered_);
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step) {
-  if (ring_) ring_->postRecv(step, now, idle, units_per_step);
+  if (ring_) {
+    ring_->postRecv(step, now, idle, units_per_step);
+  } else if (!tree_ && !bind_ && idle) {
+    recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
+    recv_left_ = now;
+  }
 }
 
 void VirtualLink::recvDone(bool idle) {
@@ -83,7 +92,11 @@ std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted
     tree_->postRecv(step, posted, bytes);  // the first post of an operation starts it
     return tree_->recvArrival(role_, step, posted, now);
   }
-  return port_->reserve(posted, params_.occupancy(bytes)) + params_.latency_ns;
+  // The virtual sender streams the burst: a unit leaves after the one before it, from the
+  // burst's start, at most one latency ahead of its receive's post (the credit it needs).
+  const TimeNs ready = std::max({recv_start_, recv_left_, posted - params_.latency_ns});
+  recv_left_ = port_->reserve(ready, params_.occupancy(bytes));
+  return std::max(posted, recv_left_ + params_.latency_ns);
 }
 
 }  // namespace crystal::live

@@ -20,12 +20,35 @@ TEST(LinkTiming, SendsSerialiseOnThePortAndOverlapLatency) {
   EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);  // idle port: latency only
 }
 
-TEST(LinkTiming, UnpairedReceiveIsTimedFromItsOwnPost) {
-  // Tree, PAT and p2p peers are taken as ready: arrival one step after the post, queued on
-  // the inbound port.
+TEST(LinkTiming, SendBurstPaysTheLatencyOnce) {
+  // 1 us latency, 1000 ns per unit: the burst's first send completes at delivery, the next
+  // ones when they left the link (never before the first's delivery), serial on the port.
+  VirtualLink l(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
+  EXPECT_EQ(l.postSend(0, 50'000, true), 2000);
+  EXPECT_EQ(l.postSend(0, 50'000, false), 2000);    // left at 2000 = first delivery
+  EXPECT_EQ(l.postSend(0, 50'000, false), 3000);    // left at 3000: no latency added
+  EXPECT_EQ(l.postSend(5000, 50'000, false), 6000); // posted late (a full window): 5000 + 1000
+  EXPECT_EQ(l.postSend(9000, 50'000, true), 11'000);  // a new burst: latency again
+}
+
+TEST(LinkTiming, UnpairedReceiveBurstStreamsFromItsFirstPost) {
+  // Tree, PAT and p2p peers are taken as ready: the virtual sender streams the burst from
+  // its first receive's post, queued on the inbound port; latency once per burst.
   VirtualLink lone(LinkParams{1000, 0.02}, std::make_shared<PortQueue>());
+  lone.postRecv(0, 300, true);
   EXPECT_EQ(lone.recvArrival(0, 300, 50'000, 300), 300 + 1000 + 1000);
+  lone.postRecv(1, 300, false);
   EXPECT_EQ(lone.recvArrival(1, 300, 50'000, 300), 1300 + 1000 + 1000);
+  // Posted later (NCCL's window was full until a receive completed): the unit left up to one
+  // latency before the post (4000 -> 5000 on the port), arriving one occupancy after the post
+  // instead of occupancy + latency.
+  lone.postRecv(2, 5000, false);
+  EXPECT_EQ(lone.recvArrival(2, 5000, 50'000, 5000), 6000);
+  lone.postRecv(3, 5100, false);
+  EXPECT_EQ(lone.recvArrival(3, 5100, 50'000, 5100), 7000);  // leaves behind unit 2
+  // A new burst (none outstanding): from its post, latency again.
+  lone.postRecv(4, 20'000, true);
+  EXPECT_EQ(lone.recvArrival(4, 20'000, 50'000, 20'000), 22'000);
 }
 
 // 1 us hops of 50 GB/s (50'000 B: 1000 ns), no cap, so that numbers are easy to follow.

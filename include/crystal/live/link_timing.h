@@ -4,14 +4,19 @@
 //   * A NIC port is a queue per direction: a transfer starts when it is posted and the port
 //     is free, occupies it for bytes / bandwidth, and is delivered `latency` later. Latency
 //     overlaps the next transfer's occupancy (pipelined steps), as in LiveScheduler.
-//   * Send to a virtual peer: done at delivery on the target (start + occupancy + latency).
+//   * Send to a virtual peer: done when it has left the link (start + occupancy); the first
+//     send of a burst (none outstanding before it) at its delivery (+ latency).
 //   * Receive from a virtual peer on a ring channel: the model's ring recurrence for the
 //     virtual members between the real rank's next and prev (crystal/live/ring_timing.h),
 //     paired by the connection identity the host writes into handles and Hellos.
 //   * Send/receive on a tree channel: the model's tree all-reduce for the real rank's place
 //     in the target's tree (crystal/live/tree_timing.h).
-//   * Receive on any other connection (PAT, p2p, ...): the peer is taken as ready,
-//     arrival = max(receive posted, inbound port free) + occupancy + latency.
+//   * Receive on any other connection (PAT, p2p, ...): the peer is taken as ready and
+//     streams the burst from its first receive's post S (none outstanding before it):
+//     unit k leaves once the inbound port and the unit before it are done, not before S nor
+//     more than one latency before its own post, and arrives `latency` later; done no
+//     earlier than posted. So a burst pays the latency once, as the model's p2p time does,
+//     whatever NCCL's 8-slot window (docs/plugin.md "Peer-ready connections").
 //   * Links to a member of the real rank's own target node are NVLink, others NIC ports
 //     (crystal/live/target_model.h commLinks).
 // Limits: members are identical (no stragglers).
@@ -69,8 +74,9 @@ class VirtualLink {
   using TreeBinder = std::function<std::pair<std::shared_ptr<TreeChannel>, TreeRole>()>;
   explicit VirtualLink(TreeBinder bind);
 
-  // Send step posted at `now`: returns its delivery time.
-  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
+  // Send step posted at `now`: returns its completion time. `idle`: no other send was
+  // outstanding on the connection (a burst starts).
+  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true);
   // Receive `step` (0-based sequence number on this connection) posted at `now`; `idle`:
   // no other receive was outstanding on the connection. `units_per_step`: requests per ring
   // step of its protocol (LL/LL128 1, Simple 2), 0 = unknown.
@@ -109,6 +115,11 @@ class VirtualLink {
   TreeRole role_{};
   std::uint64_t tree_sends_ = 0;  // sequence number of the next send on a tree connection
   TimeNs tree_free_ = 0;          // a send to a child: this link's state
+  // Peer-ready bursts (docs/plugin.md "Peer-ready connections").
+  TimeNs send_left_ = 0;        // the previous send left the link
+  TimeNs burst_delivered_ = 0;  // delivery of the burst's first send
+  TimeNs recv_start_ = 0;       // post of the burst's first receive
+  TimeNs recv_left_ = 0;        // the previous receive's unit left the virtual sender
   int host_fd_ = -1;
   TimeNs next_check_ = 0;
   bool host_alive_ = true;
