@@ -31,6 +31,7 @@ struct TraceConnInfo {
   int graph = -1;
   int distance = 0;
   int ordinal = 0;
+  int dev = -1;  // the plugin's net device (NIC) NCCL put it on
 };
 
 struct TraceRow {

@@ -35,6 +35,7 @@ void traceVirtual(DataComm& c, const VirtualConn& id, const live::VirtualLink& l
   info.graph = id.graph;
   info.distance = id.distance;
   info.ordinal = id.ordinal;
+  info.dev = c.dev();
   c.trace_id = t->addConn(info);
 }
 
@@ -44,6 +45,7 @@ void traceReal(DataComm& c, char dir) {
   TraceConnInfo info;
   info.dir = dir;
   info.peer_kind = 'R';
+  info.dev = c.dev();
   c.trace_id = t->addConn(info);
 }
 

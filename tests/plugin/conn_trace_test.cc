@@ -47,6 +47,7 @@ TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
   ring.graph = 1;
   ring.distance = 1;
   ring.ordinal = 3;
+  ring.dev = 2;
   plugin::TraceConnInfo real;
   real.dir = 's';
   real.peer_kind = 'R';
@@ -58,9 +59,9 @@ TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0], "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-                  "posted_ns,due_ns,done_ns");
-  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200");
-  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500");  // due -1: not modelled
+                  "posted_ns,due_ns,done_ns,dev");
+  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2");
+  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1");  // due -1: not modelled
   std::remove(path.c_str());
 }
 
@@ -126,8 +127,9 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   ASSERT_EQ(l.size(), 3u) << path;
   const auto r = fields(l[1]);
   const auto s = fields(l[2]);
-  ASSERT_EQ(r.size(), 15u);
-  ASSERT_EQ(s.size(), 15u);
+  ASSERT_EQ(r.size(), 16u);
+  ASSERT_EQ(s.size(), 16u);
+  EXPECT_EQ(r[15], "0");  // listened and connected on device 0
   EXPECT_EQ(r[1], "r");
   EXPECT_EQ(r[2], "v");
   EXPECT_EQ(r[11], std::to_string(256 << 10));

@@ -57,6 +57,7 @@ def describe(burst):
     lines = []
     for (d, pk, tm), rs in sorted(by_cls.items()):
         conns = {r["conn"] for r in rs}
+        devs = sorted({r.get("dev", "?") for r in rs})
         modelled = [r for r in rs if r["due_ns"] >= 0]
         wait = [r["due_ns"] - r["posted_ns"] for r in modelled]
         late = [r["done_ns"] - r["due_ns"] for r in modelled]
@@ -73,7 +74,7 @@ def describe(burst):
         nbytes = sum(r["bytes"] for r in rs)
         lines.append(
             f"  {d}/{'virtual' if pk == 'v' else 'real'}/{ {'r': 'ring', 't': 'tree', 'p': 'peer-ready'}.get(tm, tm)}: "
-            f"{len(conns)} conns, {len(rs)} req, {nbytes / 2**20:.1f} MiB "
+            f"{len(conns)} conns on devs {','.join(devs)}, {len(rs)} req, {nbytes / 2**20:.1f} MiB "
             f"(mean {nbytes / len(rs) / 1024:.0f} KiB), wait_model {mean(wait) / 1e3:.1f} us, "
             f"late_poll {mean(late) / 1e3:.1f} us, ahead {100.0 * ahead / max(len(modelled), 1):.0f} %, "
             f"repost {mean(rep) / 1e3:.1f} us, per-conn span "
