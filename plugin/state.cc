@@ -115,7 +115,7 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
   const live::CommLinks& links = l->second;
   if (links.sameNode(c.self_rank, c.peer_rank))
     return std::make_shared<live::VirtualLink>(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
-  return std::make_shared<live::VirtualLink>(links.net, c.send ? n.out : n.in);
+  return std::make_shared<live::VirtualLink>(links.net, c.send ? st.ownNicOut() : st.ownNicIn());
 }
 
 std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {

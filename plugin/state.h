@@ -108,6 +108,11 @@ class PluginState {
   // The real GPU's NVLink (NVSwitch) port, per direction, shared by its comms.
   [[nodiscard]] const std::shared_ptr<live::PortQueue>& nvlOut() const { return nvl_out_; }
   [[nodiscard]] const std::shared_ptr<live::PortQueue>& nvlIn() const { return nvl_in_; }
+  // The real GPU's own NIC in the target, per direction: every peer-ready (p2p, PAT) NET
+  // connection queues on it, whichever crystal device NCCL put it on (NCCL may spread p2p
+  // channels over several of the emulated NICs; the model's p2p time uses one NIC).
+  [[nodiscard]] const std::shared_ptr<live::PortQueue>& ownNicOut() const { return nic_out_; }
+  [[nodiscard]] const std::shared_ptr<live::PortQueue>& ownNicIn() const { return nic_in_; }
   [[nodiscard]] int maxRecvs() const { return max_recvs_; }
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
@@ -138,6 +143,8 @@ class PluginState {
   live::LinkParams link_;
   std::shared_ptr<live::PortQueue> nvl_out_ = std::make_shared<live::PortQueue>();
   std::shared_ptr<live::PortQueue> nvl_in_ = std::make_shared<live::PortQueue>();
+  std::shared_ptr<live::PortQueue> nic_out_ = std::make_shared<live::PortQueue>();
+  std::shared_ptr<live::PortQueue> nic_in_ = std::make_shared<live::PortQueue>();
   int max_recvs_ = 8;
   std::size_t max_bytes_ = std::size_t{1} << 40;
   bool tuner_ = true;

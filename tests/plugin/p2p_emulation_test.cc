@@ -1,0 +1,186 @@
+// A real rank's send/recv with virtual peers on other nodes, driven as NCCL's proxy drives a
+// p2p operation over NET (128 KiB chunks, at most 8 in flight per connection, 1..2 channels
+// per peer on one or two of the emulated NICs, a GPU turnaround per slot), takes the time
+// the model's p2p prediction gives (`NcclModel::p2pTime`): within 2 % from 1 MiB on.
+// docs/plugin.md "Peer-ready connections".
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <vector>
+
+#include "comm.h"
+#include "crystal/model/nccl_model.h"
+#include "handle_table.h"
+#include "nccl_constants.h"
+#include "net_api.h"
+#include "ring_proxy.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+using plugin::DataComm;
+using plugin::Request;
+
+constexpr std::uint64_t kChunk = model::nccl::kP2pNetChunk;  // NCCL_P2P_NET_CHUNKSIZE
+constexpr int kDepth = 8;                                     // NCCL_STEPS
+
+DataComm& dataComm(void* token) {
+  return static_cast<DataComm&>(*plugin::HandleTable::instance().find(token));
+}
+
+// One direction of one p2p channel: `units` chunks through an 8-slot window.
+struct Lane {
+  DataComm* comm = nullptr;
+  bool send = false;
+  long units = 0, posted = 0, done = 0;
+  std::uint64_t last_bytes = kChunk;
+  std::deque<Request*> out;
+  std::vector<live::TimeNs> done_at;
+  [[nodiscard]] std::uint64_t bytesOf(long u) const {
+    return u == units - 1 ? last_bytes : kChunk;
+  }
+};
+
+struct P2pRun {
+  live::TimeNs span = 0;
+  long unknown = 0;
+};
+
+// Sends `bytes` to one virtual peer and receives `bytes` from another over `channels`
+// channels each (NCCL splits an operation over its channels); a slot is reused
+// `turnaround` after its request completed (the GPU refilled / drained it).
+P2pRun runSendRecv(std::vector<void*> sends, std::vector<void*> recvs, std::uint64_t bytes,
+                   live::TimeNs start, live::TimeNs turnaround) {
+  std::vector<Lane> lanes;
+  const auto channels = static_cast<std::uint64_t>(sends.size());
+  const std::uint64_t per = (bytes + channels - 1) / channels;
+  for (int dir = 0; dir < 2; ++dir)
+    for (std::uint64_t c = 0; c < channels; ++c) {
+      Lane l;
+      l.comm = &dataComm(dir == 0 ? sends[c] : recvs[c]);
+      l.send = dir == 0;
+      const std::uint64_t mine = std::min(per, bytes - std::min(bytes, c * per));
+      l.units = static_cast<long>((mine + kChunk - 1) / kChunk);
+      l.last_bytes = mine - static_cast<std::uint64_t>(l.units - 1) * kChunk;
+      l.done_at.assign(static_cast<std::size_t>(l.units), 0);
+      lanes.push_back(l);
+    }
+  static char buffer[8];
+  P2pRun out;
+  live::TimeNs now = start;
+  for (;;) {
+    bool all = true;
+    for (Lane& l : lanes) {
+      while (!l.out.empty() && l.comm->test(*l.out.front(), now, nullptr)) {
+        l.comm->freeRequest(*l.out.front());
+        l.out.pop_front();
+        l.done_at[static_cast<std::size_t>(l.done++)] = now;
+      }
+      // Slot u is free once request u-8 completed and the GPU had `turnaround` to refill it.
+      while (l.posted < l.units &&
+             (l.posted < kDepth ||
+              (l.posted - kDepth < l.done &&
+               now >= l.done_at[static_cast<std::size_t>(l.posted - kDepth)] + turnaround))) {
+        Request* r = l.comm->allocRequest();
+        EXPECT_NE(r, nullptr);
+        if (!r) break;
+        void* data = buffer;
+        const std::size_t size = l.bytesOf(l.posted);
+        if (l.send)
+          l.comm->isend(*r, data, size, 0, now);
+        else
+          l.comm->irecv(*r, 1, &data, &size, nullptr, now);
+        l.out.push_back(r);
+        ++l.posted;
+      }
+      all = all && l.done == l.units;
+    }
+    if (all) break;
+    live::TimeNs next = Request::kUnknown;
+    for (const Lane& l : lanes) {
+      if (!l.out.empty()) next = std::min(next, l.out.front()->due);
+      if (l.posted < l.units && l.posted >= kDepth && l.posted - kDepth < l.done)
+        next = std::min(next, l.done_at[static_cast<std::size_t>(l.posted - kDepth)] + turnaround);
+    }
+    if (next == Request::kUnknown) {
+      ++out.unknown;
+      now += 1000;
+    } else {
+      now = std::max(now + 1, next);
+    }
+  }
+  out.span = now - start;
+  return out;
+}
+
+struct Setup {
+  int channels;  // per peer
+  int devs;      // emulated NICs they are spread over
+  live::TimeNs turnaround;
+};
+
+double emulatedUs(std::uint64_t bytes, const Setup& s, double* model_us) {
+  Config cfg;  // built-in target: H200 nodes of 8 GPUs, 8 NICs of 50 GB/s; 64 ranks
+  cfg.cluster.nodes = 8;
+  plugin::PluginState::get().configure(cfg);
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  *model_us = m.p2pTime(bytes, /*same_node=*/false);
+  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
+                                              [static_cast<int>(model::Proto::Simple)] +
+                         cfg.model.kernel_launch_us.value_or(0.0);
+  static std::uint64_t comm = 0x9000;
+  void* ctx = nullptr;
+  EXPECT_EQ(plugin::net::init(&ctx, comm, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  std::vector<void*> sends, recvs;
+  std::vector<RingConns> conns(static_cast<std::size_t>(s.channels));
+  for (int c = 0; c < s.channels; ++c) {
+    const int dev = c % s.devs;
+    // rank 0 sends to rank 8 and receives from rank 56: both on other nodes (p2p graph 0).
+    sends.push_back(connectVirtual(ctx, dev, ConnId{comm, 0, 8, 64, 8, c, live::kGraphP2p}));
+    RingConns& r = conns[static_cast<std::size_t>(c)];
+    r.recv = acceptVirtual(ctx, dev, ConnId{comm, 0, 56, 64, 8, c, live::kGraphP2p}, &r.listen,
+                           &r.host_fd);
+    recvs.push_back(r.recv);
+  }
+  ++comm;
+  static live::TimeNs start = 5'000'000'000;  // clear of earlier cases on the shared ports
+  const P2pRun run = runSendRecv(sends, recvs, bytes, start, s.turnaround);
+  start += run.span + 1'000'000'000;
+  EXPECT_EQ(run.unknown, 0);
+  closeConns(conns);
+  for (void* p : sends) EXPECT_EQ(plugin::net::closeSend(p), nccl::ncclSuccess);
+  EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
+  return static_cast<double>(run.span) / 1e3 + base_us;
+}
+
+void expectWithin(const Setup& s, double tolerance) {
+  for (std::uint64_t mib : {1, 4, 16, 64, 256, 1024}) {
+    const std::uint64_t bytes = mib << 20;
+    double model_us = 0;
+    const double em = emulatedUs(bytes, s, &model_us);
+    const double diff = (em - model_us) / model_us;
+    std::printf("sendrecv %5llu MiB, %d ch on %d NICs, turnaround %5.1f us: emulated %10.1f us, "
+                "model %10.1f us, %+6.2f %%\n",
+                static_cast<unsigned long long>(mib), s.channels, s.devs, s.turnaround / 1e3, em,
+                model_us, 100 * diff);
+    EXPECT_LE(std::abs(diff), tolerance) << mib << " MiB";
+  }
+}
+
+TEST(P2pEmulation, OneChannelInstantGpuWithinTwoPercent) { expectWithin({1, 1, 0}, 0.02); }
+
+TEST(P2pEmulation, TwoChannelsOnTwoNicsShareTheRanksOneTargetNic) {
+  // NCCL may put a peer's two p2p channels on two emulated NICs; the target GPU still has one.
+  expectWithin({2, 2, 0}, 0.02);
+}
+
+TEST(P2pEmulation, GpuTurnaroundBelowTheWindowCostsNothing) {
+  // 8 slots of 128 KiB last 21 us at 50 GB/s: a 10 us refill never empties the window.
+  expectWithin({2, 2, 10'000}, 0.02);
+}
+
+}  // namespace
+}  // namespace crystal::test
