@@ -8,6 +8,8 @@
 
 #include "crystal/base/error.h"
 #include "crystal/control/emulation_host.h"
+#include "crystal/live/target_model.h"
+#include "crystal/model/nccl_model.h"
 
 namespace crystal::control {
 
@@ -65,6 +67,22 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     };
     byDefault("NCCL_NET_GDR_LEVEL", "SYS");
     byDefault("NCCL_NET_GDR_READ", "1");
+  }
+  // Channels. A real rank alone on its emulated host gets as many channels as NCCL's own
+  // graph search finds over crystal's NICs (4 on the H200), the target's ranks the model's
+  // commChannels (16 for 8 x 8 H200 GPUs). A channel is one CTA, and one CTA moves ~25 GB/s
+  // (measured on the H200: 4 channels carried a 1 GiB all-gather at 95 GB/s), so with its
+  // own count the real GPU cannot keep the target's pace however fast the virtual peers
+  // are. NCCL_MIN_NCHANNELS makes NCCL 2.28.9 duplicate its channels up to that count
+  // (graph/connect.cc ncclTopoPostset, copyChannels); the tuner then gives each collective
+  // the target's choice. A value in the caller's environment is kept.
+  {
+    const model::NcclModel m(config.cluster, config.model);
+    const int channels = m.commChannels(live::blockShape(config.cluster, config.job.world_size));
+    const char* mine = std::getenv("NCCL_MIN_NCHANNELS");
+    env.emplace_back("NCCL_MIN_NCHANNELS", (mine != nullptr && *mine != '\0')
+                                               ? std::string(mine)
+                                               : std::to_string(channels));
   }
   // emulation.map_comms: the program's k-rank communicators become the target's (the
   // interposer's plugin/interpose/rank_map.h reads "N:r0,r1,...").

@@ -50,3 +50,26 @@ TEST(LaunchGdr, NothingWhenGdrIsOff) {
 
 }  // namespace
 }  // namespace crystal::test
+
+// The real rank's NCCL gets the target's channel count (the model's commChannels for the
+// world) as NCCL_MIN_NCHANNELS, so its GPU runs as many CTAs as a target rank would.
+namespace crystal::test {
+namespace {
+
+TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
+  ::unsetenv("NCCL_MIN_NCHANNELS");
+  Config c;  // built-in H200 nodes of 8 GPUs, 8 NICs of 50 GB/s
+  c.cluster.nodes = 8;
+  c.job.world_size = 64;
+  const auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
+  // 8 x 8 H200: 16 ring channels, as crystal simulate reports (Ring/Simple/16 at 1 GiB).
+  EXPECT_EQ(find(env, "NCCL_MIN_NCHANNELS"), "16");
+  ::setenv("NCCL_MIN_NCHANNELS", "2", 1);
+  EXPECT_EQ(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
+                 "NCCL_MIN_NCHANNELS"),
+            "2");  // the caller's value wins
+  ::unsetenv("NCCL_MIN_NCHANNELS");
+}
+
+}  // namespace
+}  // namespace crystal::test
