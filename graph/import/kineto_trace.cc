@@ -53,6 +53,11 @@ class Reader {
     const json& events = doc_["traceEvents"];
     indexRuntime(events);
     for (std::size_t i = 0; i < events.size(); ++i) readEvent(events[i], i);
+    if (unattributed_waits_ > 0)
+      note(fmt::format("{} Stream Wait Event(s) on an event Kineto could not attribute "
+                       "(wait_on_cuda_event_record_corr_id and wait_on_stream -1, first at "
+                       "traceEvents[{}]): no dependency taken for them",
+                       unattributed_waits_, first_unattributed_));
     emit();
     return std::move(rec_);
   }
@@ -160,6 +165,12 @@ class Reader {
       const std::int64_t waiter = integer(*args, i, "stream");
       const std::int64_t producer = integer(*args, i, "wait_on_stream");
       const std::int64_t rec_corr = integer(*args, i, "wait_on_cuda_event_record_corr_id");
+      if (rec_corr == -1 && producer == -1) {
+        // CUPTI did not tie the event to a record (seen with PyTorch 2.11 on the H200 for
+        // ProcessGroupNCCL's events): there is no producer to wait for. Counted in a note.
+        if (unattributed_waits_++ == 0) first_unattributed_ = i;
+        return;
+      }
       const auto rec = runtime_ts_.find(rec_corr);
       if (rec == runtime_ts_.end())
         fail(i, fmt::format("Stream Wait Event on the cudaEventRecord with correlation {}, which "
@@ -457,6 +468,7 @@ class Reader {
   std::vector<Item> items_;
   std::vector<Range> groups_;
   std::uint32_t next_event_ = 0;
+  std::size_t unattributed_waits_ = 0, first_unattributed_ = 0;
   std::uint32_t iterations_ = 0;
   struct Held {
     double ts;

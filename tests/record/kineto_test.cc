@@ -161,6 +161,23 @@ TEST(Kineto, BadTracesNameFileAndEvent) {
       HasSubstr("traceEvents[3]: Stream Wait Event on the cudaEventRecord with correlation 77"));
 }
 
+TEST(Kineto, WaitOnAnEventKinetoCouldNotAttributeIsANoteNotADependency) {
+  // PyTorch 2.11 on the H200: every Stream Wait Event of ProcessGroupNCCL came with
+  // wait_on_cuda_event_record_corr_id -1 and wait_on_stream -1.
+  json d = minimalTrace();
+  for (int k = 0; k < 2; ++k)
+    d["traceEvents"].push_back(json::parse(R"({"ph": "X", "cat": "cuda_sync",
+      "name": "Stream Wait Event", "ts": 30, "dur": 0, "args": {"stream": 7,
+      "wait_on_stream": -1, "wait_on_cuda_event_record_corr_id": -1, "wait_on_cuda_event_id": 13}})"));
+  const RecordedRank r = parseKinetoTrace(d.dump(), "t.json");
+  const RecordedRank plain = parseKinetoTrace(minimalTrace().dump(), "t.json");
+  EXPECT_EQ(r.ops.size(), plain.ops.size());  // no record/wait pair added
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_THAT(r.notes.back(), HasSubstr("2 Stream Wait Event(s) on an event Kineto could not "
+                                        "attribute"));
+  EXPECT_THAT(r.notes.back(), HasSubstr("first at traceEvents[3]"));
+}
+
 TEST(Kineto, ShortenedMemberListFallsBackToSize) {
   json d = minimalTrace();
   d["traceEvents"][2]["args"]["Process Group Ranks"] = "[0, ..., 1]";
