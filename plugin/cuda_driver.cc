@@ -60,6 +60,8 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.memsetD2D32Async, "cuMemsetD2D32Async");
   get(api.memHostAlloc, "cuMemHostAlloc");
   get(api.memFreeHost, "cuMemFreeHost");
+  get(api.memAllocAsync, "cuMemAllocAsync");
+  get(api.memFreeAsync, "cuMemFreeAsync");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

@@ -68,6 +68,8 @@ struct DriverApi {
                              Stream);                     // cuMemsetD2D32Async
   Result (*memHostAlloc)(void**, std::size_t, unsigned);  // cuMemHostAlloc
   Result (*memFreeHost)(void*);                           // cuMemFreeHost
+  Result (*memAllocAsync)(DevicePtr*, std::size_t, Stream);  // cuMemAllocAsync
+  Result (*memFreeAsync)(DevicePtr, Stream);                 // cuMemFreeAsync
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

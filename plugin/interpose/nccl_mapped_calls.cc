@@ -3,8 +3,12 @@
 // each is a pass-through to the real NCCL: one atomic load more than a direct call.
 #include <atomic>
 #include <cstddef>
+#include <exception>
+#include <optional>
 
 #include "crystal/sweep/target_table.h"
+#include "mirror_broadcast.h"
+#include "state.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
@@ -107,11 +111,48 @@ CRYSTAL_EXPORT int ncclRecv(void* recvbuff, std::size_t count, DataType type, in
   return real_fn(recvbuff, count, type, peer, comm, stream);
 }
 
+namespace {
+
+// Data policy mirror and a virtual root: the real rank keeps its own data
+// (plugin/mirror_broadcast.h). Only for communicators this process registered with the host.
+std::optional<crystal::plugin::MirrorBroadcast> mirrorPlan(const void* sendbuff, void* recvbuff,
+                                                           std::size_t count, DataType type,
+                                                           int root, NcclComm comm,
+                                                           Stream stream) {
+  namespace cp = crystal::plugin;
+  const auto rec = ci::findComm(comm);
+  if (!rec) return std::nullopt;
+  cp::PluginState& st = cp::PluginState::get();
+  st.ensureInit();
+  if (st.dataPolicy() != crystal::DataPolicy::Mirror) return std::nullopt;
+  const crystal::Config& cfg = st.config();
+  if (!cp::broadcastRootIsVirtual(rec->rank, rec->nranks, root, cfg.emulation.real_ranks,
+                                  cfg.job.world_size))
+    return std::nullopt;
+  return cp::MirrorBroadcast(sendbuff, recvbuff, count * cp::ncclTypeBytes(type), stream);
+}
+
+}  // namespace
+
 CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count,
                                  DataType type, int root, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(BroadcastFn, ncclBroadcast);
   if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
-  return real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
+  std::optional<crystal::plugin::MirrorBroadcast> mirror;
+  try {
+    mirror = mirrorPlan(sendbuff, recvbuff, count, type, root, comm, stream);
+    if (mirror) mirror->before();
+  } catch (const std::exception& e) {
+    return ci::reportError("ncclBroadcast", e.what(), ci::kNcclSystemError);
+  }
+  const int rc = real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
+  if (rc != ci::kNcclSuccess || !mirror) return rc;
+  try {
+    mirror->after();
+  } catch (const std::exception& e) {
+    return ci::reportError("ncclBroadcast", e.what(), ci::kNcclSystemError);
+  }
+  return rc;
 }
 
 CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,

@@ -104,10 +104,24 @@ Result freeHost(void* p) {
   return 0;
 }
 
+Result allocAsync(DevicePtr* p, std::size_t n, void*) {
+  ++g.live_device_allocs;
+  void* m = std::malloc(n);
+  *p = static_cast<DevicePtr>(addr(m));
+  record({"cuMemAllocAsync", addr(m), 0, n});
+  return m ? 0 : 2;
+}
+Result freeAsync(DevicePtr p, void*) {
+  --g.live_device_allocs;
+  record({"cuMemFreeAsync", static_cast<std::uintptr_t>(p), 0, 0});
+  std::free(ptr(p));
+  return 0;
+}
 const plugin::cuda::DriverApi kFake{
     getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
     eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
-    copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost};
+    copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost,      allocAsync,
+    freeAsync};
 
 }  // namespace
 

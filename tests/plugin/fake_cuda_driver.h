@@ -24,7 +24,7 @@ struct FakeGpu {
   std::vector<FakeCall> calls;
   bool complete = true;     // events recorded so far report done
   bool has_context = true;  // cuCtxGetCurrent returns a context
-  int live_events = 0, live_streams = 0, live_host_allocs = 0;
+  int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
 };
