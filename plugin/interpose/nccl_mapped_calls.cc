@@ -161,3 +161,10 @@ CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t 
   if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
   return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream);
 }
+
+// NCCL's in-place form (PyTorch's ProcessGroupNCCL::broadcast calls it): NCCL 2.28 defines it
+// as ncclBroadcast(buff, buff, ...) (collectives.cc), so it takes the same path here, once.
+CRYSTAL_EXPORT int ncclBcast(void* buff, std::size_t count, DataType type, int root,
+                             NcclComm comm, Stream stream) {
+  return ncclBroadcast(buff, buff, count, type, root, comm, stream);
+}

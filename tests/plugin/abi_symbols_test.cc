@@ -31,7 +31,8 @@ TEST(PluginAbi, ExportsOnlyVersionedTables) {
   auto interposer = [](const std::string& s) {
     static const std::set<std::string> mapped = {
         "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclSend",
-        "ncclRecv",      "ncclBroadcast",     "ncclReduce",   "ncclProfiler_v5"};
+        "ncclRecv",      "ncclBroadcast",     "ncclReduce",   "ncclProfiler_v5",
+        "ncclBcast"};
     return s == "ncclGetUniqueId" || s.rfind("ncclComm", 0) == 0 || mapped.count(s) > 0;
   };
   for (const auto& s : syms)

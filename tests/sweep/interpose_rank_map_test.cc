@@ -32,6 +32,7 @@ int ncclAlltoAll(const void*, void*, std::size_t, int, void*, void*);
 int ncclSend(const void*, std::size_t, int, int, void*, void*);
 int ncclRecv(void*, std::size_t, int, int, void*, void*);
 int ncclBroadcast(const void*, void*, std::size_t, int, int, void*, void*);
+int ncclBcast(void*, std::size_t, int, int, void*, void*);
 }
 
 namespace crystal::interpose {
@@ -87,12 +88,14 @@ TEST_F(RankMapInterposer, TwoProgramRanksBecomeRanks0And4096Of8192) {
   ASSERT_EQ(ncclRecv(nullptr, 10, 7, 1, comm, nullptr), 0);  // and previous
   ASSERT_EQ(ncclSend(nullptr, 10, 7, 2, comm, nullptr), 0);  // not a program rank
   ASSERT_EQ(ncclBroadcast(nullptr, nullptr, 10, 7, 1, comm, nullptr), 0);
+  ASSERT_EQ(ncclBcast(nullptr, 12, 7, 1, comm, nullptr), 0);  // mapped once, as ncclBroadcast
   EXPECT_EQ(g_events, (std::vector<std::string>{
                           "nccl:ncclAllGather count=32", "nccl:ncclReduceScatter count=32",
                           "nccl:ncclAlltoAll count=32", "nccl:ncclSend count=10 peer=0",
                           "nccl:ncclRecv count=10 peer=0", "nccl:ncclSend count=10 peer=4097",
                           "nccl:ncclRecv count=10 peer=4095", "nccl:ncclSend count=10 peer=-1",
-                          "nccl:ncclBroadcast count=10 root=4096"}));
+                          "nccl:ncclBroadcast count=10 root=4096",
+                          "nccl:ncclBroadcast count=12 root=4096"}));
   ASSERT_EQ(ncclCommDestroy(comm), 0);
 }
 
