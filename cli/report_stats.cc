@@ -138,6 +138,17 @@ void iterationsFromNccl(const NcclRecordTimes& rec, const StepPlan& plan, RankRe
 }
 
 void exposedFromKineto(const KinetoKernels& k, const StepPlan& plan, RankReport& out) {
+  // A trace whose kernels all have zero length (seen on the H200 when the program ran its
+  // own torch.profiler beside crystal_site's window) measures nothing: say so, print no 0.
+  if (!k.kernels.empty() &&
+      std::all_of(k.kernels.begin(), k.kernels.end(),
+                  [](const KernelSpan& s) { return s.end_us <= s.start_us; })) {
+    out.notes.push_back(fmt::format(
+        "exposed communication not measured: all {} GPU kernels of {} have zero duration "
+        "(did the program run its own profiler over the traced step?)",
+        k.kernels.size(), k.source));
+    return;
+  }
   std::vector<Interval> nccl, other;
   for (const KernelSpan& s : k.kernels) (s.nccl ? nccl : other).push_back({s.start_us, s.end_us});
   // Steps in the trace: its ProfilerStep ranges if it has them, else the profiled steps.

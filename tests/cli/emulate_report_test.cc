@@ -205,6 +205,24 @@ TEST(ReportAnalyze, ExposedCommFromTheProfiledStepsKernels) {
   EXPECT_DOUBLE_EQ(*r.nccl_kernel_ms, 10);  // per step
 }
 
+TEST(ReportAnalyze, ZeroLengthKernelsMeasureNothingAndSaySo) {
+  // Seen on the H200: a Kineto window whose every GPU event had ts 0, dur 0 (the program
+  // ran its own torch.profiler too). Not "0 ms exposed": not measured, with a note.
+  RankInputs in;
+  in.rank = 0;
+  in.pyrun = graph::parsePyRun(kPyRun, "rank0.pyrun.json");
+  KinetoKernels k;
+  k.source = "rank0.kineto.json";
+  k.kernels = {{0, 0, true}, {0, 0, false}, {0, 0, false}};
+  in.kineto = k;
+  const RankReport r = analyzeRank(in, StepPlan{2, 2, 2});
+  EXPECT_FALSE(r.exposed_comm_ms);
+  EXPECT_FALSE(r.nccl_kernel_ms);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("all 3 GPU kernels of rank0.kineto.json have zero duration"),
+            std::string::npos);
+}
+
 TEST(ReportAnalyze, IterationsFromTheNcclCallsOfAProgramWithoutMarks) {
   RankInputs in;
   in.rank = 0;
