@@ -67,8 +67,12 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle) {
   }
   // A burst pays the latency once: its first send completes at delivery, the rest when they
   // left the link (NCCL's 8 slots then never wait a latency per window; the model has none).
-  send_left_ = port_->reserve(idle ? now : std::max(now, send_left_), params_.occupancy(bytes));
-  if (idle) burst_delivered_ = send_left_ + params_.latency_ns;
+  // A burst starts on an idle connection whose last send was delivered already: a GPU that
+  // writes chunks more slowly than the link drains them empties the connection between
+  // sends without ending the burst.
+  const bool burst = idle && now >= send_left_ + params_.latency_ns;
+  send_left_ = port_->reserve(burst ? now : std::max(now, send_left_), params_.occupancy(bytes));
+  if (burst) burst_delivered_ = send_left_ + params_.latency_ns;
   return std::max(send_left_, burst_delivered_);
 }
 

@@ -43,6 +43,10 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
     if (name == "ll128") o.tune.ll128 = flag(name, value);
     if (name == "nic_path_phb") o.graph.nic_path = flag(name, value) ? kPathPhb : kPathPxb;
     if (name == "amd_cpu") o.tune.amd_cpu = flag(name, value);
+    if (name == "p2p_net_channel_gbps") {
+      if (!(value >= 0)) throw InputError("model.overrides.p2p_net_channel_gbps: must be >= 0");
+      o.step.p2p_net_channel_GBps = value;
+    }
   }
   return o;
 }

@@ -69,8 +69,20 @@ double stepTime(const CommView& v, const ModelOptions& opt, Func f, std::uint64_
   return base + (m == Method::ClosedForm ? ringClosedForm(run) : ringRecurrence(run));
 }
 
-// One NET or NVLink transfer of `bytes` in P2P chunks (Simple protocol).
-double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes) {
+// NCCL 2.28.9's channels for one NET peer (graph/paths.cc ncclTopoGetNchannels): 2, halved
+// while 2 x nranks exceeds 4 x the communicator's p2p channels, at least the NICs the GPU
+// needs (one per GPU when the node has a NIC per GPU or fewer).
+int netChannelsPerPeer(int nranks, int comm_channels, const ClusterConfig& cluster) {
+  int n = 2;
+  while (n * nranks > comm_channels * 4 && n > 1) n /= 2;
+  const int nics_per_gpu = std::max(1, cluster.fabric.nics_per_node / std::max(1, cluster.gpus_per_node));
+  return std::max(nics_per_gpu, n);
+}
+
+// One NET or NVLink transfer of `bytes` in P2P chunks (Simple protocol). A NET transfer runs
+// on `peer_channels` channels, each at most StepOptions::p2p_net_channel_GBps.
+double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes,
+               int peer_channels) {
   const HopPair h = hopTiming(pl, Algo::Ring, Proto::Simple, 1, opt.step);
   const bool net = pl.multiNode();
   ChainRun c;
@@ -78,10 +90,20 @@ double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes
   c.nvl_hops = net ? 0 : 1;
   c.nvl = h.nvl;
   c.net = h.net;
+  // GPU-paced (the channels' pace below the NIC's): the units go at that pace, and the
+  // first one also crosses the wire before the receiver can drain it.
+  double wire_us = 0;
+  if (net && opt.step.p2p_net_channel_GBps > 0) {
+    const double cap_us_per_byte = 1.0 / (peer_channels * opt.step.p2p_net_channel_GBps * 1e3);
+    if (cap_us_per_byte > c.net.us_per_byte) {
+      wire_us = h.net.tx(std::min(static_cast<double>(bytes), static_cast<double>(nccl::kP2pNetChunk)));
+      c.net.us_per_byte = cap_us_per_byte;
+    }
+  }
   const double chunk = static_cast<double>(net ? nccl::kP2pNetChunk : nccl::kP2pNvlChunk);
   c.units = std::max<long>(1, static_cast<long>(std::ceil(static_cast<double>(bytes) / chunk)));
   c.unit_bytes = static_cast<double>(bytes) / c.units;
-  return baseLatency(Algo::Ring, Proto::Simple, opt) + chainClosedForm(c);
+  return baseLatency(Algo::Ring, Proto::Simple, opt) + chainClosedForm(c) + wire_us;
 }
 
 // One hop of algorithm `a` on `shape`'s placement (NET or NVLink) as the live timing's
@@ -113,7 +135,8 @@ Choice NcclModel::choose(Func f, std::uint64_t bytes, const CommShape& shape) co
     return c;
   }
   if (isP2p(f)) {
-    c.time_us = p2pOver(v.place, impl_->opt, bytes);
+    c.channels = netChannelsPerPeer(shape.nranks, v.graphs.commChannels, cluster_);
+    c.time_us = p2pOver(v.place, impl_->opt, bytes, c.channels);
     return c;
   }
   const Tuning::Pick pick = v.tuning.pick(f, bytes);
@@ -157,12 +180,17 @@ CostTable NcclModel::costTable(Func f, std::uint64_t bytes, const CommShape& sha
   return t;
 }
 
-double NcclModel::p2pTime(std::uint64_t bytes, bool same_node) const {
+double NcclModel::p2pTime(std::uint64_t bytes, bool same_node, int comm_nranks) const {
   const CommShape pair = same_node ? CommShape{2, 1, 2} : CommShape{2, 2, 1};
   if (same_node && cluster_.gpus_per_node < 2) {
     throw InputError("p2pTime: same-node transfer on a cluster with 1 GPU per node");
   }
-  return p2pOver(impl_->topo.place(pair), impl_->opt, bytes);
+  // The communicator's channels decide how many carry one peer's transfer.
+  const int n = std::max(2, comm_nranks);
+  const int gpn = std::max(1, cluster_.gpus_per_node);
+  const CommShape comm{n, (n + gpn - 1) / gpn, std::min(n, gpn)};
+  const int channels = netChannelsPerPeer(n, commChannels(comm), cluster_);
+  return p2pOver(impl_->topo.place(pair), impl_->opt, bytes, channels);
 }
 
 StepTiming NcclModel::netStep(Proto p, int channels) const {

@@ -21,6 +21,11 @@ struct Hop {
 struct StepOptions {
   int compcap = 90;
   double proxy_overhead_us = -1;  // NET per-step overhead; < 0: derived from NCCL's hwLat
+  // What one NCCL channel moves per direction in a NET p2p transfer (send and receive of
+  // the same channel under way, Simple, GDR), GB/s; 0 = no cap. Measured with NCCL 2.28.9 on
+  // an H200 (2026-12-03: sendrecv_perf 14.3 GB/s at N >= 64 with 1 channel per peer, 28.3
+  // at N = 8 with 2; hybrid_nccl 1 GiB send/recv 14.35 GB/s): the GPU's pace, not the NIC's.
+  double p2p_net_channel_GBps = 14.3;
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

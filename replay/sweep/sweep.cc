@@ -306,10 +306,10 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
           row.algo = "self";
         } else if (op == TestOp::SendRecv) {
           // Rank r sends to r+1: the slowest pair crosses a node boundary when N > 1 node.
-          row.time_us = model.p2pTime(ts.size_bytes, shape.nnodes == 1);
+          row.time_us = model.p2pTime(ts.size_bytes, shape.nnodes == 1, n);
           row.algo = "p2p";
           row.proto = "Simple";
-          row.channels = 1;
+          row.channels = model.choose(model::Func::SendRecv, ts.size_bytes, shape).channels;
         } else if (op == TestOp::AllToAll) {
           row.time_us =
               model.allToAllTime(ts.count * static_cast<std::uint64_t>(options.type.bytes), shape);

@@ -126,9 +126,19 @@ TEST(P2p, NetChunksAndNvlink) {
   const double net = m.p2pTime(1 << 20, false);
   const double nvl = m.p2pTime(1 << 20, true);
   EXPECT_LT(nvl, net);
-  // One more 128 KiB NET chunk costs its transfer time on one 50 GB/s NIC.
-  EXPECT_NEAR(m.p2pTime(256 << 10, false) - m.p2pTime(128 << 10, false), 131072 / 50e3, 1e-9);
-  EXPECT_GT(m.p2pTime(1 << 30, false), (1 << 30) / 50e3);
+  // One more 128 KiB NET chunk costs its time at the GPU's pace: a pair's peer gets 2 NCCL
+  // channels of 14.3 GB/s each (slower than the 50 GB/s NIC).
+  EXPECT_NEAR(m.p2pTime(256 << 10, false) - m.p2pTime(128 << 10, false), 131072 / 28.6e3, 1e-9);
+  EXPECT_GT(m.p2pTime(1 << 30, false), (1 << 30) / 28.6e3);
+  // In a 64-rank communicator (16 channels) a NET peer gets 1 channel: 14.3 GB/s.
+  const NcclModel m8(dgx(8), {});
+  EXPECT_NEAR(m8.p2pTime(256 << 10, false, 64) - m8.p2pTime(128 << 10, false, 64),
+              131072 / 14.3e3, 1e-9);
+  // Without the per-channel cap the chunk costs its time on one 50 GB/s NIC.
+  ModelConfig uncapped;
+  uncapped.overrides.emplace_back("p2p_net_channel_gbps", 0.0);
+  const NcclModel n(dgx(2), uncapped);
+  EXPECT_NEAR(n.p2pTime(256 << 10, false) - n.p2pTime(128 << 10, false), 131072 / 50e3, 1e-9);
 }
 
 TEST(AllToAll, NicSharingAcrossNodes) {

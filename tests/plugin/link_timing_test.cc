@@ -16,7 +16,8 @@ TEST(LinkTiming, SendsSerialiseOnThePortAndOverlapLatency) {
   auto port = std::make_shared<PortQueue>();
   VirtualLink l(LinkParams{1000, 0.02}, port);      // 1 us, 50 GB/s
   EXPECT_EQ(l.postSend(0, 50'000), 1000 + 1000);    // occupies [0, 1000)
-  EXPECT_EQ(l.postSend(100, 50'000), 2000 + 1000);  // waits for the port
+  // Posted before the first was delivered: the same burst, done when it left the port.
+  EXPECT_EQ(l.postSend(100, 50'000), 2000);
   EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);  // idle port: latency only
 }
 
@@ -28,7 +29,10 @@ TEST(LinkTiming, SendBurstPaysTheLatencyOnce) {
   EXPECT_EQ(l.postSend(0, 50'000, false), 2000);    // left at 2000 = first delivery
   EXPECT_EQ(l.postSend(0, 50'000, false), 3000);    // left at 3000: no latency added
   EXPECT_EQ(l.postSend(5000, 50'000, false), 6000); // posted late (a full window): 5000 + 1000
-  EXPECT_EQ(l.postSend(9000, 50'000, true), 11'000);  // a new burst: latency again
+  EXPECT_EQ(l.postSend(9000, 50'000, true), 11'000);  // idle, last delivered: latency again
+  // Idle but posted within a latency of the last send leaving: a GPU slower than the link
+  // between chunks of one burst: no latency.
+  EXPECT_EQ(l.postSend(10'500, 50'000, true), 11'500);
 }
 
 TEST(LinkTiming, UnpairedReceiveBurstStreamsFromItsFirstPost) {

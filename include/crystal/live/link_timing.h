@@ -116,7 +116,7 @@ class VirtualLink {
   std::uint64_t tree_sends_ = 0;  // sequence number of the next send on a tree connection
   TimeNs tree_free_ = 0;          // a send to a child: this link's state
   // Peer-ready bursts (docs/plugin.md "Peer-ready connections").
-  TimeNs send_left_ = 0;        // the previous send left the link
+  TimeNs send_left_ = INT64_MIN / 2;  // the previous send left the link (none yet)
   TimeNs burst_delivered_ = 0;  // delivery of the burst's first send
   TimeNs recv_start_ = 0;       // post of the burst's first receive
   TimeNs recv_left_ = 0;        // the previous receive's unit left the virtual sender

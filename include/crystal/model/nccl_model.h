@@ -96,7 +96,8 @@ class NcclModel {
   // Cost table in NCCL's layout (us, -1 = unsupported), for tuner getCollInfo.
   CostTable costTable(Func f, std::uint64_t bytes, const CommShape& shape) const;
   // Point-to-point transfer of `bytes` between two ranks (same node or not).
-  double p2pTime(std::uint64_t bytes, bool same_node) const;
+  // `comm_nranks`: ranks of the communicator (its channel count sets the channels per peer).
+  double p2pTime(std::uint64_t bytes, bool same_node, int comm_nranks = 2) const;
   // Link timing of one NET connection step (virtual peer in another node).
   StepTiming netStep(Proto p, int channels) const;
 
