@@ -151,6 +151,7 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
     e.gdr = gdr;
   }
   f.read("map_comms", e.map_comms);
+  f.read("target_channels", e.target_channels);
   f.rejectUnknown();
 }
 

@@ -106,6 +106,7 @@ void emulation(YAML::Emitter& e, const EmulationConfig& m) {
   kv(e, "tuner", m.tuner);
   if (m.gdr) kv(e, "gdr", *m.gdr);  // unset: the default rule (config.h gdrEnabled)
   kv(e, "map_comms", m.map_comms);
+  kv(e, "target_channels", m.target_channels);
   e << YAML::EndMap;
 }
 

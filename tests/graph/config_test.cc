@@ -127,6 +127,11 @@ TEST(Config, CanonicalYamlRoundTrips) {
     Config back = parseConfig(toYaml(c), c.source);
     EXPECT_EQ(back, c) << f << "\n" << toYaml(c);
   }
+  // Emulation switches that are off by default survive the round trip when on.
+  Config c = loadConfig(std::string(CRYSTAL_SOURCE_DIR) + "/config/examples/dense-8gpu.yaml");
+  c.emulation.target_channels = true;
+  c.emulation.gdr = false;
+  EXPECT_EQ(parseConfig(toYaml(c), c.source), c) << toYaml(c);
 }
 
 TEST(Config, MissingFileIsInputError) {

@@ -129,6 +129,10 @@ struct EmulationConfig {
   // communicator it creates with that many ranks becomes the target's world_size-rank one,
   // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).
   bool map_comms = false;
+  // Real ranks get NCCL_MIN_NCHANNELS = the target's channel count (docs/emulate.md). Off by
+  // default: on the H200 (2026-12-03) it brought 1 GiB all-gather from 4.2x to 1.39x the
+  // model but runs of all six ops stalled past their limits at 1-4 MiB.
+  bool target_channels = false;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
 
