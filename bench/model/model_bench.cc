@@ -35,6 +35,20 @@ void BM_ChoosePlusTime(benchmark::State& state) {
 }
 BENCHMARK(BM_ChoosePlusTime)->Unit(benchmark::kMicrosecond);
 
+// What the engine does per p2p op (engine_comm.cc: NcclCostModel::p2pUs): one p2pTime of a
+// cross-node pair, beside choose()+time() above (target: the same order, under 2 us).
+void BM_P2pTime(benchmark::State& state) {
+  const NcclModel m = dgx(1024);
+  std::uint64_t bytes = 1024;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(m.p2pTime(bytes, false));
+    bytes = bytes >= (1ULL << 32) ? 1024 : bytes * 4;
+  }
+  state.counters["s_per_call"] = benchmark::Counter(
+      1.0, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_P2pTime)->Unit(benchmark::kMicrosecond);
+
 // Closed-form time of a 1 GiB ring all-reduce over range(0) ranks (8 per node).
 void BM_RingTimeClosedForm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
