@@ -139,14 +139,6 @@ std::unique_ptr<TargetModel> makeClusterTargetModel(const Config& cfg) {
   return std::make_unique<ClusterTargetModel>(cfg);
 }
 
-model::CommShape blockShape(const ClusterConfig& cluster, int nranks) {
-  model::CommShape s;
-  s.nranks = std::max(1, nranks);
-  s.ranks_per_node = std::clamp(cluster.gpus_per_node, 1, s.nranks);
-  s.nnodes = (s.nranks + s.ranks_per_node - 1) / s.ranks_per_node;
-  return s;
-}
-
 namespace {
 LinkParams toLink(const StepTiming& st, double line_GBps) {
   double bw = st.bandwidth_GBps;  // GB/s = bytes/ns

@@ -75,7 +75,8 @@ double stepTime(const CommView& v, const ModelOptions& opt, Func f, std::uint64_
 int netChannelsPerPeer(int nranks, int comm_channels, const ClusterConfig& cluster) {
   int n = 2;
   while (n * nranks > comm_channels * 4 && n > 1) n /= 2;
-  const int nics_per_gpu = std::max(1, cluster.fabric.nics_per_node / std::max(1, cluster.gpus_per_node));
+  const int nics_per_gpu =
+      std::max(1, cluster.fabric.nics_per_node / std::max(1, cluster.gpus_per_node));
   return std::max(nics_per_gpu, n);
 }
 
@@ -96,7 +97,8 @@ double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes
   if (net && opt.step.p2p_net_channel_GBps > 0) {
     const double cap_us_per_byte = 1.0 / (peer_channels * opt.step.p2p_net_channel_GBps * 1e3);
     if (cap_us_per_byte > c.net.us_per_byte) {
-      wire_us = h.net.tx(std::min(static_cast<double>(bytes), static_cast<double>(nccl::kP2pNetChunk)));
+      wire_us =
+          h.net.tx(std::min(static_cast<double>(bytes), static_cast<double>(nccl::kP2pNetChunk)));
       c.net.us_per_byte = cap_us_per_byte;
     }
   }
@@ -117,6 +119,14 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
 }
 
 }  // namespace
+
+CommShape blockShape(const ClusterConfig& cluster, int nranks) {
+  CommShape s;
+  s.nranks = std::max(1, nranks);
+  s.ranks_per_node = std::clamp(cluster.gpus_per_node, 1, s.nranks);
+  s.nnodes = (s.nranks + s.ranks_per_node - 1) / s.ranks_per_node;
+  return s;
+}
 
 NcclModel::NcclModel(const ClusterConfig& cluster, const ModelConfig& model)
     : cluster_(cluster),
@@ -185,11 +195,10 @@ double NcclModel::p2pTime(std::uint64_t bytes, bool same_node, int comm_nranks) 
   if (same_node && cluster_.gpus_per_node < 2) {
     throw InputError("p2pTime: same-node transfer on a cluster with 1 GPU per node");
   }
-  // The communicator's channels decide how many carry one peer's transfer.
+  // The communicator's channels decide how many carry one peer's NET transfer.
   const int n = std::max(2, comm_nranks);
-  const int gpn = std::max(1, cluster_.gpus_per_node);
-  const CommShape comm{n, (n + gpn - 1) / gpn, std::min(n, gpn)};
-  const int channels = netChannelsPerPeer(n, commChannels(comm), cluster_);
+  const int channels =
+      same_node ? 1 : netChannelsPerPeer(n, commChannels(blockShape(cluster_, n)), cluster_);
   return p2pOver(impl_->topo.place(pair), impl_->opt, bytes, channels);
 }
 

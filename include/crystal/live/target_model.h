@@ -41,8 +41,9 @@ class TargetModel {
 [[nodiscard]] LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster);
 
 // How a communicator of `nranks` sits on the target, as the tuner and the model see it when
-// every rank is alone on its emulated host: cluster.gpus_per_node consecutive ranks per node.
-[[nodiscard]] model::CommShape blockShape(const ClusterConfig& cluster, int nranks);
+// every rank is alone on its emulated host: model::blockShape (gpus_per_node consecutive
+// ranks per node).
+using model::blockShape;
 
 // The links a real rank of a communicator drives on the target (Simple protocol, whole
 // links: channels share them through port queues, which is the model's per-channel share

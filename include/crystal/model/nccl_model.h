@@ -57,6 +57,10 @@ struct CommShape {
   int ranks_per_node = 1;  // members per node (assumed equal)
 };
 
+// A communicator of `nranks` in blocks of cluster.gpus_per_node consecutive ranks per node
+// (rank order, the placement of a world or of a whole-node group).
+[[nodiscard]] CommShape blockShape(const ClusterConfig& cluster, int nranks);
+
 struct Choice {
   Algo algo = Algo::Ring;
   Proto proto = Proto::Simple;
