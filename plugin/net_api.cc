@@ -22,32 +22,28 @@ namespace {
 using nccl::ncclSuccess;
 
 // Per-request trace (CRYSTAL_TRACE_CONN): name the connection once, at creation.
-void traceVirtual(DataComm& c, const VirtualConn& id, const live::VirtualLink& link) {
+void traceConn(DataComm& c, TraceConnInfo info) {
   ConnTrace* t = ConnTrace::global();
   if (!t) return;
-  TraceConnInfo info;
-  info.dir = id.send ? 's' : 'r';
-  info.peer_kind = 'v';
-  info.timing = link.isRing() ? 'r' : link.treeTimed() ? 't' : 'p';
-  info.self_rank = id.self_rank;
-  info.peer_rank = id.peer_rank;
-  info.nranks = id.nranks;
-  info.graph = id.graph;
-  info.distance = id.distance;
-  info.ordinal = id.ordinal;
   info.dev = c.dev();
   c.trace_id = t->addConn(info);
 }
 
-void traceReal(DataComm& c, char dir) {
-  ConnTrace* t = ConnTrace::global();
-  if (!t) return;
-  TraceConnInfo info;
-  info.dir = dir;
-  info.peer_kind = 'R';
-  info.dev = c.dev();
-  c.trace_id = t->addConn(info);
+void traceVirtual(DataComm& c, const VirtualConn& id, const live::VirtualLink& link) {
+  traceConn(c, {.dir = id.send ? 's' : 'r',
+                .peer_kind = 'v',
+                .timing = link.isRing()      ? 'r'
+                          : link.treeTimed() ? 't'
+                                             : 'p',
+                .self_rank = id.self_rank,
+                .peer_rank = id.peer_rank,
+                .nranks = id.nranks,
+                .graph = id.graph,
+                .distance = id.distance,
+                .ordinal = id.ordinal});
 }
+
+void traceReal(DataComm& c, char dir) { traceConn(c, {.dir = dir, .peer_kind = 'R'}); }
 
 template <typename T>
 T* need(T* p, const char* what) {

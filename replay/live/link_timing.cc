@@ -79,7 +79,7 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle) {
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step) {
   if (ring_) {
     ring_->postRecv(step, now, idle, units_per_step);
-  } else if (!tree_ && !bind_ && idle) {
+  } else if (!treeTimed() && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;
   }
