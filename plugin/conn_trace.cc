@@ -1,12 +1,12 @@
 #include "conn_trace.h"
 
+#include <fmt/core.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
-
-#include <fmt/core.h>
 
 #include "crystal/base/error.h"
 #include "params.h"
@@ -18,12 +18,11 @@ ConnTrace* makeGlobal() {
   const std::string prefix = paramString("CRYSTAL_TRACE_CONN");
   if (prefix.empty()) return nullptr;
   const std::int64_t rows = paramInt("CRYSTAL_TRACE_CONN_MAX");
-  if (rows <= 0)
-    throw InputError(fmt::format("CRYSTAL_TRACE_CONN_MAX={}: must be positive", rows));
+  if (rows <= 0) throw InputError(fmt::format("CRYSTAL_TRACE_CONN_MAX={}: must be positive", rows));
   // Leaked on purpose: proxy threads may still record while static destructors run; the
   // rows are written by an atexit handler instead.
-  auto* t = new ConnTrace(fmt::format("{}.{}.csv", prefix, ::getpid()),
-                          static_cast<std::size_t>(rows));
+  auto* t =
+      new ConnTrace(fmt::format("{}.{}.csv", prefix, ::getpid()), static_cast<std::size_t>(rows));
   std::atexit([] { (void)ConnTrace::global()->write(); });
   return t;
 }
@@ -53,8 +52,10 @@ std::size_t ConnTrace::write() {
     std::fprintf(stderr, "crystal: cannot write the connection trace %s\n", path_.c_str());
     return 0;
   }
-  std::fputs("conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-             "posted_ns,due_ns,done_ns,dev\n", f);
+  std::fputs(
+      "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
+      "posted_ns,due_ns,done_ns,dev\n",
+      f);
   for (std::size_t i = 0; i < n; ++i) {
     const TraceRow& r = rows_[i];
     const TraceConnInfo c = r.conn < conns_.size() ? conns_[r.conn] : TraceConnInfo{};
@@ -66,8 +67,10 @@ std::size_t ConnTrace::write() {
   }
   std::fclose(f);
   if (claimed > rows_.size())
-    std::fprintf(stderr, "crystal: connection trace %s kept %zu rows, dropped %zu "
-                 "(raise CRYSTAL_TRACE_CONN_MAX)\n", path_.c_str(), n, claimed - n);
+    std::fprintf(stderr,
+                 "crystal: connection trace %s kept %zu rows, dropped %zu "
+                 "(raise CRYSTAL_TRACE_CONN_MAX)\n",
+                 path_.c_str(), n, claimed - n);
   return n;
 }
 

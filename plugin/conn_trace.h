@@ -22,9 +22,9 @@ namespace crystal::plugin {
 
 // What a connection is, as the trace names it.
 struct TraceConnInfo {
-  char dir = 's';         // 's' send, 'r' receive
-  char peer_kind = 'v';   // 'v' virtual peer, 'R' real peer
-  char timing = 'p';      // virtual: 'r' ring, 't' tree, 'p' peer-ready; real: 'p'
+  char dir = 's';        // 's' send, 'r' receive
+  char peer_kind = 'v';  // 'v' virtual peer, 'R' real peer
+  char timing = 'p';     // virtual: 'r' ring, 't' tree, 'p' peer-ready; real: 'p'
   int self_rank = -1;
   int peer_rank = -1;
   int nranks = 0;

@@ -15,8 +15,8 @@ bool broadcastRootIsVirtual(int self, int nranks, int root, std::span<const int>
                             int world_size) {
   if (root == self || root < 0 || root >= nranks) return false;
   if (real_ranks.size() == 1) return true;
-  return nranks == world_size && std::find(real_ranks.begin(), real_ranks.end(), root) ==
-                                     real_ranks.end();
+  return nranks == world_size &&
+         std::find(real_ranks.begin(), real_ranks.end(), root) == real_ranks.end();
 }
 
 void MirrorBroadcast::before() {

@@ -1,9 +1,10 @@
 // The per-request trace (plugin/conn_trace.h): exact CSV rows, the capacity bound, and the
 // built plugin writing one row per completed request at process exit (CRYSTAL_TRACE_CONN).
-#include <sys/wait.h>
-#include <unistd.h>
+#include "conn_trace.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "abi_harness.h"
-#include "conn_trace.h"
 
 namespace crystal::test {
 namespace {
@@ -58,8 +58,9 @@ TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
   EXPECT_EQ(t.write(), 2u);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u);
-  EXPECT_EQ(l[0], "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-                  "posted_ns,due_ns,done_ns,dev");
+  EXPECT_EQ(l[0],
+            "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
+            "posted_ns,due_ns,done_ns,dev");
   EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2");
   EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1");  // due -1: not modelled
   std::remove(path.c_str());

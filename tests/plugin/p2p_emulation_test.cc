@@ -27,7 +27,7 @@ using plugin::DataComm;
 using plugin::Request;
 
 constexpr std::uint64_t kChunk = model::nccl::kP2pNetChunk;  // NCCL_P2P_NET_CHUNKSIZE
-constexpr int kDepth = 8;                                     // NCCL_STEPS
+constexpr int kDepth = 8;                                    // NCCL_STEPS
 
 DataComm& dataComm(void* token) {
   return static_cast<DataComm&>(*plugin::HandleTable::instance().find(token));
@@ -42,9 +42,7 @@ struct Lane {
   std::deque<Request*> out;
   std::vector<live::TimeNs> done_at;
   live::TimeNs gpu_free = 0;  // the channel's GPU side: next chunk written / drained
-  [[nodiscard]] std::uint64_t bytesOf(long u) const {
-    return u == units - 1 ? last_bytes : kChunk;
-  }
+  [[nodiscard]] std::uint64_t bytesOf(long u) const { return u == units - 1 ? last_bytes : kChunk; }
 };
 
 struct P2pRun {
@@ -117,11 +115,12 @@ P2pRun runSendRecv(std::vector<void*> sends, std::vector<void*> recvs, std::uint
     for (const Lane& l : lanes) {
       if (!l.out.empty()) next = std::min(next, l.out.front()->due);
       if (l.posted < l.units) {
-        live::TimeNs t = l.posted < kDepth || l.posted - kDepth < l.done
-                             ? (l.posted < kDepth ? start
-                                                  : l.done_at[static_cast<std::size_t>(
-                                                        l.posted - kDepth)] + turnaround)
-                             : Request::kUnknown;
+        live::TimeNs t =
+            l.posted < kDepth || l.posted - kDepth < l.done
+                ? (l.posted < kDepth
+                       ? start
+                       : l.done_at[static_cast<std::size_t>(l.posted - kDepth)] + turnaround)
+                : Request::kUnknown;
         if (t != Request::kUnknown && l.send) t = std::max(t, l.gpu_free + chunk_ns);
         if (t != Request::kUnknown && t > now) next = std::min(next, t);
       }
@@ -170,8 +169,7 @@ double emulatedUs(std::uint64_t bytes, const Setup& s, double* model_us, int* ch
   for (int c = 0; c < channels; ++c) {
     const int dev = c % s.devs;
     // rank 0 sends to rank 8 and receives from rank n-8: both on other nodes (p2p graph 0).
-    sends.push_back(
-        connectVirtual(ctx, dev, ConnId{comm, 0, 8, s.nranks, 8, c, live::kGraphP2p}));
+    sends.push_back(connectVirtual(ctx, dev, ConnId{comm, 0, 8, s.nranks, 8, c, live::kGraphP2p}));
     RingConns& r = conns[static_cast<std::size_t>(c)];
     r.recv = acceptVirtual(ctx, dev, ConnId{comm, 0, from, s.nranks, 8, c, live::kGraphP2p},
                            &r.listen, &r.host_fd);
@@ -197,10 +195,11 @@ void expectWithin(const Setup& s, double tolerance, std::uint64_t from_mib = 1) 
     int channels = 0;
     const double em = emulatedUs(bytes, s, &model_us, &channels);
     const double diff = (em - model_us) / model_us;
-    std::printf("sendrecv %5llu MiB, %d ranks: %d ch on %d NICs, turnaround %5.1f us: emulated "
-                "%10.1f us, model %10.1f us, %+6.2f %%\n",
-                static_cast<unsigned long long>(mib), s.nranks, channels, s.devs,
-                s.turnaround / 1e3, em, model_us, 100 * diff);
+    std::printf(
+        "sendrecv %5llu MiB, %d ranks: %d ch on %d NICs, turnaround %5.1f us: emulated "
+        "%10.1f us, model %10.1f us, %+6.2f %%\n",
+        static_cast<unsigned long long>(mib), s.nranks, channels, s.devs, s.turnaround / 1e3, em,
+        model_us, 100 * diff);
     EXPECT_LE(std::abs(diff), tolerance) << mib << " MiB";
   }
 }
@@ -217,9 +216,7 @@ TEST(P2pEmulation, SixteenRanksTwoChannelsOnTwoNicsFromSixtyFourMiB) {
   expectWithin({16, 2, 0}, 0.02, 64);
 }
 
-TEST(P2pEmulation, GpuTurnaroundBelowTheWindowCostsNothing) {
-  expectWithin({64, 1, 10'000}, 0.02);
-}
+TEST(P2pEmulation, GpuTurnaroundBelowTheWindowCostsNothing) { expectWithin({64, 1, 10'000}, 0.02); }
 
 }  // namespace
 }  // namespace crystal::test
