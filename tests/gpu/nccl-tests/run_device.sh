@@ -30,14 +30,8 @@ PIP_NCCL=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.dirname(t
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PIP_NCCL/lib:${LD_LIBRARY_PATH:-}"
 
-build_crystal() {
-  local deps=()
-  [ -d build-deps/nlohmann ] && deps=(-Dnlohmann_json_DIR="$PWD/build-deps/nlohmann/share/cmake/nlohmann_json")
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRYSTAL_TESTS=OFF -DCRYSTAL_BENCH=OFF \
-        "${deps[@]}" >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
-  cmake --build $B -j 16 --target crystal crystal_nccl_plugin >"$OUT/build.log" 2>&1 ||
-    { grep -E "error|FAILED" "$OUT/build.log" | head -30; return 1; }
-}
+. tests/gpu/common/build.sh
+build_crystal() { crystal_build $B "$OUT"; }
 
 # NCCL-tests' Makefile wants NCCL_HOME/{include,lib/libnccl.so}; the pip wheel ships only
 # libnccl.so.2, so a folder of links stands in for NCCL_HOME.

@@ -23,17 +23,9 @@ NCCL_HOME=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.dirname(
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 here=tests/gpu/proto
 
+. tests/gpu/common/build.sh
 build() {
-  local deps=()
-  # nlohmann-json is header-only; carried from the dev machine if the device lacks it.
-  [ -d build-deps/nlohmann ] && deps=(-Dnlohmann_json_DIR="$PWD/build-deps/nlohmann/share/cmake/nlohmann_json")
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRYSTAL_TESTS=OFF -DCRYSTAL_BENCH=OFF \
-        "${deps[@]}" >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
-  cmake --build $B -j 16 --target crystal crystal_nccl_plugin >"$OUT/build.log" 2>&1 ||
-    { grep -E "error|FAILED" "$OUT/build.log" | head -30; return 1; }
-  g++ -O2 -std=c++17 $here/proto_check.cc -Itests/gpu/common -I"$NCCL_HOME/include" -I"$CUDA/include" \
-      -L"$NCCL_HOME/lib" -l:libnccl.so.2 -L"$CUDA/lib64" -lcudart \
-      -Wl,-rpath,"$NCCL_HOME/lib" -o $B/proto_check || return 1
+  crystal_build $B "$OUT" && nccl_program $here/proto_check.cc $B/proto_check || return 1
   echo "built: $(ls $B/cli/crystal $B/plugin/libnccl-net-crystal.so $B/proto_check)"
 }
 

@@ -23,14 +23,9 @@ B=build-device
 here=tests/gpu/pytorch
 NCCL_HOME=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.dirname(torch.__file__)+"/../nvidia/nccl"))')
 
+. tests/gpu/common/build.sh
 build() {
-  local deps=()
-  # nlohmann-json is header-only; carried from the dev machine if the device lacks it.
-  [ -d build-deps/nlohmann ] && deps=(-Dnlohmann_json_DIR="$PWD/build-deps/nlohmann/share/cmake/nlohmann_json")
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRYSTAL_TESTS=OFF -DCRYSTAL_BENCH=OFF \
-        "${deps[@]}" >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
-  cmake --build $B -j 16 --target crystal crystal_nccl_plugin >"$OUT/build.log" 2>&1 ||
-    { grep -E "error|FAILED" "$OUT/build.log" | head -30; return 1; }
+  crystal_build $B "$OUT" || return 1
   echo "built: $(ls $B/cli/crystal $B/plugin/libnccl-net-crystal.so)"
 }
 
