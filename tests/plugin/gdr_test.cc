@@ -59,6 +59,21 @@ struct Buffer {
   [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
 };
 
+// A connection's LL, LL128 and Simple buffers (8 steps each), registered in NCCL's order.
+struct Protocols {
+  Buffer ll{8 * kLLStep}, ll128{8 * kLL128Step}, simple{8 * kSimpleStep};
+};
+
+// Every LL128 line of `got` holds the 120 data bytes of `sent`'s line and the flag `flag`.
+void expectLL128LinesCopied(const Buffer& got, const Buffer& sent, std::uint64_t flag) {
+  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
+    EXPECT_EQ(std::memcmp(got.at(line * 128), sent.at(line * 128), 120), 0) << line;
+    std::uint64_t f = 0;
+    std::memcpy(&f, got.at(line * 128 + 120), 8);
+    EXPECT_EQ(f, flag);
+  }
+}
+
 void configure(DataPolicy policy, bool gdr = true, double timeout_s = 60.0) {
   ::unsetenv("CRYSTAL_DATA");
   ::unsetenv("CRYSTAL_GDR");
@@ -166,6 +181,13 @@ class Gdr : public ::testing::Test {
     recvs_.push_back(r);
     return r;
   }
+  // Fresh LL, LL128, Simple buffers registered as `type` on comm c (kept until the fixture
+  // ends, after its comms are closed).
+  Protocols& registered(void* c, int type) {
+    Protocols& b = *protocols_.emplace_back(std::make_unique<Protocols>());
+    registerProtocols(c, {&b.ll, &b.ll128, &b.simple}, type);
+    return b;
+  }
   // LL, LL128, Simple regions of `type` on comm c, in NCCL's order.
   void registerProtocols(void* c, const std::vector<Buffer*>& b, int type) {
     for (Buffer* buf : b) {
@@ -218,6 +240,7 @@ class Gdr : public ::testing::Test {
   std::vector<void*> sends_, recvs_, listens_;
   std::vector<int> fds_;
   std::map<void*, std::vector<void*>> mhandles_;
+  std::vector<std::unique_ptr<Protocols>> protocols_;
 };
 
 // emulation.gdr unset: GDR only where the plugin writes no data (data `none`), judged on
@@ -295,8 +318,7 @@ TEST_F(Gdr, RegMrAcceptsCudaWithoutDriverCalls) {
 TEST_F(Gdr, NoneSimpleIntoGpuMemoryCallsNoDriver) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   for (int i = 0; i < 4; ++i) waitDone(recvPost(r, 2, simple.at(i * kSimpleStep), kSimpleStep));
   EXPECT_TRUE(gpu_->calls.empty());
   EXPECT_EQ(simple.p.get()[0], std::byte{0xA5}) << "none leaves Simple bytes untouched";
@@ -305,8 +327,7 @@ TEST_F(Gdr, NoneSimpleIntoGpuMemoryCallsNoDriver) {
 TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   // Slot 2 of the LL buffer: the connection's first step there is 2 -> flag 3.
   waitDone(recvPost(r, 0, ll.at(2 * kLLStep), kLLStep));
   const auto m = gpu_->named("cuMemsetD2D32Async");
@@ -327,8 +348,7 @@ TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
 TEST_F(Gdr, ZeroSimpleIsZeroedWhenPostedAndCompletionWaitsForTheGpu) {
   configure(DataPolicy::Zero);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   gpu_->complete = false;
   void* req = recvPost(r, 2, simple.at(kSimpleStep), kSimpleStep);
   const auto z = gpu_->named("cuMemsetD8Async");
@@ -346,8 +366,7 @@ TEST_F(Gdr, ZeroSimpleIsZeroedWhenPostedAndCompletionWaitsForTheGpu) {
 TEST_F(Gdr, ZeroLL128ZeroesDataThenWritesBothFlagHalves) {
   configure(DataPolicy::Zero);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   waitDone(recvPost(r, 1, ll128.at(0), kLL128Step));  // step 0 -> flag 1
   ASSERT_EQ(gpu_->calls.size(), 3u) << "memset data, flag low halves, record";
   EXPECT_EQ(gpu_->calls[0].name, "cuMemsetD8Async");
@@ -372,10 +391,8 @@ TEST_F(Gdr, MirrorSimpleCopiesDeviceToDeviceAndHoldsTheSend) {
   configure(DataPolicy::Mirror);
   void* s = virtualSend();
   void* r = virtualRecv();
-  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(s, {&sll, &sll128, &ssimple}, nccl::NCCL_PTR_CUDA);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [sll, sll128, ssimple] = registered(s, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   for (std::size_t i = 0; i < kSimpleStep; ++i) ssimple.p.get()[i] = std::byte(i * 7);
   void* sreq = sendPost(s, 2, ssimple.at(0), kSimpleStep);
   gpu_->complete = false;
@@ -454,12 +471,7 @@ TEST_F(Gdr, MirrorLL128CopiesLineDataOnTheGpuThenWritesFlags) {
   EXPECT_EQ(c[0].pitch, 128u);
   EXPECT_EQ(c[0].rows, kLL128Step / 128);
   EXPECT_EQ(gpu_->named("cuMemsetD2D32Async").size(), 2u) << "high and low flag halves";
-  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
-    EXPECT_EQ(std::memcmp(ll128.at(line * 128), sll128.at(line * 128), 120), 0) << line;
-    std::uint64_t flag = 0;
-    std::memcpy(&flag, ll128.at(line * 128 + 120), 8);
-    EXPECT_EQ(flag, 1u);
-  }
+  expectLL128LinesCopied(ll128, sll128, 1);
 }
 
 // Mirror LL128 from a host send buffer (GDR read off): lines staged with flag 0, one H2D
@@ -468,10 +480,8 @@ TEST_F(Gdr, MirrorLL128FromHostCopiesLinesThenFlags) {
   configure(DataPolicy::Mirror);
   void* s = virtualSend();
   void* r = virtualRecv();
-  Buffer sll(8 * kLLStep), sll128(8 * kLL128Step), ssimple(8 * kSimpleStep);
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(s, {&sll, &sll128, &ssimple}, nccl::NCCL_PTR_HOST);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [sll, sll128, ssimple] = registered(s, nccl::NCCL_PTR_HOST);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   for (std::size_t i = 0; i < kLL128Step; ++i) sll128.p.get()[i] = std::byte((i * 3 + 2) & 0xFF);
   void* sreq = sendPost(s, 1, sll128.at(0), kLL128Step);
   waitDone(recvPost(r, 1, ll128.at(0), kLL128Step));
@@ -482,12 +492,7 @@ TEST_F(Gdr, MirrorLL128FromHostCopiesLinesThenFlags) {
     if (c.name != "cuMemHostAlloc" && c.name != "cuEventRecord") order.push_back(c.name);
   EXPECT_EQ(order, (std::vector<std::string>{"cuMemcpyHtoDAsync", "cuMemsetD2D32Async",
                                              "cuMemsetD2D32Async"}));
-  for (std::size_t line = 0; line < kLL128Step / 128; ++line) {
-    EXPECT_EQ(std::memcmp(ll128.at(line * 128), sll128.at(line * 128), 120), 0) << line;
-    std::uint64_t flag = 0;
-    std::memcpy(&flag, ll128.at(line * 128 + 120), 8);
-    EXPECT_EQ(flag, 1u);
-  }
+  expectLL128LinesCopied(ll128, sll128, 1);
 }
 
 // Two real ranks with GPU buffers: bytes go GPU -> pinned staging -> TCP -> staging -> GPU,
@@ -667,8 +672,7 @@ TEST_F(Gdr, RealReceiveWaitingForItsGpuCopyPastTheTimeoutSaysSo) {
 TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   plugin::cuda::setDriverForTesting(nullptr, "libcuda-crystal-absent.so.1");
   void* req = recvPost(r, 0, ll.at(0), kLLStep);
   nccl::ncclResult_t rc = ncclSuccess;
@@ -684,8 +688,7 @@ TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
 TEST_F(Gdr, NoContextOnTheCallingThreadIsASystemError) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
-  Buffer ll(8 * kLLStep), ll128(8 * kLL128Step), simple(8 * kSimpleStep);
-  registerProtocols(r, {&ll, &ll128, &simple}, nccl::NCCL_PTR_CUDA);
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   gpu_->has_context = false;
   void* req = recvPost(r, 0, ll.at(0), kLLStep);
   nccl::ncclResult_t rc = ncclSuccess;
