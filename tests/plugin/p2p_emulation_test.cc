@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <vector>
 
@@ -126,17 +125,8 @@ P2pRun runSendRecv(std::vector<void*> sends, std::vector<void*> recvs, std::uint
       }
       if (l.done == l.units && l.done_at.back() > now) next = std::min(next, l.done_at.back());
     }
-    if (next == Request::kUnknown) {
-      ++out.unknown;
-      now += 1000;
-    } else {
-      now = std::max(now + 1, next);
-    }
+    advanceClock(now, next, out.unknown);
   }
-  if (std::getenv("P2P_DEBUG"))
-    for (const Lane& l : lanes)
-      std::printf("lane %s units %ld last done %.1f us\n", l.send ? "send" : "recv", l.units,
-                  (l.done_at.back() - start) / 1e3);
   out.span = now - start;
   return out;
 }

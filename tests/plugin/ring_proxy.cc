@@ -117,6 +117,15 @@ void closeConns(std::vector<RingConns>& conns) {
   }
 }
 
+void advanceClock(live::TimeNs& now, live::TimeNs next, long& unknown_waits) {
+  if (next == Request::kUnknown) {
+    ++unknown_waits;
+    now += 1000;
+  } else {
+    now = std::max(now + 1, next);
+  }
+}
+
 RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uint64_t bytes,
                           int nranks, live::TimeNs start, Turnaround turnaround) {
   const int nch = static_cast<int>(conns.size());
@@ -222,12 +231,7 @@ RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uin
           sendReady(c, c.sent) != Request::kUnknown && sendReady(c, c.sent) > now)
         next = std::min(next, sendReady(c, c.sent));
     }
-    if (next == Request::kUnknown) {
-      ++out.unknown_waits;  // nothing known: only a fallback can resolve it
-      now += 1000;
-    } else {
-      now = std::max(now + 1, next);
-    }
+    advanceClock(now, next, out.unknown_waits);
   }
   out.end = now;
   return out;

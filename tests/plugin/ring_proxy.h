@@ -65,6 +65,11 @@ struct Turnaround {
   live::TimeNs consume_ns = 0;
 };
 
+// One step of a proxy harness's virtual clock: to `next`, the earliest known completion or
+// GPU action (at least 1 ns on), or 1 us on when none is known (counted in `unknown_waits`:
+// only a timing fallback can resolve that).
+void advanceClock(live::TimeNs& now, live::TimeNs next, long& unknown_waits);
+
 // Runs one ring collective (AllReduce, AllGather or ReduceScatter) of `bytes` over the
 // channels in `conns` starting at virtual time `start`.
 [[nodiscard]] RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f,

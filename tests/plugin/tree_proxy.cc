@@ -232,12 +232,7 @@ TreeRun runTreeAllReduce(std::vector<TreeChannelConns>& conns, std::uint64_t byt
       for (const Conn& c : x.up_recvs) consider(c);
       for (const Conn& c : x.down_sends) consider(c);
     }
-    if (next == Request::kUnknown) {
-      ++out.unknown_waits;  // nothing known: only the stall bound can resolve it
-      now += 1000;
-    } else {
-      now = std::max(now + 1, next);
-    }
+    advanceClock(now, next, out.unknown_waits);  // unknown: only the stall bound resolves it
   }
   out.end = now;
   return out;
