@@ -60,7 +60,7 @@ constexpr std::string_view kUsage =
     "                   crystal-run-<UTC time> in the working directory)\n"
     "  --warmup         steps left out of the steady state (default 2)\n"
     "  --no-profile     no torch.profiler step (then no exposed communication)\n"
-    "  --no-record      no NCCL profiler record files (NCCL_PROFILER_PLUGIN not set)\n"
+    "  --no-record      no NCCL profiler record files (CRYSTAL_RECORD not set)\n"
     "  At the end: a report on stderr (per real rank: steady-state iteration time, exposed\n"
     "  communication, peak memory, beside `crystal simulate`), RUN_DIR/report.json and\n"
     "  RUN_DIR/timeline.json (Perfetto). docs/emulate.md.\n";

@@ -62,6 +62,10 @@ struct Request {
   std::uint64_t step = 0;   // per-comm sequence number of this request
   std::uint64_t bytes = 0;  // total posted bytes
   std::uint64_t seq = 0;    // FIFO order among outstanding requests
+  // Data policy mirror: the key pairing a ring receive with the real rank's send
+  // (MirrorChannel); `mirrored` false for requests of other operations.
+  std::uint64_t mirror_k = 0;
+  bool mirrored = false;
 };
 
 class DataComm : public Comm {

@@ -184,7 +184,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       vc.graph = h.graph;
       auto link = c->virtualLink(vc, dev);
       auto sc = std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank,
-                                                  c->mirrorFor(vc));
+                                                  c->mirrorFor(vc), c->opSegmentsFor(vc));
       traceVirtual(*sc, vc, *link);
       *sendComm = table.insert(std::move(sc));
       return;
@@ -267,7 +267,8 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       link->watchHost(fd.release());  // EOF on it: the host (and the virtual sender) is gone
       // The stream stays open with the host; the data path only watches it for EOF.
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
-                                                  lc.hello.sender_rank, lc.ctx()->mirrorFor(id));
+                                                  lc.hello.sender_rank, lc.ctx()->mirrorFor(id),
+                                                  lc.ctx()->opSegmentsFor(id));
       traceVirtual(*vc, id, *link);
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;

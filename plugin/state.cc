@@ -133,6 +133,12 @@ std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
   return mirrors_[k++];
 }
 
+std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
+  PluginState& st = PluginState::get();
+  if (st.dataPolicy() != DataPolicy::Mirror || !isRingConn(c)) return nullptr;
+  return st.newOpSegments(c.comm_id, c.ordinal, c.peer_rank, c.send);
+}
+
 PluginState& PluginState::get() {
   static PluginState state;
   return state;
@@ -241,6 +247,33 @@ NetContext* PluginState::checkContext(void* ctx) {
     if (&c == ctx) return &c;
   if (ctx == &default_ctx_) return &default_ctx_;
   throw PluginError(Errc::BadUsage, "unknown net context (used after finalize?)");
+}
+
+std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int channel, int peer,
+                                                       bool send) {
+  auto ops = std::make_shared<OpSegments>();
+  std::lock_guard lock(ops_mu_);
+  op_segments_[{comm, channel, peer, send}] = ops;
+  return ops;
+}
+
+void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send,
+                                 std::uint64_t op, int transfers, bool ring) {
+  // Not under a collective: point-to-point operations run on NCCL's p2p connection to the
+  // same (channel, peer), not on the ring's; they must not enter its queue.
+  if (op == 0) return;
+  std::shared_ptr<OpSegments> ops;
+  {
+    std::lock_guard lock(ops_mu_);
+    const auto it = op_segments_.find({comm, channel, peer, send});
+    if (it == op_segments_.end()) return;
+    ops = it->second.lock();
+    if (!ops) {
+      op_segments_.erase(it);  // its connection was closed
+      return;
+    }
+  }
+  ops->push(op, transfers, ring);
 }
 
 }  // namespace crystal::plugin

@@ -18,6 +18,7 @@
 #include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
 #include "crystal/live/tree_comm.h"
+#include "op_segments.h"
 #include "virtual_data.h"
 
 namespace crystal::plugin {
@@ -58,6 +59,9 @@ struct NetContext {
   // or test that does not send one) pairs by creation order (k-th send with k-th receive);
   // tree, PAT and p2p connections get none (their receives carry zeros).
   [[nodiscard]] std::shared_ptr<MirrorChannel> mirrorFor(const VirtualConn& c);
+  // Data policy mirror: the operation queue of a ring connection (op_segments.h), which
+  // PluginState::proxyOpStarted feeds; nullptr for other connections and policies.
+  [[nodiscard]] std::shared_ptr<OpSegments> opSegmentsFor(const VirtualConn& c);
 
  private:
   struct RingPlan {
@@ -97,6 +101,11 @@ class PluginState {
 
   // Loads config and model once (thread-safe). Throws InputError on a bad config/env.
   void ensureInit();
+  // Whether ensureInit or configure ran (NCCL initialised this library as its net plugin).
+  [[nodiscard]] bool initialized() {
+    std::lock_guard lock(mu_);
+    return ready_;
+  }
   // For tests that build a target in code: replaces config and model.
   void configure(const Config& cfg);
 
@@ -131,11 +140,24 @@ class PluginState {
   [[nodiscard]] NetContext* checkContext(void* ctx);  // throws BadUsage if unknown
   [[nodiscard]] NetContext* defaultContext() { return &default_ctx_; }
 
+  // Operation queues by (NCCL commHash, channel, peer rank, direction). A ring connection's
+  // channel is its exchange ordinal (NCCL connects ring channels 0..n-1 in one exchange).
+  // A new connection with the same key replaces the old one's queue.
+  [[nodiscard]] std::shared_ptr<OpSegments> newOpSegments(std::uint64_t comm, int channel,
+                                                          int peer, bool send);
+  // NCCL's profiler announced an operation on a connection (plugin/profiler/proxy_ops.h);
+  // dropped unless a live connection asked for that key, or when not a collective's (op 0:
+  // p2p runs on another connection to the same channel and peer). Any thread.
+  void proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send, std::uint64_t op,
+                      int transfers, bool ring);
+
  private:
   PluginState() = default;
   void applyLocked(const Config& cfg);
 
   std::mutex mu_;
+  std::mutex ops_mu_;
+  std::map<std::tuple<std::uint64_t, int, int, bool>, std::weak_ptr<OpSegments>> op_segments_;
   bool ready_ = false;
   Config cfg_;
   std::unique_ptr<live::TargetModel> model_;

@@ -14,6 +14,22 @@ std::shared_ptr<MirrorChannel> onlyForMirror(std::shared_ptr<MirrorChannel> m) {
   return PluginState::get().dataPolicy() == DataPolicy::Mirror ? std::move(m) : nullptr;
 }
 
+// The mirror key of a connection's next request (Request::mirror_k): (operation, index in
+// it) when NCCL's profiler announced the operation, so that sends of tree operations sharing
+// a ring connection shift nothing; else the running count of the connection's requests.
+// False: the request belongs to an operation that is not a ring's (nothing to pair).
+bool nextMirrorKey(OpSegments* ops, std::uint64_t& count, Request& r) {
+  r.mirrored = false;
+  if (const auto place = ops ? ops->next() : std::nullopt) {
+    if (!place->ring) return false;
+    r.mirror_k = (place->op << 24) | place->index;
+  } else {
+    r.mirror_k = count++;
+  }
+  r.mirrored = true;
+  return true;
+}
+
 // NCCL registers a connection's protocol buffers before its first data call.
 int protocolBuffers(const DataComm& c) { return std::min(3, c.registrations()); }
 
@@ -21,10 +37,14 @@ int protocolBuffers(const DataComm& c) { return std::min(3, c.registrations()); 
 
 VirtualSendComm::VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                                  std::shared_ptr<live::VirtualLink> link, int peer_rank,
-                                 std::shared_ptr<MirrorChannel> mirror)
+                                 std::shared_ptr<MirrorChannel> mirror,
+                                 std::shared_ptr<OpSegments> ops)
     : DataComm(CommKind::Send, ctx, dev, max_requests), link_(std::move(link)),
       peer_rank_(peer_rank), mirror_(onlyForMirror(std::move(mirror))) {
-  if (mirror_) mirror_->attachSender();
+  if (mirror_) {
+    mirror_->attachSender();
+    ops_ = std::move(ops);
+  }
 }
 
 void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
@@ -36,21 +56,21 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.bytes = size;
   r.step = next_send_++;
   r.due = link_->postSend(now, size, outstanding() == 1);
-  if (!mirror_) return;
+  if (!mirror_ || !nextMirrorKey(ops_.get(), mirror_count_, r)) return;
   if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
   // A GPU buffer (GDR send) is read by the paired receive's GPU copy, never by the CPU.
   const bool on_device = region && region->type == nccl::NCCL_PTR_CUDA;
-  mirror_->sendPosted(r.step, p, region ? data : nullptr, region ? size : 0, on_device);
+  mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, region ? size : 0, on_device);
 }
 
 bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (now < r.due) return false;
   if (mirror_) {
     // NCCL may rewrite the buffer once we say done: not while a GPU copy still reads it.
-    if (!mirror_->sendDone(r.step)) return false;
+    if (r.mirrored && !mirror_->sendDone(r.mirror_k)) return false;
   }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
@@ -58,12 +78,16 @@ bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
 
 VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
                                  std::shared_ptr<live::VirtualLink> link, int peer_rank,
-                                 std::shared_ptr<MirrorChannel> mirror)
+                                 std::shared_ptr<MirrorChannel> mirror,
+                                 std::shared_ptr<OpSegments> ops)
     : DataComm(CommKind::Recv, ctx, dev, max_requests), link_(std::move(link)),
       peer_rank_(peer_rank), policy_(PluginState::get().dataPolicy()),
       mirror_(onlyForMirror(std::move(mirror))),
       deliveries_(static_cast<std::size_t>(max_requests)) {
-  if (mirror_) mirror_->attachReceiver();
+  if (mirror_) {
+    mirror_->attachReceiver();
+    ops_ = std::move(ops);
+  }
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -78,6 +102,7 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.posted = now;
   planDelivery(r);
   r.step = next_step_++;
+  if (mirror_) (void)nextMirrorKey(ops_.get(), mirror_count_, r);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request.
   const bool one_per_step =
       deliveries_[static_cast<std::size_t>(slotOf(r))].proto != proto::Proto::Simple;
@@ -137,8 +162,8 @@ DeviceQueue& VirtualRecvComm::gpu() {
 }
 
 bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
-  if (!mirror_ || !mirror_->hasSender()) return false;
-  if (mirror_->sent(r.step)) {
+  if (!mirror_ || !r.mirrored || !mirror_->hasSender()) return false;
+  if (mirror_->sent(r.mirror_k)) {
     mirror_no_wait_ = false;  // the send came first: holding is worth it again
     return false;
   }
@@ -165,13 +190,13 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (d.write && holdForMirror(r, now)) return false;
   // The virtual sender filled every posted buffer completely: write what it delivered.
   if (d.write && d.device) {
-    deliverVirtualDataOnDevice(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
-                               d.conn_step, gpu(), slot);
+    deliverVirtualDataOnDevice(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k,
+                               d.proto, r.data[0], r.sizes[0], d.conn_step, gpu(), slot);
     gpu().mark(slot);
     d.gpu_pending = true;
   } else if (d.write) {
-    deliverVirtualData(policy_, mirror_.get(), r.step, d.proto, r.data[0], r.sizes[0],
-                       d.conn_step);
+    deliverVirtualData(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k, d.proto,
+                       r.data[0], r.sizes[0], d.conn_step);
   }
   d.write = false;
   // GPU writes: the receive is done once they are (an event query, never a wait).

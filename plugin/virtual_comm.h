@@ -12,6 +12,7 @@
 #include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
 #include "device_queue.h"
+#include "op_segments.h"
 #include "proto_lines.h"
 #include "virtual_data.h"
 
@@ -20,10 +21,11 @@ namespace crystal::plugin {
 class VirtualSendComm final : public DataComm {
  public:
   // `mirror`: the channel shared with the paired receive (NetContext::mirrorFor); kept only
-  // under data policy mirror.
+  // under data policy mirror. `ops`: which operation each request belongs to
+  // (NetContext::opSegmentsFor), or nullptr: every request is the ring's.
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
-                  std::shared_ptr<MirrorChannel> mirror);
+                  std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
@@ -32,7 +34,9 @@ class VirtualSendComm final : public DataComm {
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
   std::shared_ptr<MirrorChannel> mirror_;  // data policy mirror only
+  std::shared_ptr<OpSegments> ops_;
   std::uint64_t next_send_ = 0;
+  std::uint64_t mirror_count_ = 0;  // mirror keys without operation events
   int protocol_buffers_ = -1;  // fixed at the first isend
 };
 
@@ -40,7 +44,7 @@ class VirtualRecvComm final : public DataComm {
  public:
   VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
-                  std::shared_ptr<MirrorChannel> mirror);
+                  std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
@@ -69,6 +73,8 @@ class VirtualRecvComm final : public DataComm {
   std::uint64_t next_step_ = 0;
   DataPolicy policy_;
   std::shared_ptr<MirrorChannel> mirror_;
+  std::shared_ptr<OpSegments> ops_;
+  std::uint64_t mirror_count_ = 0;  // mirror keys without operation events
   std::vector<Delivery> deliveries_;
   std::unique_ptr<DeviceQueue> gpu_;  // created at the first GPU write
   proto::StepTracker steps_;

@@ -11,7 +11,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+
+#include "plugin/profiler/proxy_ops.h"
 
 namespace crystal::profiler {
 namespace {
@@ -93,6 +96,8 @@ RecordFile& recordFile() {
 
 struct Context {
   std::string comm;  // hash, hex
+  std::uint64_t hash = 0;
+  bool proxy_ops = false;  // report proxy operations to the observer (proxy_ops.h)
 };
 
 struct Event {
@@ -101,6 +106,8 @@ struct Event {
   std::int64_t t0;
   const Context* ctx;
   std::string fields;  // JSON members known at start
+  std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
+  bool ring = false;     // collectives: NCCL's ring algorithm
 };
 
 std::atomic<std::uint64_t> g_next_id{0};
@@ -148,15 +155,24 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
   try {
     *context = nullptr;
     *mask = 0;
-    if (!recordFile().open(logfn)) return ncclSuccess;
+    const ProxyOpObserver obs = proxyOpObserver();
+    const bool proxy_ops = obs.wanted != nullptr && obs.started != nullptr && obs.wanted();
+    const bool record = recordFile().open(logfn);
+    if (!record && !proxy_ops) return ncclSuccess;
     auto ctx = std::make_unique<Context>();
     ctx->comm = fmt::format("{:016x}", commId);
-    recordFile().line(
-        fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
-                    "\"rank\":{},\"t\":{}}}",
-                    ctx->comm, quoted(commName), nNodes, nranks, rank, nowNs()));
-    *mask = static_cast<int>(ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
-                             ncclProfileColl | ncclProfileP2p);
+    ctx->hash = commId;
+    ctx->proxy_ops = proxy_ops;
+    if (record) {
+      recordFile().line(
+          fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
+                      "\"rank\":{},\"t\":{}}}",
+                      ctx->comm, quoted(commName), nNodes, nranks, rank, nowNs()));
+      *mask |= static_cast<int>(ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
+                                ncclProfileColl | ncclProfileP2p);
+    }
+    // Proxy operations hang under their collective's event: both are needed.
+    if (proxy_ops) *mask |= static_cast<int>(ncclProfileColl | ncclProfileProxyOp);
     *context = ctx.release();
   } catch (...) {
     *mask = 0;
@@ -164,10 +180,36 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
   return ncclSuccess;
 }
 
+// A proxy operation: told to the observer, no event of its own (NCCL skips stopEvent for a
+// null handle).
+void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
+  if (!ctx.proxy_ops) return;
+  ProxyOpStart s;
+  s.comm = ctx.hash;
+  s.channel = d.proxyOp.channelId;
+  s.peer = d.proxyOp.peer;
+  s.send = d.proxyOp.isSend != 0;
+  s.transfers = d.proxyOp.nSteps;
+  {
+    std::lock_guard lock(g_live_mu);
+    // The parent is the collective's (or p2p's) live event: ours, so readable while listed.
+    if (liveEvents().count(d.parentObj) != 0) {
+      const auto* parent = static_cast<const Event*>(d.parentObj);
+      s.op = parent->op;
+      s.ring = parent->ring;
+    }
+  }
+  if (auto started = proxyOpObserver().started) started(s);
+}
+
 ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) noexcept {
   *handle = nullptr;
   if (context == nullptr || d == nullptr) return ncclSuccess;
   try {
+    if (d->type == ncclProfileProxyOp) {
+      reportProxyOp(*static_cast<const Context*>(context), *d);
+      return ncclSuccess;
+    }
     std::string fields = describe(*d);
     if (fields.empty()) return ncclSuccess;
     auto ev = std::make_unique<Event>();
@@ -175,6 +217,10 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     ev->t0 = nowNs();
     ev->ctx = static_cast<const Context*>(context);
     ev->fields = std::move(fields);
+    if (d->type == ncclProfileColl) {
+      ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
+      ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
+    }
     {
       std::lock_guard lock(g_live_mu);
       const auto it = liveEvents().find(d->parentObj);

@@ -55,13 +55,13 @@ struct EmulationSession::Impl {
     } else {
       const auto outer = envLookup("CRYSTAL_RECORD");
       record_dir = outer && !outer->empty() ? *outer : opts.record_dir;
-      if (!record_dir.empty()) {
-        // The plugin library is also NCCL's profiler (plugin/profiler/, docs/record.md).
-        const auto outer_plugin = envLookup("NCCL_PROFILER_PLUGIN");
-        env.emplace_back("NCCL_PROFILER_PLUGIN",
-                         outer_plugin && !outer_plugin->empty() ? *outer_plugin : opts.plugin_path);
-        env.emplace_back("CRYSTAL_RECORD", record_dir);
-      }
+      // The plugin library is also NCCL's profiler (plugin/profiler/): it records with
+      // CRYSTAL_RECORD (docs/record.md) and, under data policy mirror, tells the net plugin
+      // where each operation's transfers start (docs/plugin.md "Mirror pairing").
+      const auto outer_plugin = envLookup("NCCL_PROFILER_PLUGIN");
+      env.emplace_back("NCCL_PROFILER_PLUGIN",
+                       outer_plugin && !outer_plugin->empty() ? *outer_plugin : opts.plugin_path);
+      if (!record_dir.empty()) env.emplace_back("CRYSTAL_RECORD", record_dir);
     }
     const auto store_env = store::storeEnvironment(launch);
     env.insert(env.end(), store_env.begin(), store_env.end());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "abi_harness.h"
+#include "crystal/nccl/profiler_v5.h"
 
 namespace crystal::test {
 namespace {
@@ -255,6 +256,81 @@ TEST(ProtoAbiMirror, RingChannelsPairByOrdinalNotCreationOrder) {
   ch[0].ctx = nullptr;  // one finalize for the shared context
   close(ch[0]);
   close(ch[1]);
+}
+
+// NCCL shares a ring channel's connection with a tree whose chain runs through the same
+// neighbour; the tree's sends on it must not shift the mirror pairing. NCCL's profiler (this
+// library as NCCL_PROFILER_PLUGIN) announces each operation's transfers per connection
+// before they are posted: a p2p operation (another connection), a tree all-reduce's two sends
+// to rank 1 on channel 0, then a ring operation's one send and one receive. The ring receive
+// mirrors the ring send.
+TEST(ProtoAbiMirror, TreeSendsOnARingConnectionDoNotShiftThePairing) {
+  if (!policyIs("mirror")) GTEST_SKIP() << "run with CRYSTAL_DATA=mirror (ctest does)";
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  const auto* prof =
+      static_cast<const ncclProfiler_v5_t*>(dlsym(Plugin::get().dl, "ncclProfiler_v5"));
+  ASSERT_NE(prof, nullptr);
+  constexpr std::uint64_t kComm = 0x6006;
+  Conn c;
+  ASSERT_EQ(n->init(&c.ctx, kComm, nullptr, testLogger, nullptr), ncclSuccess);
+  openSend(c, kComm, 0);
+  openRecv(c, 0);
+  registerBuffers(c);
+  void* pctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(prof->init(&pctx, kComm, &mask, "world", 1, 4, 0, testLogger), ncclSuccess);
+  ASSERT_NE(pctx, nullptr);
+  ASSERT_NE(mask & ncclProfileProxyOp, 0) << "mirror asks NCCL for proxy-op events";
+  ASSERT_NE(mask & ncclProfileColl, 0);
+  auto collective = [&](const char* algo) {
+    ncclProfilerEventDescr_v5_t d{};
+    d.type = ncclProfileColl;
+    d.coll.func = "AllReduce";
+    d.coll.datatype = "ncclFloat32";
+    d.coll.algo = algo;
+    d.coll.proto = "LL";
+    d.coll.nChannels = 1;
+    void* h = nullptr;
+    EXPECT_EQ(prof->startEvent(pctx, &h, &d), ncclSuccess);
+    EXPECT_NE(h, nullptr);
+    return h;
+  };
+  auto proxyOp = [&](void* parent, int peer, bool send, int transfers) {
+    ncclProfilerEventDescr_v5_t d{};
+    d.type = ncclProfileProxyOp;
+    d.parentObj = parent;
+    d.proxyOp.channelId = 0;
+    d.proxyOp.peer = peer;
+    d.proxyOp.nSteps = transfers;
+    d.proxyOp.isSend = send ? 1 : 0;
+    void* h = reinterpret_cast<void*>(0x1);
+    EXPECT_EQ(prof->startEvent(pctx, &h, &d), ncclSuccess);
+    EXPECT_EQ(h, nullptr) << "no event object: NCCL then skips stopEvent";
+  };
+  // A point-to-point operation (no collective above it) runs on NCCL's p2p connection to
+  // the same channel and peer: not counted here.
+  proxyOp(nullptr, 1, true, 5);
+  void* tree = collective("TREE");
+  proxyOp(tree, 1, true, 2);
+  for (int slot = 0; slot < 2; ++slot) {
+    fillLL(c.sslot(kLL, slot), 0xdead0, static_cast<std::uint32_t>(slot + 1));
+    void* req = nullptr;
+    ASSERT_EQ(n->isend(c.send, c.sslot(kLL, slot), kSlotBytes[kLL], 0, c.smr[kLL], nullptr, &req),
+              ncclSuccess);
+    ASSERT_GT(waitDone(n, req), 0);
+  }
+  EXPECT_EQ(prof->stopEvent(tree), ncclSuccess);
+  void* ring = collective("RING");
+  proxyOp(ring, 1, true, 1);
+  proxyOp(ring, 3, false, 1);
+  fillLL(c.sslot(kLL, 2), 0xa000, 3);
+  step(c, kLL, kLL, 2);
+  const auto got = words32(c.rslot(kLL, 2), 64);
+  EXPECT_EQ(got[0], 0xa000u) << "the ring receive mirrors the ring send, not a tree send";
+  EXPECT_EQ(got[2], 0xa001u);
+  EXPECT_EQ(prof->stopEvent(ring), ncclSuccess);
+  EXPECT_EQ(prof->finalize(pctx), ncclSuccess);
+  close(c);
 }
 
 TEST(ProtoAbiZero, LinesCarryZerosAndFlags) {

@@ -1,0 +1,28 @@
+#include "op_segments.h"
+
+namespace crystal::plugin {
+
+void OpSegments::push(std::uint64_t op, int transfers, bool ring) {
+  if (transfers <= 0) return;  // nothing of it will reach this connection
+  std::lock_guard lock(mu_);
+  queue_.push_back({op, static_cast<std::uint32_t>(transfers), ring});
+}
+
+std::optional<OpSegments::Place> OpSegments::next() {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) return std::nullopt;
+  const Segment& s = queue_.front();
+  Place p{s.op, used_, s.ring};
+  if (++used_ == s.transfers) {
+    queue_.pop_front();
+    used_ = 0;
+  }
+  return p;
+}
+
+std::size_t OpSegments::pending() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace crystal::plugin

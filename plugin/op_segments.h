@@ -1,0 +1,44 @@
+// Which NCCL operation each request on one connection belongs to, from the proxy-op
+// starts NCCL's profiler reports (plugin/profiler/proxy_ops.h). A connection serves its
+// operations in order, each with a known number of transfers, so requests are counted off
+// against the queue of announced operations.
+//
+// Why: NCCL shares one connection between a ring channel and a tree whose chain runs
+// through the same neighbour (same channel and peer). The data policy mirror pairs a ring
+// receive with the real rank's send of the same operation and the same index in it; counting
+// all requests of the shared send connection would let tree sends shift that pairing.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+namespace crystal::plugin {
+
+class OpSegments {
+ public:
+  struct Place {
+    std::uint64_t op = 0;      // ProxyOpStart::op (0: an operation that is no collective)
+    std::uint32_t index = 0;   // this request's position in the operation
+    bool ring = false;
+  };
+  // NCCL announced an operation with `transfers` requests on this connection.
+  void push(std::uint64_t op, int transfers, bool ring);
+  // The place of the next request; nullopt when no announced operation covers it (the
+  // profiler is not loaded, or NCCL posted more than it announced).
+  [[nodiscard]] std::optional<Place> next();
+  [[nodiscard]] std::size_t pending() const;
+
+ private:
+  struct Segment {
+    std::uint64_t op;
+    std::uint32_t transfers;
+    bool ring;
+  };
+  mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller
+  std::deque<Segment> queue_;
+  std::uint32_t used_ = 0;  // requests of queue_.front() already placed
+};
+
+}  // namespace crystal::plugin

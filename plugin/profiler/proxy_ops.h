@@ -1,0 +1,35 @@
+// Where one NCCL operation's network transfers start and end on a connection, learned from
+// NCCL's profiler: the proxy thread reports each operation it appends to a connection
+// (ncclProfileProxyOp: channel, peer, direction, transfer count) before it posts any of its
+// transfers, under the collective's event (algorithm). NCCL's proxy serves
+// a connection's operations in that order, so the k-th request on a connection belongs to
+// the operation whose transfers cover k.
+//
+// The net plugin observes these in emulation: a ring channel's connection that NCCL also
+// uses for tree operations then knows which requests are the ring's (plugin/op_segments.h).
+#pragma once
+
+#include <cstdint>
+
+namespace crystal::profiler {
+
+struct ProxyOpStart {
+  std::uint64_t comm = 0;  // NCCL's commHash (the net and tuner plugins get the same id)
+  int channel = 0;
+  int peer = -1;  // the remote rank in the communicator
+  bool send = false;
+  int transfers = 0;     // isend/irecv calls this operation makes on the connection
+  std::uint64_t op = 0;  // the collective's identity in this process (> 0); 0: not one
+  bool ring = false;     // the collective runs NCCL's ring algorithm
+};
+
+struct ProxyOpObserver {
+  bool (*wanted)() = nullptr;  // asked at each communicator's profiler init
+  void (*started)(const ProxyOpStart&) = nullptr;
+};
+
+// Called once by the net plugin at load; thread-safe against concurrent reads.
+void setProxyOpObserver(ProxyOpObserver o) noexcept;
+[[nodiscard]] ProxyOpObserver proxyOpObserver() noexcept;
+
+}  // namespace crystal::profiler
