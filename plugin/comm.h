@@ -66,6 +66,8 @@ struct Request {
   // (MirrorChannel); `mirrored` false for requests of other operations.
   std::uint64_t mirror_k = 0;
   bool mirrored = false;
+  live::TimeNs first_test = 0;  // the first test() (per-request trace)
+  std::uint32_t tests = 0;
 };
 
 class DataComm : public Comm {

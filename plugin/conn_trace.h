@@ -1,11 +1,12 @@
 // Opt-in record of every completed request of the data path, for finding where emulated time
 // goes on a GPU (docs/plugin.md "Per-request trace"). CRYSTAL_TRACE_CONN=PREFIX turns it on;
 // the process writes PREFIX.<pid>.csv at exit: one row per request that test() reported done,
-// with the connection it belongs to, its post time, the modelled due time and the time the
-// proxy's test() saw it done. Off (the default), the data path pays one pointer compare.
+// with the connection it belongs to, its post time, the modelled due time, the time the
+// proxy first tested it, how often it did, and the time test() saw it done (first test long
+// after due: the proxy came late; many tests after due: the plugin held it). Off (the default), the data path pays one pointer compare.
 //
 // Recording is lock-free and allocation-free: a fixed array (CRYSTAL_TRACE_CONN_MAX rows,
-// default 2,000,000, 40 B each) claimed with one atomic add; rows past the end are counted,
+// default 2,000,000, 56 B each) claimed with one atomic add; rows past the end are counted,
 // not kept.
 #pragma once
 
@@ -41,6 +42,8 @@ struct TraceRow {
   live::TimeNs posted = 0;
   live::TimeNs due = 0;  // INT64_MAX: not modelled (real peer without a known time)
   live::TimeNs done = 0;
+  live::TimeNs first_test = 0;  // the proxy's first test() of the request
+  std::uint32_t tests = 0;      // test() calls, the one that saw it done included
 };
 
 class ConnTrace {

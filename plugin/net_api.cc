@@ -381,11 +381,12 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
     if (!r)
       throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed", request));
     const live::TimeNs now = live::nowNs();
+    if (r->tests++ == 0) r->first_test = now;
     const bool finished = dc.test(*r, now, sizes);
     if (finished) {
       if (dc.trace_id != DataComm::kNoTrace)
         ConnTrace::global()->record({dc.trace_id, static_cast<std::uint32_t>(r->step), r->bytes,
-                                     r->posted, r->due, now});
+                                     r->posted, r->due, now, r->first_test, r->tests});
       dc.freeRequest(*r);
     }
     *need(done, "done") = finished ? 1 : 0;

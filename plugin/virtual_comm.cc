@@ -109,6 +109,11 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   link_->postRecv(r.step, now, outstanding() == 1, one_per_step ? 1 : 0);
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
+  // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written
+  // now, as a NIC writes into a posted buffer. The GPU polls LL/LL128 flags itself, so it
+  // then need not wait for the proxy to get round to testing this request (NCCL tests a
+  // connection's receives one at a time, in order).
+  if (r.due <= now) (void)deliver(r, now);
 }
 
 void VirtualRecvComm::planDelivery(Request& r) {
@@ -173,6 +178,25 @@ bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
   return false;
 }
 
+bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
+  const int slot = slotOf(r);
+  Delivery& d = deliveries_[static_cast<std::size_t>(slot)];
+  if (!d.write) return true;
+  if (holdForMirror(r, now)) return false;
+  // The virtual sender filled every posted buffer completely: write what it delivered.
+  if (d.device) {
+    deliverVirtualDataOnDevice(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k,
+                               d.proto, r.data[0], r.sizes[0], d.conn_step, gpu(), slot);
+    gpu().mark(slot);
+    d.gpu_pending = true;
+  } else {
+    deliverVirtualData(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k, d.proto,
+                       r.data[0], r.sizes[0], d.conn_step);
+  }
+  d.write = false;
+  return true;
+}
+
 bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
   if (!link_->hostAlive(now))
     throw PluginError(Errc::Remote,
@@ -185,20 +209,9 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     r.due = *due;
   }
   if (now < r.due) return false;
+  if (!deliver(r, now)) return false;
   const int slot = slotOf(r);
   Delivery& d = deliveries_[static_cast<std::size_t>(slot)];
-  if (d.write && holdForMirror(r, now)) return false;
-  // The virtual sender filled every posted buffer completely: write what it delivered.
-  if (d.write && d.device) {
-    deliverVirtualDataOnDevice(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k,
-                               d.proto, r.data[0], r.sizes[0], d.conn_step, gpu(), slot);
-    gpu().mark(slot);
-    d.gpu_pending = true;
-  } else if (d.write) {
-    deliverVirtualData(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k, d.proto,
-                       r.data[0], r.sizes[0], d.conn_step);
-  }
-  d.write = false;
   // GPU writes: the receive is done once they are (an event query, never a wait).
   if (d.gpu_pending) {
     if (!gpu_->done(slot)) return false;

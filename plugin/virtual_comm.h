@@ -60,6 +60,9 @@ class VirtualRecvComm final : public DataComm {
     bool gpu_pending = false;  // GPU work of this receive is enqueued; done before test() is
   };
   void planDelivery(Request& r);
+  // Writes what the virtual sender delivered into r's buffer (once; r is due). False while
+  // a mirror hold keeps it back.
+  [[nodiscard]] bool deliver(Request& r, live::TimeNs now);
   DeviceQueue& gpu();
   // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
   // it mirrors, at most kMirrorWaitNs past its modelled time. A hold that runs out means the

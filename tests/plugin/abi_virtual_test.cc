@@ -151,11 +151,15 @@ void ringAllReduce(int nranks, int nch) {
     }
   }
   const live::TimeNs total = live::nowNs() - t0;
-  // A ring on one node (period 1, crystal/live/ring_timing.h): the previous member sends
-  // step k when the real rank does, over its share of the NVLink (1 to nch channels busy):
-  // arrival = max(recv posted, send k posted + share + latency); a send is done when it
-  // has left (posted + share). Not early: seen done no earlier than the fastest share. Not
-  // late: the last "not done" answer came before the slowest share + 5 % + 20 us.
+  // A ring on one node (period 1, crystal/live/ring_timing.h) over the real rank's share of
+  // the NVLink (1 to nch channels busy). A send is done when it has left (posted + share):
+  // not early. No step is withheld: the last "not done" answer came before the lockstep
+  // arrival (send k posted + slowest share + latency) + 5 % + 20 us. Receives have no lower
+  // bound here: the virtual members follow an idealised copy of the real rank that never
+  // waits (open loop), in slices, so they may deliver before this harness's own (slower,
+  // unsliced) send k; their exact times are checked on a virtual clock in
+  // ring_emulation_test.cc. (This bound used to pass only because the default policy's
+  // 1 MiB zero-fill ran inside test(); under data none it failed.)
   const Config cfg;
   const live::RingHop hop =
       live::commLinks(*live::makeTargetModel(cfg), cfg.cluster, nranks).ring_nvl;
@@ -165,11 +169,8 @@ void ringAllReduce(int nranks, int nch) {
   for (int c = 0; c < nch; ++c) {
     const Progress& p = pr[c];
     for (int k = 0; k < steps; ++k) {
-      const live::TimeNs predicted =
-          std::max(p.recv_post[k], p.send_post[k] + fast + hop.latency_ns);
       const live::TimeNs predicted_end =
           std::max(p.recv_post_end[k], p.send_post_end[k] + slow + hop.latency_ns);
-      EXPECT_GE(p.recv_at[k], predicted) << "recv step " << k << " came early";
       EXPECT_LT(p.recv_miss[k], predicted_end + tol) << "recv step " << k << " withheld";
       EXPECT_GE(p.send_at[k], p.send_post[k] + fast) << "send step " << k << " came early";
       EXPECT_LT(p.send_miss[k], p.send_post_end[k] + slow + tol)
@@ -177,13 +178,11 @@ void ringAllReduce(int nranks, int nch) {
       late += p.recv_at[k] - predicted_end > tol;
     }
   }
-  // Whole collective: 2(n-1) dependent steps of share + latency each, never faster.
-  const double predicted = static_cast<double>(steps) * static_cast<double>(fast + hop.latency_ns);
-  EXPECT_GE(static_cast<double>(total), predicted);
-  std::printf("ring n=%d channels=%d: %d steps x %zu B, measured %.1f us, model >= %.1f us "
+  const double lockstep = static_cast<double>(steps) * static_cast<double>(fast + hop.latency_ns);
+  std::printf("ring n=%d channels=%d: %d steps x %zu B, measured %.1f us, lockstep %.1f us "
               "(%+.2f %%), steps seen late by the harness: %d\n",
-              nranks, nch, steps, kStep, total / 1e3, predicted / 1e3,
-              100.0 * (total - predicted) / predicted, late);
+              nranks, nch, steps, kStep, total / 1e3, lockstep / 1e3,
+              100.0 * (total - lockstep) / lockstep, late);
   for (auto& c : ch) closeChannel(n, c);
   EXPECT_EQ(n->finalize(ctx), ncclSuccess);
 }

@@ -13,6 +13,11 @@ on every connection; per burst and per connection class (direction x timing rule
               side was ready first: the real rank's own pace set the time)
   repost      mean time from a receive's done to the post of the request that reuses its
               slot window (request i+8 on the connection): the real rank's turnaround
+  proxy_late  mean max(0, first test - due): the proxy had not tested it yet when it was due
+              (traces with first_test_ns; the proxy serves its connections in turn)
+  held        mean done - max(due, first test): the plugin kept answering "not done" after
+              both (GPU copies, mirror holds)
+  tests       mean test() calls per request
 """
 import argparse
 import collections
@@ -26,6 +31,8 @@ def load(path):
         for r in csv.DictReader(f):
             for k in ("conn", "step", "bytes", "posted_ns", "due_ns", "done_ns", "ordinal"):
                 r[k] = int(r[k])
+            for k in ("first_test_ns", "tests"):  # newer traces only
+                r[k] = int(r[k]) if r.get(k) not in (None, "") else None
             rows.append(r)
     rows.sort(key=lambda r: r["posted_ns"])
     return rows
@@ -72,13 +79,21 @@ def describe(burst):
             for a, b in zip(cr, cr[8:]):
                 rep.append(b["posted_ns"] - a["done_ns"])
         nbytes = sum(r["bytes"] for r in rs)
+        tested = [r for r in modelled if r.get("first_test_ns") is not None]
+        proxy = ""
+        if tested:
+            plate = [max(0, r["first_test_ns"] - r["due_ns"]) for r in tested]
+            held = [r["done_ns"] - max(r["due_ns"], r["first_test_ns"]) for r in tested]
+            proxy = (f", proxy_late {mean(plate) / 1e3:.1f} us, held {mean(held) / 1e3:.1f} us, "
+                     f"tests {mean([r['tests'] for r in tested]):.1f}")
         lines.append(
             f"  {d}/{'virtual' if pk == 'v' else 'real'}/{ {'r': 'ring', 't': 'tree', 'p': 'peer-ready'}.get(tm, tm)}: "
             f"{len(conns)} conns on devs {','.join(devs)}, {len(rs)} req, {nbytes / 2**20:.1f} MiB "
             f"(mean {nbytes / len(rs) / 1024:.0f} KiB), wait_model {mean(wait) / 1e3:.1f} us, "
             f"late_poll {mean(late) / 1e3:.1f} us, ahead {100.0 * ahead / max(len(modelled), 1):.0f} %, "
             f"repost {mean(rep) / 1e3:.1f} us, per-conn span "
-            f"{mean([max(r['done_ns'] for r in c) - min(r['posted_ns'] for r in c) for c in per_conn.values()]) / 1e3:.1f} us")
+            f"{mean([max(r['done_ns'] for r in c) - min(r['posted_ns'] for r in c) for c in per_conn.values()]) / 1e3:.1f} us"
+            f"{proxy}")
     return t0, t1, lines
 
 
