@@ -66,6 +66,10 @@ struct Request {
   // (MirrorChannel); `mirrored` false for requests of other operations.
   std::uint64_t mirror_k = 0;
   bool mirrored = false;
+  // Virtual peers: the request belongs to a ring operation (or nothing says otherwise), and
+  // its unit number among those on its connection (crystal/live/link_timing.h).
+  bool ring_op = true;
+  std::uint64_t unit = 0;
   live::TimeNs first_test = 0;  // the first test() (per-request trace)
   std::uint32_t tests = 0;
 };

@@ -1,6 +1,7 @@
 // Connects NCCL's profiler (plugin/profiler/, when NCCL_PROFILER_PLUGIN names this library)
 // to the net plugin's operation queues (op_segments.h): proxy-op events are asked for only
-// when this library is also the communicator's net plugin and the data policy is mirror.
+// when this library is also the communicator's net plugin (ring timing and the mirror
+// pairing both need them).
 // NCCL initialises a communicator's net plugin before its profiler (init.cc: commAlloc,
 // then initTransportsRank), so the policy is known when the profiler asks.
 #include "plugin/profiler/proxy_ops.h"
@@ -12,7 +13,7 @@ namespace {
 bool wanted() {
   try {
     PluginState& st = PluginState::get();
-    return st.initialized() && st.dataPolicy() == DataPolicy::Mirror;
+    return st.initialized();
   } catch (...) {
     return false;
   }

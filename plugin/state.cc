@@ -85,7 +85,12 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
       ch = RingPlan::Channel{makeChannel(p)};
     }
     (c.send ? ch.has_send : ch.has_recv) = true;
-    return std::make_shared<live::VirtualLink>(ch.ring);
+    // Transfers of other operations on this connection (a tree whose chain runs through
+    // the same neighbour, op_segments.h) are timed peer-ready on the link they would use.
+    const bool nvl = p.links.sameNode(c.self_rank, c.peer_rank);
+    return std::make_shared<live::VirtualLink>(
+        ch.ring, nvl ? p.links.nvl : p.links.net,
+        nvl ? (c.send ? st.nvlOut() : st.nvlIn()) : (c.send ? st.ownNicOut() : st.ownNicIn()));
   }
   if (c.graph == live::kGraphTree && c.nranks >= 2 && c.self_rank >= 0 && c.peer_rank >= 0) {
     // A tree neighbour: the model's tree all-reduce for the real rank's place in the target
@@ -134,9 +139,9 @@ std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
 }
 
 std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
-  PluginState& st = PluginState::get();
-  if (st.dataPolicy() != DataPolicy::Mirror || !isRingConn(c)) return nullptr;
-  return st.newOpSegments(c.comm_id, c.ordinal, c.peer_rank, c.send);
+  if (!isRingConn(c)) return nullptr;
+  const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
+  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send);
 }
 
 PluginState& PluginState::get() {

@@ -59,8 +59,8 @@ struct NetContext {
   // or test that does not send one) pairs by creation order (k-th send with k-th receive);
   // tree, PAT and p2p connections get none (their receives carry zeros).
   [[nodiscard]] std::shared_ptr<MirrorChannel> mirrorFor(const VirtualConn& c);
-  // Data policy mirror: the operation queue of a ring connection (op_segments.h), which
-  // PluginState::proxyOpStarted feeds; nullptr for other connections and policies.
+  // The operation queue of a ring connection (op_segments.h), which
+  // PluginState::proxyOpStarted feeds; nullptr for other connections.
   [[nodiscard]] std::shared_ptr<OpSegments> opSegmentsFor(const VirtualConn& c);
 
  private:

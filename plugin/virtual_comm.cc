@@ -14,19 +14,24 @@ std::shared_ptr<MirrorChannel> onlyForMirror(std::shared_ptr<MirrorChannel> m) {
   return PluginState::get().dataPolicy() == DataPolicy::Mirror ? std::move(m) : nullptr;
 }
 
-// The mirror key of a connection's next request (Request::mirror_k): (operation, index in
-// it) when NCCL's profiler announced the operation, so that sends of tree operations sharing
-// a ring connection shift nothing; else the running count of the connection's requests.
-// False: the request belongs to an operation that is not a ring's (nothing to pair).
-bool nextMirrorKey(OpSegments* ops, std::uint64_t& count, Request& r) {
-  r.mirrored = false;
-  if (const auto place = ops ? ops->next() : std::nullopt) {
-    if (!place->ring) return false;
-    r.mirror_k = (place->op << 24) | place->index;
-  } else {
-    r.mirror_k = count++;
-  }
-  r.mirrored = true;
+// Places a connection's next request (NCCL posts in operation order): whether it belongs to
+// a ring operation, per the operations NCCL's profiler announced for the connection (none
+// announced: the ring's, as every request of a ring connection was before), and its unit
+// number among the requests of its kind on the connection.
+void placeRequest(OpSegments* ops, std::uint64_t (&count)[2], Request& r,
+                  std::optional<OpSegments::Place>& place) {
+  place = ops ? ops->next() : std::nullopt;
+  r.ring_op = !place || place->ring;
+  r.unit = count[r.ring_op ? 0 : 1]++;
+}
+
+// The mirror key (Request::mirror_k): (operation, index in it) when the operation was
+// announced, so that other operations' sends on a ring connection shift nothing; else the
+// ring unit number. False: not a ring operation's (nothing to pair).
+bool mirrorKey(const std::optional<OpSegments::Place>& place, Request& r) {
+  r.mirrored = r.ring_op;
+  if (!r.mirrored) return false;
+  r.mirror_k = place ? (place->op << 24) | place->index : r.unit;
   return true;
 }
 
@@ -40,11 +45,8 @@ VirtualSendComm::VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                                  std::shared_ptr<MirrorChannel> mirror,
                                  std::shared_ptr<OpSegments> ops)
     : DataComm(CommKind::Send, ctx, dev, max_requests), link_(std::move(link)),
-      peer_rank_(peer_rank), mirror_(onlyForMirror(std::move(mirror))) {
-  if (mirror_) {
-    mirror_->attachSender();
-    ops_ = std::move(ops);
-  }
+      peer_rank_(peer_rank), mirror_(onlyForMirror(std::move(mirror))), ops_(std::move(ops)) {
+  if (mirror_) mirror_->attachSender();
 }
 
 void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
@@ -55,8 +57,10 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.posted = now;
   r.bytes = size;
   r.step = next_send_++;
-  r.due = link_->postSend(now, size, outstanding() == 1);
-  if (!mirror_ || !nextMirrorKey(ops_.get(), mirror_count_, r)) return;
+  std::optional<OpSegments::Place> place;
+  placeRequest(ops_.get(), counts_, r, place);
+  r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op);
+  if (!mirror_ || !mirrorKey(place, r)) return;
   if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
   const proto::Proto p =
@@ -82,12 +86,9 @@ VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
                                  std::shared_ptr<OpSegments> ops)
     : DataComm(CommKind::Recv, ctx, dev, max_requests), link_(std::move(link)),
       peer_rank_(peer_rank), policy_(PluginState::get().dataPolicy()),
-      mirror_(onlyForMirror(std::move(mirror))),
+      mirror_(onlyForMirror(std::move(mirror))), ops_(std::move(ops)),
       deliveries_(static_cast<std::size_t>(max_requests)) {
-  if (mirror_) {
-    mirror_->attachReceiver();
-    ops_ = std::move(ops);
-  }
+  if (mirror_) mirror_->attachReceiver();
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -102,13 +103,15 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.posted = now;
   planDelivery(r);
   r.step = next_step_++;
-  if (mirror_) (void)nextMirrorKey(ops_.get(), mirror_count_, r);
+  std::optional<OpSegments::Place> place;
+  placeRequest(ops_.get(), counts_, r, place);
+  if (mirror_) (void)mirrorKey(place, r);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request.
   const bool one_per_step =
       deliveries_[static_cast<std::size_t>(slotOf(r))].proto != proto::Proto::Simple;
-  link_->postRecv(r.step, now, outstanding() == 1, one_per_step ? 1 : 0);
+  link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op);
   // Known now if the paired sender already reached this step; else resolved in test().
-  r.due = link_->recvArrival(r.step, now, r.bytes, now).value_or(Request::kUnknown);
+  r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written
   // now, as a NIC writes into a posted buffer. The GPU polls LL/LL128 flags itself, so it
   // then need not wait for the proxy to get round to testing this request (NCCL tests a
@@ -204,7 +207,7 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
                                   "stream (host gone); this communicator cannot continue",
                                   peer_rank_));
   if (r.due == Request::kUnknown) {
-    auto due = link_->recvArrival(r.step, r.posted, r.bytes, now);
+    auto due = link_->recvArrival(r.unit, r.posted, r.bytes, now, r.ring_op);
     if (!due) return false;
     r.due = *due;
   }
@@ -217,7 +220,7 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     if (!gpu_->done(slot)) return false;
     d.gpu_pending = false;
   }
-  link_->recvDone(outstanding() == 1);  // the last outstanding one: the operation ended
+  link_->recvDone(outstanding() == 1, r.ring_op);  // the last outstanding: the operation ended
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.sizes[i]);
   return true;

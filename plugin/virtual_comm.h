@@ -22,7 +22,7 @@ class VirtualSendComm final : public DataComm {
  public:
   // `mirror`: the channel shared with the paired receive (NetContext::mirrorFor); kept only
   // under data policy mirror. `ops`: which operation each request belongs to
-  // (NetContext::opSegmentsFor), or nullptr: every request is the ring's.
+  // (NetContext::opSegmentsFor, ring connections), or nullptr: every request is the ring's.
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
                   std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});
@@ -36,7 +36,7 @@ class VirtualSendComm final : public DataComm {
   std::shared_ptr<MirrorChannel> mirror_;  // data policy mirror only
   std::shared_ptr<OpSegments> ops_;
   std::uint64_t next_send_ = 0;
-  std::uint64_t mirror_count_ = 0;  // mirror keys without operation events
+  std::uint64_t counts_[2] = {0, 0};  // units of ring operations, of others
   int protocol_buffers_ = -1;  // fixed at the first isend
 };
 
@@ -77,7 +77,7 @@ class VirtualRecvComm final : public DataComm {
   DataPolicy policy_;
   std::shared_ptr<MirrorChannel> mirror_;
   std::shared_ptr<OpSegments> ops_;
-  std::uint64_t mirror_count_ = 0;  // mirror keys without operation events
+  std::uint64_t counts_[2] = {0, 0};  // units of ring operations, of others
   std::vector<Delivery> deliveries_;
   std::unique_ptr<DeviceQueue> gpu_;  // created at the first GPU write
   proto::StepTracker steps_;

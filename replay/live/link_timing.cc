@@ -26,6 +26,10 @@ TimeNs PortQueue::freeAt() const noexcept {
 
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring) : ring_(std::move(ring)) {}
 
+VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
+                         std::shared_ptr<PortQueue> port)
+    : params_(params), port_(std::move(port)), ring_(std::move(ring)) {}
+
 VirtualLink::VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role)
     : tree_(std::move(tree)), role_(role) {}
 
@@ -58,9 +62,11 @@ bool VirtualLink::hostAlive(TimeNs now) {
   return host_alive_;
 }
 
-TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle) {
-  if (ring_) return ring_->postSend(now, bytes);
-  if (bindTree()) {
+TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ring_op) {
+  if (ring_) {
+    if (ring_op) return ring_->postSend(now, bytes);
+    if (!port_) return now;  // a ring link built without the peer-ready fallback
+  } else if (bindTree()) {
     const std::uint64_t unit = tree_sends_++;
     return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes)
                                        : tree_->postDownSend(unit, now, bytes, tree_free_);
@@ -76,23 +82,27 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle) {
   return std::max(send_left_, burst_delivered_);
 }
 
-void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step) {
-  if (ring_) {
+void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
+                           bool ring_op) {
+  if (ring_ && ring_op) {
     ring_->postRecv(step, now, idle, units_per_step);
-  } else if (!treeTimed() && idle) {
+  } else if ((ring_ || !treeTimed()) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;
   }
 }
 
-void VirtualLink::recvDone(bool idle) {
-  if (ring_) ring_->recvDone(idle);
+void VirtualLink::recvDone(bool idle, bool ring_op) {
+  if (ring_ && ring_op) ring_->recvDone(idle);
 }
 
 std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted,
-                                               std::uint64_t bytes, TimeNs now) {
-  if (ring_) return ring_->recvArrival(step, posted, bytes, now);
-  if (bindTree()) {
+                                               std::uint64_t bytes, TimeNs now,
+                                               bool ring_op) {
+  if (ring_) {
+    if (ring_op) return ring_->recvArrival(step, posted, bytes, now);
+    if (!port_) return posted;
+  } else if (bindTree()) {
     tree_->postRecv(step, posted, bytes);  // the first post of an operation starts it
     return tree_->recvArrival(role_, step, posted, now);
   }

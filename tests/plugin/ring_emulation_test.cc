@@ -12,6 +12,7 @@
 
 #include "crystal/model/nccl_model.h"
 #include "nccl_constants.h"
+#include "handle_table.h"
 #include "net_api.h"
 #include "ring_proxy.h"
 #include "state.h"
@@ -99,8 +100,11 @@ struct Outcome {
 // Model's ring/Simple time with the channel count NCCL would use (the tuner's), and the
 // emulated time: the proxy's span plus the model's per-call base latency (kernel launch and
 // GPU-side set-up, which a real GPU supplies and the instantaneous one here does not).
+// `tree_sends` > 0: before the collective, each ring channel's send connection carries that
+// many sends of a tree operation (NCCL shares the connection when the tree's chain runs
+// through the ring's next rank), announced as NCCL's profiler does (proxy_ops.h).
 Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int exchanges = 1,
-            Turnaround turnaround = {}) {
+            Turnaround turnaround = {}, int tree_sends = 0) {
   static std::uint64_t next_comm = 0x1000;
   const Config cfg = targetOf(k.nranks);
   plugin::PluginState::get().configure(cfg);
@@ -119,6 +123,27 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
                    interleave, exchanges);
   // Start well after anything an earlier case left on the shared NIC/NVLink queues.
   static live::TimeNs start = 1'000'000'000;
+  if (tree_sends > 0) {
+    const std::uint64_t comm_id = next_comm - 1;
+    static char byte;
+    for (std::size_t ch = 0; ch < c.ring.size(); ++ch) {
+      plugin::PluginState::get().proxyOpStarted(comm_id, static_cast<int>(ch),
+                                                (k.self + 1) % k.nranks, true, 0x7000 + ch,
+                                                tree_sends, /*ring=*/false);
+      auto& send = static_cast<plugin::DataComm&>(
+          *plugin::HandleTable::instance().find(c.ring[ch].send));
+      for (int i = 0; i < tree_sends; ++i) {
+        plugin::Request* r = send.allocRequest();
+        EXPECT_NE(r, nullptr);
+        if (!r) break;
+        send.isend(*r, &byte, 64 << 10, 0, start);
+        live::TimeNs t = start;
+        while (!send.test(*r, t, nullptr)) t = r->due;
+        send.freeRequest(*r);
+      }
+    }
+    start += 100'000'000;
+  }
   const RingRun r = runRingCollective(c.ring, k.f, k.bytes, k.nranks, start, turnaround);
   start = r.end + 1'000'000'000;
   close(c);
@@ -209,6 +234,25 @@ TEST(RingEmulation, SlowRealRankAddsOneTurnaroundNotOnePerStep) {
     EXPECT_LE(std::abs(diff), 0.03) << model::toString(f);
     EXPECT_EQ(o.unknown_waits, 0);
   }
+}
+
+// NCCL shares a ring channel's connection with a tree whose chain runs through the ring's next
+// rank: a tree all-reduce adds sends, and no receives, to it. Announced as a tree operation
+// by NCCL's profiler, they are timed apart from the ring (peer-ready), so the ring collective
+// after them still takes the model's time.
+TEST(RingEmulation, TreeSendsOnTheRingConnectionLeaveTheRingAlone) {
+  for (Func f : {Func::AllGather, Func::AllReduce})
+    for (std::uint64_t b : {MiB, 64 * MiB}) {
+      const Case k{f, b, 64};
+      const Outcome o = run(k, false, 0, 1, {}, /*tree_sends=*/5);
+      const double diff = (o.emulated_us - o.model_us) / o.model_us;
+      std::printf("%-13s after 5 tree sends per channel, %8s: emulated %9.1f us, model %9.1f us, "
+                  "%+6.2f %%\n",
+                  std::string(model::toString(f)).c_str(), sizeName(b).c_str(), o.emulated_us,
+                  o.model_us, 100 * diff);
+      EXPECT_LE(std::abs(diff), 0.02) << model::toString(f) << " " << b;
+      EXPECT_EQ(o.unknown_waits, 0);
+    }
 }
 
 // 8192 ranks, 1 GiB: 32764 slices per channel on 16 channels (one test each: < 5 s under

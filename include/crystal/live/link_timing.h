@@ -67,6 +67,11 @@ class VirtualLink {
   VirtualLink(LinkParams params, std::shared_ptr<PortQueue> port)
       : params_(params), port_(std::move(port)) {}
   explicit VirtualLink(std::shared_ptr<RingChannel> ring);
+  // A ring channel's connection that also carries other operations' transfers (NCCL shares
+  // it with a tree whose chain runs through the same neighbour): those are timed peer-ready
+  // on `params`/`port`, apart from the ring's recurrence (`ring_op` false below).
+  VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
+              std::shared_ptr<PortQueue> port);
   // One connection of a tree channel (to/from the real rank's parent or a child).
   VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role);
   // A tree connection whose channel is only known once all are made (a peer that is the
@@ -75,18 +80,23 @@ class VirtualLink {
   explicit VirtualLink(TreeBinder bind);
 
   // Send step posted at `now`: returns its completion time. `idle`: no other send was
-  // outstanding on the connection (a burst starts).
-  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true);
-  // Receive `step` (0-based sequence number on this connection) posted at `now`; `idle`:
-  // no other receive was outstanding on the connection. `units_per_step`: requests per ring
-  // step of its protocol (LL/LL128 1, Simple 2), 0 = unknown.
-  void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0);
+  // outstanding on the connection (a burst starts). `ring_op` false: the transfer belongs to
+  // another operation than the ring's (ring connections only; see the constructor).
+  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true,
+                                bool ring_op = true);
+  // Receive `step` (0-based sequence number on this connection among the receives of its
+  // kind: ring operations' or the others') posted at `now`; `idle`: no other receive was
+  // outstanding on the connection. `units_per_step`: requests per ring step of its protocol
+  // (LL/LL128 1, Simple 2), 0 = unknown.
+  void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
+                bool ring_op = true);
   // A receive completed; `idle`: none is outstanding any more.
-  void recvDone(bool idle);
+  void recvDone(bool idle, bool ring_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see
   // crystal/live/ring_timing.h). `now` is the caller's clock.
   [[nodiscard]] std::optional<TimeNs> recvArrival(std::uint64_t step, TimeNs posted,
-                                                  std::uint64_t bytes, TimeNs now);
+                                                  std::uint64_t bytes, TimeNs now,
+                                                  bool ring_op = true);
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] bool isRing() const { return ring_ != nullptr; }
   [[nodiscard]] bool isTree() const { return tree_ != nullptr; }
