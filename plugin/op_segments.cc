@@ -10,7 +10,10 @@ void OpSegments::push(std::uint64_t op, int transfers, bool ring) {
 
 std::optional<OpSegments::Place> OpSegments::next() {
   std::lock_guard lock(mu_);
-  if (queue_.empty()) return std::nullopt;
+  if (queue_.empty()) {
+    ++unplaced_;
+    return std::nullopt;
+  }
   const Segment& s = queue_.front();
   Place p{s.op, used_, s.ring};
   if (++used_ == s.transfers) {
@@ -23,6 +26,11 @@ std::optional<OpSegments::Place> OpSegments::next() {
 std::size_t OpSegments::pending() const {
   std::lock_guard lock(mu_);
   return queue_.size();
+}
+
+std::uint64_t OpSegments::unplaced() const {
+  std::lock_guard lock(mu_);
+  return unplaced_;
 }
 
 }  // namespace crystal::plugin

@@ -29,6 +29,8 @@ class OpSegments {
   // profiler is not loaded, or NCCL posted more than it announced).
   [[nodiscard]] std::optional<Place> next();
   [[nodiscard]] std::size_t pending() const;
+  // Requests next() found no announced operation for.
+  [[nodiscard]] std::uint64_t unplaced() const;
 
  private:
   struct Segment {
@@ -39,6 +41,7 @@ class OpSegments {
   mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller
   std::deque<Segment> queue_;
   std::uint32_t used_ = 0;  // requests of queue_.front() already placed
+  std::uint64_t unplaced_ = 0;
 };
 
 }  // namespace crystal::plugin

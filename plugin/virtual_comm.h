@@ -26,6 +26,7 @@ class VirtualSendComm final : public DataComm {
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
                   std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});
+  ~VirtualSendComm() override;
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
@@ -45,6 +46,7 @@ class VirtualRecvComm final : public DataComm {
   VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
                   std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});
+  ~VirtualRecvComm() override;
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;

@@ -34,6 +34,7 @@ TEST(OpSegments, NothingAnnouncedOrEmptyOperationsGiveNoPlace) {
   ops.push(3, 0, true);  // an operation without transfers on this connection
   EXPECT_EQ(ops.pending(), 0u);
   EXPECT_FALSE(ops.next());
+  EXPECT_EQ(ops.unplaced(), 2u);
   ops.push(4, 1, true);
   const auto p = ops.next();
   ASSERT_TRUE(p);
