@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: crystal simulate CONFIG --sweep [--op OPS] [-b MIN] [-e MAX] [-f FACTOR | -i INC]\n"
-    "                               [-d TYPE] [--ranks N] [--proto P] [--json FILE]\n"
+    "                               [-d TYPE] [--ranks N] [--proto P] [--rank R] [--json FILE]\n"
     "  Prints NCCL-tests' table (size, count, type, redop, root, time, algbw, busbw) for each\n"
     "  op as the target would run it, with the algorithm/protocol/channels NCCL would pick.\n"
     "  --op OPS    comma list of allreduce,allgather,reducescatter,alltoall,sendrecv,broadcast\n"
@@ -31,6 +31,8 @@ constexpr std::string_view kUsage =
     "  --ranks N   communicator size (default job.world_size); the first N GPUs of the cluster\n"
     "  --proto P   only protocol P (Simple, LL, LL128), as NCCL_PROTO=P; `crystal emulate`\n"
     "              runs with NCCL_PROTO=Simple, so compare emulated runs with --proto Simple\n"
+    "  --rank R    broadcast (root 0) as rank R sees it: its own completion, not the last\n"
+    "              rank's (compare an emulation whose real rank is R); other ops unchanged\n"
     "  --json FILE the rows as JSON (NCCL-tests' -J keys where they exist)\n";
 
 int parsePositive(std::string_view flag, const std::string& v) {
@@ -96,6 +98,9 @@ int simulateSweep(std::span<const std::string> args) {
       opts.proto = sweep::parseProto(value());
     } else if (a == "--ranks") {
       opts.nranks = parsePositive(a, value());
+    } else if (a == "--rank") {
+      const std::string v = value();
+      opts.rank = v == "0" ? 0 : parsePositive(a, v);
     } else if (a == "--json") {
       json_path = value();
     } else if (!a.empty() && a[0] == '-') {
@@ -114,6 +119,9 @@ int simulateSweep(std::span<const std::string> args) {
   const Config config = loadConfig(config_path);
   const int world = config.cluster.world();
   if (opts.nranks == 0) opts.nranks = config.job.world_size > 0 ? config.job.world_size : world;
+  if (opts.rank && *opts.rank >= opts.nranks)
+    throw InputError(fmt::format("simulate --sweep: --rank {} is not a rank of {} ranks",
+                                 *opts.rank, opts.nranks));
   if (opts.nranks > world)
     throw InputError(
         fmt::format("simulate --sweep: --ranks {} is more than the {} GPUs of {} (cluster.nodes x "

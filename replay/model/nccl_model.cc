@@ -167,6 +167,29 @@ double NcclModel::time(Func f, std::uint64_t bytes, const CommShape& shape, Algo
   return stepTime(v, impl_->opt, f, bytes, a, p, channels, Method::ClosedForm);
 }
 
+double NcclModel::timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                             Proto p, int channels, int rank, int root) const {
+  const double whole = time(f, bytes, shape, a, p, channels);
+  const int n = shape.nranks;
+  if (f != Func::Broadcast || a != Algo::Ring || whole < 0 || n <= 1) return whole;
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  const ChainRun run = chainRun(v.place, p, std::clamp(channels, 1, nccl::kMaxChannels), bytes,
+                                impl_->opt.step);
+  // The pipeline runs at the whole chain's pace (finite buffers hold each member back to the
+  // slowest hop), so the last chunk reaches `rank` as it would in the whole operation, less
+  // the hops after it (each a latency plus one chunk's crossing). Ring order = rank order:
+  // a hop from a node's last member crosses the NET.
+  const int hops = std::max(1, ((rank - root) % n + n) % n);
+  const int ppn = std::max(1, v.place.ppn);
+  double after = 0;
+  for (int k = hops; k < n - 1; ++k) {
+    const bool net = v.place.nnodes > 1 && ((root + k) % n) % ppn == ppn - 1;
+    const Hop& h = net ? run.net : run.nvl;
+    after += h.alpha_us + h.tx(run.unit_bytes);
+  }
+  return whole - after;
+}
+
 double NcclModel::timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
                                    Proto p, int channels) const {
   const CommView v = view(impl_->topo, impl_->opt, shape);

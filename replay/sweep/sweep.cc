@@ -324,6 +324,9 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
             throw InputError(fmt::format("--proto {}: no algorithm for {} on {} ranks uses it",
                                          model::toString(*options.proto), name(op), n));
           row.time_us = c.time_us;
+          if (op == TestOp::Broadcast && options.rank)
+            row.time_us = model.timeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
+                                           c.channels, *options.rank, row.root);
           row.algo = std::string(model::toString(c.algo));
           row.proto = std::string(model::toString(c.proto));
           row.channels = c.channels;

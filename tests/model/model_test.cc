@@ -46,6 +46,42 @@ TEST(Choose, TreeForMidSizesAcrossNodesRingForHuge) {
   EXPECT_EQ(m.choose(Func::AllGather, 1 << 16, {64, 64, 1}).algo, Algo::Pat);
 }
 
+// A ring broadcast at each rank's place: the chain's last rank sees the whole operation,
+// every rank before it less by the hops it is nearer the root (one NVLink or NET hop's
+// latency and chunk crossing each), the root its first hop only.
+TEST(TimeAtRank, BroadcastChainShortensTowardTheRoot) {
+  const NcclModel m(dgx(8), {});
+  const CommShape s = full(8);
+  for (std::uint64_t b : {std::uint64_t{1} << 20, std::uint64_t{1} << 30}) {
+    const double whole = m.time(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16);
+    EXPECT_DOUBLE_EQ(m.timeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 63, 0),
+                     whole);
+    // Root 5: its chain ends at rank 4.
+    EXPECT_DOUBLE_EQ(m.timeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 4, 5),
+                     whole);
+    double before = 0;
+    for (int r = 1; r < 64; ++r) {
+      const double t = m.timeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, r, 0);
+      EXPECT_GT(t, before) << r;
+      before = t;
+    }
+    const double root = m.timeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 0, 0);
+    EXPECT_DOUBLE_EQ(root,
+                     m.timeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 1, 0));
+    EXPECT_LT(root, whole);
+  }
+  // 1 MiB: latency-bound, so the root is far earlier; 1 GiB: the chain's pace dominates
+  // (the root still skips the last chunk's 62 further hops).
+  const double r1 = m.timeAtRank(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 0, 0);
+  EXPECT_LT(r1, 0.5 * m.time(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16));
+  const double r30 =
+      m.timeAtRank(Func::Broadcast, 1ULL << 30, s, Algo::Ring, Proto::Simple, 16, 0, 0);
+  EXPECT_GT(r30, 0.5 * m.time(Func::Broadcast, 1ULL << 30, s, Algo::Ring, Proto::Simple, 16));
+  // Other calls: the whole operation.
+  EXPECT_DOUBLE_EQ(m.timeAtRank(Func::AllReduce, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 0, 0),
+                   m.time(Func::AllReduce, 1 << 20, s, Algo::Ring, Proto::Simple, 16));
+}
+
 TEST(Choose, TimeIsStepModelOfTheChoice) {
   const NcclModel m(dgx(16), {});
   const CommShape s = full(16);

@@ -56,6 +56,7 @@ TEST(SweepCli, SimulateSweepBadOptionsExit2) {
   EXPECT_EQ(run("simulate " + kConfig + " --sweep --ranks 12").code, 2);
   EXPECT_EQ(run("simulate " + kConfig + " --sweep --ranks 16384").code, 2);
   EXPECT_EQ(run("simulate " + kConfig + " --sweep -d fp32").code, 2);
+  EXPECT_EQ(run("simulate " + kConfig + " --sweep --ranks 16 --rank 16").code, 2);
 }
 
 TEST(SweepCli, NcclTestsFromLogRestatesForTarget) {

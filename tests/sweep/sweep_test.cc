@@ -120,6 +120,28 @@ TEST(Sweep, SendRecvAcrossNodesByHand) {
   EXPECT_EQ(rows[0].root, -1);
 }
 
+// --rank R: broadcast rows as rank R sees them (root 0), other ops as before.
+TEST(Sweep, BroadcastAtARanksPlace) {
+  const model::NcclModel m(dgx(8), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::Broadcast, TestOp::AllReduce};
+  o.steps = {1 << 20};
+  o.nranks = 64;
+  const auto whole = runSweep(m, o);
+  o.rank = 0;
+  const auto root = runSweep(m, o);
+  o.rank = 63;
+  const auto last = runSweep(m, o);
+  ASSERT_EQ(whole.size(), 2u);
+  const model::CommShape shape{64, 8, 8};
+  const model::Choice c = m.choose(model::Func::Broadcast, 1 << 20, shape);
+  EXPECT_DOUBLE_EQ(root[0].time_us, m.timeAtRank(model::Func::Broadcast, 1 << 20, shape, c.algo,
+                                                 c.proto, c.channels, 0, 0));
+  EXPECT_LT(root[0].time_us, whole[0].time_us);
+  EXPECT_DOUBLE_EQ(last[0].time_us, whole[0].time_us);  // the chain's last rank
+  EXPECT_DOUBLE_EQ(root[1].time_us, whole[1].time_us);  // all-reduce: every rank alike
+}
+
 TEST(Sweep, CollectivesAreTheModelsChoice) {
   const model::NcclModel m(dgx(1024), ModelConfig{});
   SweepOptions o;

@@ -122,6 +122,13 @@ class NcclModel {
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
                                                     const CommShape& shape, Proto p, int channels,
                                                     std::span<const StartClass> starts) const;
+  // Ring broadcast (a chain from `root` through the ring order) as `rank` sees it: the time
+  // until its own part is done. The pipeline runs at the whole chain's pace; a receiver is
+  // done once the last chunk has come `rank - root` hops (mod nranks) down it, the root once
+  // its last chunk has crossed its first hop: time() less each later hop's latency and
+  // chunk crossing. The chain's last rank sees time(). Other calls: time().
+  [[nodiscard]] double timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                  Proto p, int channels, int rank, int root) const;
   // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others
   // (grouped p2p), NVLink inside a node, NICs shared across nodes.
   [[nodiscard]] double allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const;

@@ -85,8 +85,10 @@ run_all() {
     echo "(model $name: no --proto in this crystal; NCCL's own protocol choice)" >>"$S"
     $B/cli/crystal simulate "$cfg" --sweep "$@" --json "$OUT/$name.json" >>"$OUT/$name.txt" 2>&1
   }
-  model model-64 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 64
-  model model-8 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 8
+  # Broadcast (root 0) at the real rank's place (--rank): its own completion, not the last's.
+  model model-64 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 64 --rank 0
+  model model-64-r5 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 64 --rank 5
+  model model-8 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 8 --rank 0
   model model-8192 "$cfg8k" --op allreduce -b 1G -e 1G --ranks 8192
   run_case one 120 --ops "$ops" $sizes $it
   run_case rank5 60 --ops allreduce,allgather,reducescatter $sizes $it
@@ -107,7 +109,7 @@ run_all() {
     echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
     echo "|---|---|---|---|---|---|---|---|"
     python3 tests/gpu/hybrid/compare.py one "$OUT/one.txt" world="$OUT/model-64.json"
-    python3 tests/gpu/hybrid/compare.py rank5 "$OUT/rank5.txt" world="$OUT/model-64.json"
+    python3 tests/gpu/hybrid/compare.py rank5 "$OUT/rank5.txt" world="$OUT/model-64-r5.json"
     python3 tests/gpu/hybrid/compare.py two "$OUT/two-rank0.txt" world="$OUT/model-64.json"
     python3 tests/gpu/hybrid/compare.py split "$OUT/split.txt" world="$OUT/model-64.json" split="$OUT/model-8.json"
     python3 tests/gpu/hybrid/compare.py big "$OUT/big.txt" world="$OUT/model-8192.json"
