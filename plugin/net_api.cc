@@ -185,6 +185,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       auto link = c->virtualLink(vc, dev);
       auto sc = std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank,
                                                   c->mirrorFor(vc), c->opSegmentsFor(vc));
+      sc->setStallWarning(stallNs(st));
       traceVirtual(*sc, vc, *link);
       *sendComm = table.insert(std::move(sc));
       return;
@@ -269,6 +270,7 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       auto vc = std::make_unique<VirtualRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, link,
                                                   lc.hello.sender_rank, lc.ctx()->mirrorFor(id),
                                                   lc.ctx()->opSegmentsFor(id));
+      vc->setStallWarning(stallNs(PluginState::get()));
       traceVirtual(*vc, id, *link);
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;

@@ -88,11 +88,29 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, region ? size : 0, on_device);
 }
 
+void VirtualSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
+  if (stall_ns_ <= 0 || stall_warned_ || now - r.posted < stall_ns_) return;
+  stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
+  CRYSTAL_WARN("send to virtual rank {} (net dev {}): request {} ({} bytes, {} operation) has "
+               "waited {:.1f} s; {}; still waiting",
+               peer_rank_, dev(), r.step, r.bytes, r.ring_op ? "ring" : "another",
+               static_cast<double>(now - r.posted) / 1e9,
+               now < r.due ? fmt::format("its modelled completion is {:.1f} s ahead",
+                                         static_cast<double>(r.due - now) / 1e9)
+                           : std::string("a GPU copy of the mirrored bytes has not finished"));
+}
+
 bool VirtualSendComm::test(Request& r, live::TimeNs now, int* sizes) {
-  if (now < r.due) return false;
+  if (now < r.due) {
+    warnIfStalled(r, now);
+    return false;
+  }
   if (mirror_) {
     // NCCL may rewrite the buffer once we say done: not while a GPU copy still reads it.
-    if (r.mirrored && !mirror_->sendDone(r.mirror_k)) return false;
+    if (r.mirrored && !mirror_->sendDone(r.mirror_k)) {
+      warnIfStalled(r, now);
+      return false;
+    }
   }
   if (sizes) sizes[0] = static_cast<int>(r.sizes[0]);
   return true;
@@ -206,6 +224,19 @@ bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
   return false;
 }
 
+void VirtualRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {
+  if (stall_ns_ <= 0 || stall_warned_ || now - r.posted < stall_ns_) return;
+  stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
+  CRYSTAL_WARN("receive from virtual rank {} (net dev {}): request {} (unit {} of {} "
+               "operations, {} bytes posted) has waited {:.1f} s for {}{}; still waiting",
+               peer_rank_, dev(), r.step, r.unit, r.ring_op ? "ring" : "other", r.bytes,
+               static_cast<double>(now - r.posted) / 1e9, what,
+               r.due == Request::kUnknown
+                   ? std::string()
+                   : fmt::format(" (modelled arrival {:+.3f} s from now)",
+                                 static_cast<double>(r.due - now) / 1e9));
+}
+
 bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
   const int slot = slotOf(r);
   Delivery& d = deliveries_[static_cast<std::size_t>(slot)];
@@ -233,16 +264,30 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
                                   peer_rank_));
   if (r.due == Request::kUnknown) {
     auto due = link_->recvArrival(r.unit, r.posted, r.bytes, now, r.ring_op);
-    if (!due) return false;
+    if (!due) {
+      warnIfStalled(r, now, link_->isRing()   ? "its ring's virtual members to reach it"
+                            : link_->isTree() ? "its tree's virtual members to reach it"
+                                              : "its arrival time");
+      return false;
+    }
     r.due = *due;
   }
-  if (now < r.due) return false;
-  if (!deliver(r, now)) return false;
+  if (now < r.due) {
+    warnIfStalled(r, now, "its modelled arrival");
+    return false;
+  }
+  if (!deliver(r, now)) {
+    warnIfStalled(r, now, "the real rank's send it mirrors");
+    return false;
+  }
   const int slot = slotOf(r);
   Delivery& d = deliveries_[static_cast<std::size_t>(slot)];
   // GPU writes: the receive is done once they are (an event query, never a wait).
   if (d.gpu_pending) {
-    if (!gpu_->done(slot)) return false;
+    if (!gpu_->done(slot)) {
+      warnIfStalled(r, now, "its GPU writes (the plugin's stream has not run them)");
+      return false;
+    }
     d.gpu_pending = false;
   }
   link_->recvDone(outstanding() == 1, r.ring_op);  // the last outstanding: the operation ended

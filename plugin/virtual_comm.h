@@ -30,10 +30,16 @@ class VirtualSendComm final : public DataComm {
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
+  // A request still not done this long after its post gets one WARN per comm saying what it
+  // waits for (a hang then shows in NCCL's log, not as silence). 0: never.
+  void setStallWarning(live::TimeNs ns) { stall_ns_ = ns; }
 
  private:
+  void warnIfStalled(const Request& r, live::TimeNs now);
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
+  live::TimeNs stall_ns_ = 0;
+  bool stall_warned_ = false;
   std::shared_ptr<MirrorChannel> mirror_;  // data policy mirror only
   std::shared_ptr<OpSegments> ops_;
   std::uint64_t next_send_ = 0;
@@ -51,8 +57,12 @@ class VirtualRecvComm final : public DataComm {
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
+  void setStallWarning(live::TimeNs ns) { stall_ns_ = ns; }  // as VirtualSendComm's
 
  private:
+  void warnIfStalled(const Request& r, live::TimeNs now, const char* what);
+  live::TimeNs stall_ns_ = 0;
+  bool stall_warned_ = false;
   // What test() writes into the buffer of each outstanding request (indexed by pool slot).
   struct Delivery {
     bool write = false;

@@ -363,6 +363,31 @@ TEST_F(Gdr, ZeroSimpleIsZeroedWhenPostedAndCompletionWaitsForTheGpu) {
   EXPECT_EQ(gpu_->count("cuMemsetD8Async"), 1u);
 }
 
+// A receive that stays pending past the emulation's timeout says, once, what it waits for
+// (here its GPU writes), so a hang shows in NCCL's log instead of as silence.
+TEST_F(Gdr, PendingReceiveWarnsOnceWhatItWaitsFor) {
+  configure(DataPolicy::Zero, true, /*timeout_s=*/0.05);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = false;
+  void* req = recvPost(r, 2, simple.at(0), kSimpleStep);
+  stillPendingFor(req, 120);
+  std::string log;
+  {
+    std::lock_guard lock(g_log_mu);
+    log = g_log;
+  }
+  EXPECT_NE(log.find("has waited"), std::string::npos) << log;
+  EXPECT_NE(log.find("its GPU writes"), std::string::npos) << log;
+  std::size_t warnings = 0;
+  for (std::size_t at = log.find("has waited"); at != std::string::npos;
+       at = log.find("has waited", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << "once per comm";
+  gpu_->complete = true;
+  waitDone(req);
+}
+
 TEST_F(Gdr, ZeroLL128ZeroesDataThenWritesBothFlagHalves) {
   configure(DataPolicy::Zero);
   void* r = virtualRecv();
