@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -24,6 +26,17 @@ ConnTrace* makeGlobal() {
   auto* t =
       new ConnTrace(fmt::format("{}.{}.csv", prefix, ::getpid()), static_cast<std::size_t>(rows));
   std::atexit([] { (void)ConnTrace::global()->write(); });
+  // A hung job is killed, and atexit handlers do not run then: rewrite it as it goes.
+  const std::int64_t every = paramInt("CRYSTAL_TRACE_CONN_EVERY_S");
+  if (every < 0)
+    throw InputError(fmt::format("CRYSTAL_TRACE_CONN_EVERY_S={}: must be >= 0", every));
+  if (every > 0)
+    std::thread([t, every] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::seconds(every));
+        (void)t->write();
+      }
+    }).detach();
   return t;
 }
 

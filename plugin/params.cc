@@ -37,6 +37,8 @@ constexpr Param kParams[] = {
      "Per-request trace: PREFIX; each process writes PREFIX.<pid>.csv at exit, one row per "
      "completed request (connection, bytes, posted, modelled due and observed done times)."},
     {"CRYSTAL_TRACE_CONN_MAX", "2000000", "Rows the per-request trace keeps (the rest are counted)."},
+    {"CRYSTAL_TRACE_CONN_EVERY_S", "0",
+     "Also rewrite the per-request trace every N seconds (0: only at exit), so a job that hangs and is killed still leaves it; rows recorded during a rewrite may be missing from it."},
 };
 
 const Param& find(std::string_view name) {

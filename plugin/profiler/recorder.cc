@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -108,9 +109,31 @@ struct Event {
   std::string fields;  // JSON members known at start
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
+  bool coll = false;
 };
 
+// Retired collective events (see collInfo), oldest first; guarded by g_live_mu.
+std::deque<std::unique_ptr<Event>>& retiredColls() {
+  static std::deque<std::unique_ptr<Event>> q;
+  return q;
+}
+
 std::atomic<std::uint64_t> g_next_id{0};
+// Collective events whose proxy operations may still be announced: NCCL stops a collective's
+// event once the host has enqueued it, often before its proxy thread appends the
+// collective's operations (ProxyOp events name the stopped event as parent). Such events are
+// kept, not freed, for the last kRetiredColls collectives, so a parent pointer still names
+// its collective (and no newer event can reuse its address meanwhile).
+constexpr std::size_t kRetiredColls = 4096;
+struct CollInfo {
+  std::uint64_t op = 0;
+  bool ring = false;
+};
+std::unordered_map<const void*, CollInfo>& collInfo() {  // guarded by g_live_mu
+  static std::unordered_map<const void*, CollInfo> m;
+  return m;
+}
+
 std::mutex g_live_mu;
 std::unordered_map<const void*, std::uint64_t>& liveEvents() {
   static std::unordered_map<const void*, std::uint64_t> m;
@@ -192,11 +215,10 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
   s.transfers = d.proxyOp.nSteps;
   {
     std::lock_guard lock(g_live_mu);
-    // The parent is the collective's (or p2p's) live event: ours, so readable while listed.
-    if (liveEvents().count(d.parentObj) != 0) {
-      const auto* parent = static_cast<const Event*>(d.parentObj);
-      s.op = parent->op;
-      s.ring = parent->ring;
+    // The parent is the collective's event, live or retired (collInfo); a p2p's is not there.
+    if (const auto it = collInfo().find(d.parentObj); it != collInfo().end()) {
+      s.op = it->second.op;
+      s.ring = it->second.ring;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -220,12 +242,14 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     if (d->type == ncclProfileColl) {
       ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
       ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
+      ev->coll = true;
     }
     {
       std::lock_guard lock(g_live_mu);
       const auto it = liveEvents().find(d->parentObj);
       ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
       liveEvents().emplace(ev.get(), ev->id);
+      if (ev->coll && ev->ctx->proxy_ops) collInfo()[ev.get()] = CollInfo{ev->op, ev->ring};
     }
     *handle = ev.release();
   } catch (...) {
@@ -245,6 +269,14 @@ ncclResult_t stopEvent(void* handle) noexcept {
     recordFile().line(
         fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
                     ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
+    std::lock_guard lock(g_live_mu);
+    if (collInfo().count(ev.get()) != 0) {  // proxy operations may still name it
+      retiredColls().push_back(std::move(ev));
+      if (retiredColls().size() > kRetiredColls) {
+        collInfo().erase(retiredColls().front().get());
+        retiredColls().pop_front();
+      }
+    }
   } catch (...) {
   }
   return ncclSuccess;

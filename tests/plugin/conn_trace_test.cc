@@ -157,5 +157,42 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   std::remove(path.c_str());
 }
 
+// CRYSTAL_TRACE_CONN_EVERY_S: a process that never exits normally (killed while hung) still
+// leaves the rows recorded up to the last rewrite.
+TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
+  const std::string prefix = tempPrefix("trace_every");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
+    ::setenv("CRYSTAL_TRACE_CONN_EVERY_S", "1", 1);
+    const ncclNet_v11_t* n = Plugin::get().v11;
+    void* ctx = nullptr;
+    if (!n || n->init(&ctx, 0x7b, nullptr, testLogger, nullptr) != ncclSuccess) ::_exit(2);
+    live::NetHandle vh = virtualPeerHandle(1, 2);
+    char vbuf[128] = {};
+    std::memcpy(vbuf, &vh, sizeof vh);
+    void* sc = pollUntil([&](void** out) { return n->connect(ctx, 0, vbuf, out, nullptr); });
+    if (!sc) ::_exit(3);
+    std::vector<char> buf(4096);
+    void* smr = nullptr;
+    if (n->regMr(sc, buf.data(), buf.size(), NCCL_PTR_HOST, &smr) != ncclSuccess) ::_exit(4);
+    void* sreq = nullptr;
+    if (n->isend(sc, buf.data(), 1024, 0, smr, nullptr, &sreq) != ncclSuccess) ::_exit(5);
+    (void)waitDone(n, sreq);
+    ::sleep(2);  // a rewrite happens meanwhile
+    ::_exit(0);  // no atexit handlers: as if killed
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string path = prefix + "." + std::to_string(child) + ".csv";
+  const auto l = lines(path);
+  ASSERT_EQ(l.size(), 2u) << path;
+  EXPECT_EQ(fields(l[1])[11], "1024");
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace crystal::test

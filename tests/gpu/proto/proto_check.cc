@@ -3,8 +3,8 @@
 // choosing protocols freely, and checks the bytes against the data policy (CRYSTAL_DATA):
 //   mirror: all-gather chunk j == the real rank's own input (every virtual rank contributed a
 //           copy); all-reduce == NRANKS * input (ring; a tree or PAT pairs differently and
-//           falls back to zeros: reported, not failed); broadcast from a virtual root ==
-//           zeros (nobody real sent anything to mirror).
+//           falls back to zeros: reported, not failed); broadcast == the real rank's own
+//           input, also from a virtual root (the interposer keeps it: mirror_broadcast.h).
 //   zero:   all-gather other chunks == 0, broadcast == 0 (sums: zeros plus own parts).
 //   none:   bytes undefined: only completion is checked.
 // Sums (all-reduce, reduce-scatter) are reported, not failed: their expectation holds for a
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
         if (policy == "mirror") {
           if (o == "allreduce") want = n * input(rank, i);
           if (o == "allgather") want = input(rank, i % chunk);
-          if (o == "broadcast") want = rank == 0 ? input(rank, i) : 0.0f;
+          if (o == "broadcast") want = input(rank, i);
           if (o == "reducescatter") want = n * input(rank, rank * chunk + i);
         } else if (policy == "zero") {
           if (o == "allreduce") want = input(rank, i);
