@@ -78,6 +78,7 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   std::optional<OpSegments::Place> place;
   placeRequest(ops_.get(), counts_, r, place);
   r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op);
+  if (mirror_) mirror_->noteSendPost(now);
   if (!mirror_ || !mirrorKey(place, r)) return;
   if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
@@ -219,7 +220,12 @@ bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
     return false;
   }
   if (mirror_no_wait_) return false;
-  if (now < r.due + kMirrorWaitNs) return true;
+  // Hold while the real rank is still sending: in an all-gather its send k follows receive
+  // k-1 by a GPU turnaround, however far the (open-loop) virtual side ran ahead of it.
+  // Give up once no send came for the wait since this receive was posted and due.
+  const live::TimeNs since =
+      std::max({r.posted, std::min(r.due, now), mirror_->lastSendPost()});
+  if (now < since + kMirrorWaitNs) return true;
   mirror_no_wait_ = true;  // the real rank's send waits for this receive (broadcast, ...)
   return false;
 }

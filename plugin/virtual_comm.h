@@ -77,9 +77,10 @@ class VirtualRecvComm final : public DataComm {
   [[nodiscard]] bool deliver(Request& r, live::TimeNs now);
   DeviceQueue& gpu();
   // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
-  // it mirrors, at most kMirrorWaitNs past its modelled time. A hold that runs out means the
-  // real send depends on this receive (broadcast forwards what it gets): no more holds on
-  // this connection until a paired send again comes before its receive (all-gather, ...).
+  // it mirrors and its sends on the paired connection still come: at most kMirrorWaitNs
+  // after the latest of this receive's post and modelled time and the last send. A hold that
+  // runs out means the real send depends on this receive (broadcast forwards what it gets):
+  // no more holds on this connection until a paired send again comes before its receive.
   static constexpr live::TimeNs kMirrorWaitNs = 200'000;
   [[nodiscard]] bool holdForMirror(const Request& r, live::TimeNs now);
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -84,6 +85,12 @@ class MirrorChannel {
     std::lock_guard l(mu_);
     return entries_[k % kDepth].k == k;
   }
+  // When the real rank last posted a send on this connection (any operation's): while its
+  // sends keep coming, a receive waiting for its mirrored send is worth holding.
+  void noteSendPost(std::int64_t now) { last_send_post_.store(now, std::memory_order_relaxed); }
+  [[nodiscard]] std::int64_t lastSendPost() const {
+    return last_send_post_.load(std::memory_order_relaxed);
+  }
   [[nodiscard]] std::uint64_t copiesKept() const {
     std::lock_guard l(mu_);
     return kept_;
@@ -103,6 +110,7 @@ class MirrorChannel {
     bool read_pending = false;
   };
   mutable std::mutex mu_;
+  std::atomic<std::int64_t> last_send_post_{INT64_MIN / 2};
   std::array<Entry, kDepth> entries_;
   bool has_receiver_ = false;
   bool has_sender_ = false;
