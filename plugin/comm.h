@@ -72,6 +72,9 @@ struct Request {
   std::uint64_t unit = 0;
   live::TimeNs first_test = 0;  // the first test() (per-request trace)
   std::uint32_t tests = 0;
+  // Receives from virtual peers into LL/LL128/Simple slots: NCCL's step the slot holds as the
+  // plugin reconstructed it (LL/LL128 flags follow it); -1 when not tracked.
+  std::int64_t conn_step = -1;
 };
 
 class DataComm : public Comm {

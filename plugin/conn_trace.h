@@ -6,7 +6,7 @@
 // after due: the proxy came late; many tests after due: the plugin held it). Off (the default), the data path pays one pointer compare.
 //
 // Recording is lock-free and allocation-free: a fixed array (CRYSTAL_TRACE_CONN_MAX rows,
-// default 2,000,000, 56 B each) claimed with one atomic add; rows past the end are counted,
+// default 2,000,000, 64 B each) claimed with one atomic add; rows past the end are counted,
 // not kept.
 #pragma once
 
@@ -44,6 +44,7 @@ struct TraceRow {
   live::TimeNs done = 0;
   live::TimeNs first_test = 0;  // the proxy's first test() of the request
   std::uint32_t tests = 0;      // test() calls, the one that saw it done included
+  std::int64_t conn_step = -1;  // Request::conn_step
 };
 
 class ConnTrace {

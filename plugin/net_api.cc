@@ -388,7 +388,8 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
     if (finished) {
       if (dc.trace_id != DataComm::kNoTrace)
         ConnTrace::global()->record({dc.trace_id, static_cast<std::uint32_t>(r->step), r->bytes,
-                                     r->posted, r->due, now, r->first_test, r->tests});
+                                     r->posted, r->due, now, r->first_test, r->tests,
+                                     r->conn_step});
       dc.freeRequest(*r);
     }
     *need(done, "done") = finished ? 1 : 0;

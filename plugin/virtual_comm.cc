@@ -187,6 +187,7 @@ void VirtualRecvComm::planDelivery(Request& r) {
                                     "the {} step slots of its region",
                                     peer_rank_, off, proto::kSteps));
     d.conn_step = *step;
+    r.conn_step = static_cast<std::int64_t>(*step);
   }
   d.device = region->type == nccl::NCCL_PTR_CUDA;
   if (d.proto == proto::Proto::Simple) {

@@ -53,16 +53,17 @@ TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
   real.peer_kind = 'R';
   EXPECT_EQ(t.addConn(ring), 0u);
   EXPECT_EQ(t.addConn(real), 1u);
-  t.record({0, 7, 524288, 1000, 15000, 15200, 14000, 3});
+  t.record({0, 7, 524288, 1000, 15000, 15200, 14000, 3, 41});
   t.record({1, 2, 64, 2000, INT64_MAX, 2500, 2100, 1});
   EXPECT_EQ(t.write(), 2u);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0],
             "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-            "posted_ns,due_ns,done_ns,dev,first_test_ns,tests");
-  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2,14000,3");
-  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1,2100,1");  // due -1: not modelled
+            "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step");
+  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2,14000,3,41");
+  // due -1: not modelled; conn_step -1: not tracked
+  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1,2100,1,-1");
   std::remove(path.c_str());
 }
 
@@ -133,8 +134,8 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   ASSERT_EQ(l.size(), 3u) << path;
   const auto r = fields(l[1]);
   const auto s = fields(l[2]);
-  ASSERT_EQ(r.size(), 18u);
-  ASSERT_EQ(s.size(), 18u);
+  ASSERT_EQ(r.size(), 19u);
+  ASSERT_EQ(s.size(), 19u);
   EXPECT_EQ(r[15], "0");  // listened and connected on device 0
   EXPECT_EQ(r[1], "r");
   EXPECT_EQ(r[2], "v");
