@@ -19,8 +19,8 @@ namespace crystal::plugin {
 class OpSegments {
  public:
   struct Place {
-    std::uint64_t op = 0;      // ProxyOpStart::op (0: an operation that is no collective)
-    std::uint32_t index = 0;   // this request's position in the operation
+    std::uint64_t op = 0;     // ProxyOpStart::op (0: an operation that is no collective)
+    std::uint32_t index = 0;  // this request's position in the operation
     bool ring = false;
   };
   // NCCL announced an operation with `transfers` requests on this connection.

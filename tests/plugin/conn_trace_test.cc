@@ -79,6 +79,14 @@ TEST(ConnTrace, KeepsAtMostItsCapacity) {
   std::remove(path.c_str());
 }
 
+// Waits for a child that recorded a trace; its file's path (the child must exit 0).
+std::string traceOfChild(const std::string& prefix, pid_t child) {
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  return prefix + "." + std::to_string(child) + ".csv";
+}
+
 // The built plugin, in a child process (the trace is written at exit): a receive from and a
 // send to a virtual peer give one row each, with the post, modelled due and observed done
 // times of the request, due - posted = the model's step time.
@@ -125,11 +133,7 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
     ::close(sock);
     std::exit(0);  // exit(), not _exit(): the trace is written by an atexit handler
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
-  const std::string path = prefix + "." + std::to_string(child) + ".csv";
+  const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u) << path;
   const auto r = fields(l[1]);
@@ -184,11 +188,7 @@ TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
     ::sleep(2);  // a rewrite happens meanwhile
     ::_exit(0);  // no atexit handlers: as if killed
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
-  const std::string path = prefix + "." + std::to_string(child) + ".csv";
+  const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 2u) << path;
   EXPECT_EQ(fields(l[1])[11], "1024");
