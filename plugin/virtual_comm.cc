@@ -160,7 +160,11 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   // now, as a NIC writes into a posted buffer. The GPU polls LL/LL128 flags itself, so it
   // then need not wait for the proxy to get round to testing this request (NCCL tests a
   // connection's receives one at a time, in order).
-  if (r.due <= now) (void)deliver(r, now);
+  // Not under mirror while the mirrored send is still to come: test() decides then (it holds,
+  // or, once holds stopped paying off, gets mirroring back when the send came first).
+  const bool mirror_wait = mirror_ && r.mirrored && mirror_->hasSender() &&
+                           !mirror_->sent(r.mirror_k);
+  if (r.due <= now && !mirror_wait) (void)deliver(r, now);
 }
 
 void VirtualRecvComm::planDelivery(Request& r) {

@@ -191,7 +191,8 @@ TEST(ProtoAbiMirror, LinesCarryTheRealRanksDataWithTheReceiversFlags) {
 
 // A receive whose mirrored send never comes first (a broadcast from a virtual root: the real
 // rank forwards what it receives) is held at most the mirror wait, then gets zeros; the
-// next such receive is not held; a send that comes first turns mirroring back on.
+// next such receive is not held; a send that comes before the receive is tested turns
+// mirroring back on.
 TEST(ProtoAbiMirror, ReceiveBeforeItsSendFallsBackToZeroWithoutHanging) {
   if (!policyIs("mirror")) GTEST_SKIP() << "run with CRYSTAL_DATA=mirror (ctest does)";
   const ncclNet_v11_t* n = Plugin::get().v11;
@@ -224,9 +225,18 @@ TEST(ProtoAbiMirror, ReceiveBeforeItsSendFallsBackToZeroWithoutHanging) {
     ASSERT_EQ(n->isend(c.send, c.sslot(kLL, k), 64, 0, c.smr[kLL], nullptr, &sreq), ncclSuccess);
     ASSERT_GT(waitDone(n, sreq), 0);
   }
-  // A send that precedes its receive is mirrored again.
+  // A receive posted ahead of its send (NCCL posts 8 ahead) after holds stopped: not written
+  // at its post; its send comes before the proxy tests it, and it is mirrored again.
+  void* data = c.rslot(kLL, 2);
+  std::size_t size = 64;
+  int tag = 1;
+  void* rreq = nullptr;
+  ASSERT_EQ(n->irecv(c.recv, 1, &data, &size, &tag, &c.rmr[kLL], nullptr, &rreq), ncclSuccess);
   fillLL(c.sslot(kLL, 2), 0x700, 3);
-  step(c, kLL, kLL, 2);
+  void* sreq = nullptr;
+  ASSERT_EQ(n->isend(c.send, c.sslot(kLL, 2), 64, 0, c.smr[kLL], nullptr, &sreq), ncclSuccess);
+  ASSERT_GT(waitDone(n, rreq), 0);
+  ASSERT_GT(waitDone(n, sreq), 0);
   EXPECT_EQ(words32(c.rslot(kLL, 2), 64)[0], 0x700u);
   close(c);
 }
