@@ -24,8 +24,6 @@ TimeNs PortQueue::freeAt() const noexcept {
   return free_at_;
 }
 
-VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring) : ring_(std::move(ring)) {}
-
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
                          std::shared_ptr<PortQueue> port)
     : params_(params), port_(std::move(port)), ring_(std::move(ring)) {}
@@ -65,7 +63,6 @@ bool VirtualLink::hostAlive(TimeNs now) {
 TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ring_op) {
   if (ring_) {
     if (ring_op) return ring_->postSend(now, bytes);
-    if (!port_) return now;  // a ring link built without the peer-ready fallback
   } else if (bindTree()) {
     const std::uint64_t unit = tree_sends_++;
     return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes)
@@ -101,7 +98,6 @@ std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted
                                                bool ring_op) {
   if (ring_) {
     if (ring_op) return ring_->recvArrival(step, posted, bytes, now);
-    if (!port_) return posted;
   } else if (bindTree()) {
     tree_->postRecv(step, posted, bytes);  // the first post of an operation starts it
     return tree_->recvArrival(role_, step, posted, now);

@@ -66,10 +66,9 @@ class VirtualLink {
  public:
   VirtualLink(LinkParams params, std::shared_ptr<PortQueue> port)
       : params_(params), port_(std::move(port)) {}
-  explicit VirtualLink(std::shared_ptr<RingChannel> ring);
-  // A ring channel's connection that also carries other operations' transfers (NCCL shares
-  // it with a tree whose chain runs through the same neighbour): those are timed peer-ready
-  // on `params`/`port`, apart from the ring's recurrence (`ring_op` false below).
+  // A ring channel's send or receive. Other operations' transfers on the same connection
+  // (NCCL shares it with a tree whose chain runs through the same neighbour) are timed
+  // peer-ready on `params`/`port`, apart from the ring's recurrence (`ring_op` false below).
   VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
               std::shared_ptr<PortQueue> port);
   // One connection of a tree channel (to/from the real rank's parent or a child).
@@ -81,7 +80,7 @@ class VirtualLink {
 
   // Send step posted at `now`: returns its completion time. `idle`: no other send was
   // outstanding on the connection (a burst starts). `ring_op` false: the transfer belongs to
-  // another operation than the ring's (ring connections only; see the constructor).
+  // another operation than the ring's (ring connections only; see the ring constructor).
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true,
                                 bool ring_op = true);
   // Receive `step` (0-based sequence number on this connection among the receives of its
