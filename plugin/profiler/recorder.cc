@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "plugin/profiler/proxy_ops.h"
 
@@ -112,7 +113,7 @@ struct Event {
   bool coll = false;
 };
 
-// Retired collective events (see collInfo), oldest first; guarded by g_live_mu.
+// Retired collective events (see knownColls), oldest first; guarded by g_live_mu.
 std::deque<std::unique_ptr<Event>>& retiredColls() {
   static std::deque<std::unique_ptr<Event>> q;
   return q;
@@ -125,13 +126,9 @@ std::atomic<std::uint64_t> g_next_id{0};
 // kept, not freed, for the last kRetiredColls collectives, so a parent pointer still names
 // its collective (and no newer event can reuse its address meanwhile).
 constexpr std::size_t kRetiredColls = 4096;
-struct CollInfo {
-  std::uint64_t op = 0;
-  bool ring = false;
-};
-std::unordered_map<const void*, CollInfo>& collInfo() {  // guarded by g_live_mu
-  static std::unordered_map<const void*, CollInfo> m;
-  return m;
+std::unordered_set<const void*>& knownColls() {  // live or retired; guarded by g_live_mu
+  static std::unordered_set<const void*> s;
+  return s;
 }
 
 std::mutex g_live_mu;
@@ -215,10 +212,12 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
   s.transfers = d.proxyOp.nSteps;
   {
     std::lock_guard lock(g_live_mu);
-    // The parent is the collective's event, live or retired (collInfo); a p2p's is not there.
-    if (const auto it = collInfo().find(d.parentObj); it != collInfo().end()) {
-      s.op = it->second.op;
-      s.ring = it->second.ring;
+    // The parent is the collective's event, live or retired (knownColls, so not freed); a
+    // p2p's is not there.
+    if (knownColls().count(d.parentObj) != 0) {
+      const auto* parent = static_cast<const Event*>(d.parentObj);
+      s.op = parent->op;
+      s.ring = parent->ring;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -249,7 +248,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       const auto it = liveEvents().find(d->parentObj);
       ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
       liveEvents().emplace(ev.get(), ev->id);
-      if (ev->coll && ev->ctx->proxy_ops) collInfo()[ev.get()] = CollInfo{ev->op, ev->ring};
+      if (ev->coll && ev->ctx->proxy_ops) knownColls().insert(ev.get());
     }
     *handle = ev.release();
   } catch (...) {
@@ -270,10 +269,10 @@ ncclResult_t stopEvent(void* handle) noexcept {
         fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
                     ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
     std::lock_guard lock(g_live_mu);
-    if (collInfo().count(ev.get()) != 0) {  // proxy operations may still name it
+    if (knownColls().count(ev.get()) != 0) {  // proxy operations may still name it
       retiredColls().push_back(std::move(ev));
       if (retiredColls().size() > kRetiredColls) {
-        collInfo().erase(retiredColls().front().get());
+        knownColls().erase(retiredColls().front().get());
         retiredColls().pop_front();
       }
     }
