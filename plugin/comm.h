@@ -75,6 +75,10 @@ struct Request {
   // Receives from virtual peers into LL/LL128/Simple slots: NCCL's step the slot holds as the
   // plugin reconstructed it (LL/LL128 flags follow it); -1 when not tracked.
   std::int64_t conn_step = -1;
+  // Receives from virtual peers: what the plugin wrote (a DataWritten char, virtual_data.h),
+  // and whether a mirror hold ran out first; 0 while not delivered.
+  char written = 0;
+  bool hold_ran_out = false;
 };
 
 class DataComm : public Comm {

@@ -67,18 +67,23 @@ std::size_t ConnTrace::write() {
   }
   std::fputs(
       "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-      "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step\n",
+      "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step,mirror_op,mirror_index,data\n",
       f);
   for (std::size_t i = 0; i < n; ++i) {
     const TraceRow& r = rows_[i];
     const TraceConnInfo c = r.conn < conns_.size() ? conns_[r.conn] : TraceConnInfo{};
     const long long due = r.due == INT64_MAX ? -1 : static_cast<long long>(r.due);
-    std::fprintf(f, "%u,%c,%c,%c,%d,%d,%d,%d,%d,%d,%u,%llu,%lld,%lld,%lld,%d,%lld,%u,%lld\n", r.conn,
+    // The mirror key is (operation << 24) | index (virtual_comm.cc mirrorKey).
+    const long long mop = r.mirror_key == UINT64_MAX ? -1 : static_cast<long long>(r.mirror_key >> 24);
+    const long long midx =
+        r.mirror_key == UINT64_MAX ? -1 : static_cast<long long>(r.mirror_key & 0xffffff);
+    char data[3] = {r.written ? r.written : '-', r.hold_ran_out ? 'h' : '\0', '\0'};
+    std::fprintf(f, "%u,%c,%c,%c,%d,%d,%d,%d,%d,%d,%u,%llu,%lld,%lld,%lld,%d,%lld,%u,%lld,%lld,%lld,%s\n", r.conn,
                  c.dir, c.peer_kind, c.timing, c.self_rank, c.peer_rank, c.nranks, c.graph,
                  c.distance, c.ordinal, r.step, static_cast<unsigned long long>(r.bytes),
                  static_cast<long long>(r.posted), due, static_cast<long long>(r.done), c.dev,
                  static_cast<long long>(r.first_test), r.tests,
-                 static_cast<long long>(r.conn_step));
+                 static_cast<long long>(r.conn_step), mop, midx, data);
   }
   std::fclose(f);
   if (claimed > rows_.size())

@@ -6,7 +6,7 @@
 // after due: the proxy came late; many tests after due: the plugin held it). Off (the default), the data path pays one pointer compare.
 //
 // Recording is lock-free and allocation-free: a fixed array (CRYSTAL_TRACE_CONN_MAX rows,
-// default 2,000,000, 64 B each) claimed with one atomic add; rows past the end are counted,
+// default 2,000,000, 80 B each) claimed with one atomic add; rows past the end are counted,
 // not kept.
 #pragma once
 
@@ -45,6 +45,9 @@ struct TraceRow {
   live::TimeNs first_test = 0;  // the proxy's first test() of the request
   std::uint32_t tests = 0;      // test() calls, the one that saw it done included
   std::int64_t conn_step = -1;  // Request::conn_step
+  std::uint64_t mirror_key = UINT64_MAX;  // Request::mirror_k of a mirrored request
+  char written = 0;                       // Request::written (receives from virtual peers)
+  bool hold_ran_out = false;              // Request::hold_ran_out
 };
 
 class ConnTrace {

@@ -389,7 +389,8 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
       if (dc.trace_id != DataComm::kNoTrace)
         ConnTrace::global()->record({dc.trace_id, static_cast<std::uint32_t>(r->step), r->bytes,
                                      r->posted, r->due, now, r->first_test, r->tests,
-                                     r->conn_step});
+                                     r->conn_step, r->mirrored ? r->mirror_k : UINT64_MAX,
+                                     r->written, r->hold_ran_out});
       dc.freeRequest(*r);
     }
     *need(done, "done") = finished ? 1 : 0;

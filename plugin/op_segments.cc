@@ -2,10 +2,10 @@
 
 namespace crystal::plugin {
 
-void OpSegments::push(std::uint64_t op, int transfers, bool ring) {
+void OpSegments::push(std::uint64_t op, int transfers, bool ring, bool allgather) {
   if (transfers <= 0) return;  // nothing of it will reach this connection
   std::lock_guard lock(mu_);
-  queue_.push_back({op, static_cast<std::uint32_t>(transfers), ring});
+  queue_.push_back({op, static_cast<std::uint32_t>(transfers), ring, allgather});
 }
 
 std::optional<OpSegments::Place> OpSegments::next() {
@@ -15,7 +15,7 @@ std::optional<OpSegments::Place> OpSegments::next() {
     return std::nullopt;
   }
   const Segment& s = queue_.front();
-  Place p{s.op, used_, s.ring};
+  Place p{s.op, used_, s.ring, s.ring && s.allgather && nranks_ >= 2 ? nranks_ - 1 : 0};
   if (++used_ == s.transfers) {
     queue_.pop_front();
     used_ = 0;

@@ -18,13 +18,18 @@ namespace crystal::plugin {
 
 class OpSegments {
  public:
+  // `nranks`: the communicator's size (0: unknown).
+  explicit OpSegments(int nranks = 0) : nranks_(nranks) {}
   struct Place {
     std::uint64_t op = 0;     // ProxyOpStart::op (0: an operation that is no collective)
     std::uint32_t index = 0;  // this request's position in the operation
     bool ring = false;
+    // A ring all-gather on a communicator of known size: its ring steps per loop (nranks - 1);
+    // 0 otherwise. Every step of a loop carries one rank's contribution (the mirror's source).
+    int allgather_steps = 0;
   };
   // NCCL announced an operation with `transfers` requests on this connection.
-  void push(std::uint64_t op, int transfers, bool ring);
+  void push(std::uint64_t op, int transfers, bool ring, bool allgather = false);
   // The place of the next request; nullopt when no announced operation covers it (the
   // profiler is not loaded, or NCCL posted more than it announced).
   [[nodiscard]] std::optional<Place> next();
@@ -37,7 +42,9 @@ class OpSegments {
     std::uint64_t op;
     std::uint32_t transfers;
     bool ring;
+    bool allgather;
   };
+  const int nranks_;
   mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller
   std::deque<Segment> queue_;
   std::uint32_t used_ = 0;  // requests of queue_.front() already placed

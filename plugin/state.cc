@@ -141,7 +141,7 @@ std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
 std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
   if (!isRingConn(c)) return nullptr;
   const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
-  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send);
+  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send, c.nranks);
 }
 
 PluginState& PluginState::get() {
@@ -255,15 +255,15 @@ NetContext* PluginState::checkContext(void* ctx) {
 }
 
 std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int channel, int peer,
-                                                       bool send) {
-  auto ops = std::make_shared<OpSegments>();
+                                                       bool send, int nranks) {
+  auto ops = std::make_shared<OpSegments>(nranks);
   std::lock_guard lock(ops_mu_);
   op_segments_[{comm, channel, peer, send}] = ops;
   return ops;
 }
 
 void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send,
-                                 std::uint64_t op, int transfers, bool ring) {
+                                 std::uint64_t op, int transfers, bool ring, bool allgather) {
   // Not under a collective: point-to-point operations run on NCCL's p2p connection to the
   // same (channel, peer), not on the ring's; they must not enter its queue.
   if (op == 0) return;
@@ -278,7 +278,7 @@ void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool
       return;
     }
   }
-  ops->push(op, transfers, ring);
+  ops->push(op, transfers, ring, allgather);
 }
 
 }  // namespace crystal::plugin

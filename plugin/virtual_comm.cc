@@ -26,13 +26,40 @@ void placeRequest(OpSegments* ops, std::uint64_t (&count)[2], Request& r,
   r.unit = count[r.ring_op ? 0 : 1]++;
 }
 
+// Transfers per ring step of an all-gather: NCCL 2.28.9 runs Simple rings with
+// ALLGATHER_CHUNKSTEPS / ALLGATHER_SLICESTEPS = 4 / 2 slices per step; LL and LL128 with 1.
+int allGatherSlicesPerStep(proto::Proto p) { return p == proto::Proto::Simple ? 2 : 1; }
+
+// Whether a ring all-gather's send is one of its loop's first step: the real rank's own
+// contribution, which every later step of the loop carries in mirror (a virtual rank
+// contributes what the real rank did), so it is kept for all of them.
+bool allGatherSource(const OpSegments::Place& place, proto::Proto p) {
+  const int per_step = allGatherSlicesPerStep(p);
+  const auto loop = static_cast<std::uint32_t>(place.allgather_steps * per_step);
+  return place.allgather_steps > 0 && place.index % loop < static_cast<std::uint32_t>(per_step);
+}
+
 // The mirror key (Request::mirror_k): (operation, index in it) when the operation was
 // announced, so that other operations' sends on a ring connection shift nothing; else the
-// ring unit number. False: not a ring operation's (nothing to pair).
-bool mirrorKey(const std::optional<OpSegments::Place>& place, Request& r) {
+// ring unit number. A ring all-gather's receive takes the key of its loop's source send (the
+// same slice of the first step): every step of a loop carries one rank's contribution, in
+// mirror a copy of the real rank's, so no receive waits for the real rank to forward it.
+// False: not a ring operation's (nothing to pair).
+bool mirrorKey(const std::optional<OpSegments::Place>& place, Request& r, proto::Proto p,
+               bool receive) {
   r.mirrored = r.ring_op;
   if (!r.mirrored) return false;
-  r.mirror_k = place ? (place->op << 24) | place->index : r.unit;
+  if (!place) {
+    r.mirror_k = r.unit;
+    return true;
+  }
+  std::uint32_t index = place->index;
+  if (receive && place->allgather_steps > 0) {
+    const int per_step = allGatherSlicesPerStep(p);
+    const auto loop = static_cast<std::uint32_t>(place->allgather_steps * per_step);
+    index = index / loop * loop + index % static_cast<std::uint32_t>(per_step);
+  }
+  r.mirror_k = (place->op << 24) | index;
   return true;
 }
 
@@ -78,15 +105,19 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   std::optional<OpSegments::Place> place;
   placeRequest(ops_.get(), counts_, r, place);
   r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op);
-  if (mirror_) mirror_->noteSendPost(now);
-  if (!mirror_ || !mirrorKey(place, r)) return;
+  if (!mirror_) return;
+  mirror_->noteSendPost(now);
+  if (!r.ring_op) return;
   if (protocol_buffers_ < 0) protocol_buffers_ = protocolBuffers(*this);
-  const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
+  // An empty send (the second slice of a small chunk) may point anywhere: nothing to read.
+  const MemRegion* region = regionOf(data);
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
+  (void)mirrorKey(place, r, p, /*receive=*/false);
   // A GPU buffer (GDR send) is read by the paired receive's GPU copy, never by the CPU.
   const bool on_device = region && region->type == nccl::NCCL_PTR_CUDA;
-  mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, region ? size : 0, on_device);
+  mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, size, on_device,
+                      place && allGatherSource(*place, p));
 }
 
 void VirtualSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
@@ -131,8 +162,44 @@ VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
 VirtualRecvComm::~VirtualRecvComm() {
   try {
     logPlacement("from", peer_rank_, ops_.get(), counts_);
+    logMirrorCounts();
   } catch (...) {
   }
+}
+
+void VirtualRecvComm::countDelivery(const Request& r) {
+  MirrorCounts& m = mirror_counts_;
+  switch (static_cast<DataWritten>(r.written)) {
+    case DataWritten::Mirrored:
+      ++m.mirrored;
+      break;
+    case DataWritten::NotSent:
+      ++m.not_sent;
+      break;
+    case DataWritten::OtherProto:
+      ++m.other_proto;
+      break;
+    case DataWritten::NotKept:
+      ++m.not_kept;
+      break;
+    case DataWritten::Unpaired:
+      ++m.unpaired;
+      break;
+    default:
+      break;
+  }
+  if (r.hold_ran_out) ++m.holds_ran_out;
+}
+
+void VirtualRecvComm::logMirrorCounts() const {
+  const MirrorCounts& m = mirror_counts_;
+  const std::uint64_t zeros = m.not_sent + m.other_proto + m.not_kept + m.unpaired;
+  if (policy_ != DataPolicy::Mirror || m.mirrored + zeros == 0) return;
+  CRYSTAL_INFO("mirror from virtual rank {}: {} receives carried the real rank's send, {} got "
+               "zeros ({} before their send was posted, {} of another protocol, {} whose send "
+               "was not kept, {} without a paired send); {} mirror holds ran out",
+               peer_rank_, m.mirrored, zeros, m.not_sent, m.other_proto, m.not_kept, m.unpaired,
+               m.holds_ran_out);
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -149,7 +216,9 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   r.step = next_step_++;
   std::optional<OpSegments::Place> place;
   placeRequest(ops_.get(), counts_, r, place);
-  if (mirror_) (void)mirrorKey(place, r);
+  if (mirror_)
+    (void)mirrorKey(place, r, deliveries_[static_cast<std::size_t>(slotOf(r))].proto,
+                    /*receive=*/true);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request.
   const bool one_per_step =
       deliveries_[static_cast<std::size_t>(slotOf(r))].proto != proto::Proto::Simple;
@@ -192,6 +261,8 @@ void VirtualRecvComm::planDelivery(Request& r) {
                                     peer_rank_, off, proto::kSteps));
     d.conn_step = *step;
     r.conn_step = static_cast<std::int64_t>(*step);
+    if (region->ordinal < 3 && region->type != nccl::NCCL_PTR_CUDA)
+      d.placed = region->ordinal * proto::kSteps + slot;
   }
   d.device = region->type == nccl::NCCL_PTR_CUDA;
   if (d.proto == proto::Proto::Simple) {
@@ -218,21 +289,36 @@ DeviceQueue& VirtualRecvComm::gpu() {
   return *gpu_;
 }
 
-bool VirtualRecvComm::holdForMirror(const Request& r, live::TimeNs now) {
+bool VirtualRecvComm::holdForMirror(Request& r, live::TimeNs now) {
   if (!mirror_ || !r.mirrored || !mirror_->hasSender()) return false;
   if (mirror_->sent(r.mirror_k)) {
     mirror_no_wait_ = false;  // the send came first: holding is worth it again
     return false;
   }
+  const std::uint64_t op = r.mirror_k >> 24;
+  if (mirror_no_wait_ && op != no_wait_op_) mirror_no_wait_ = false;  // a new operation
   if (mirror_no_wait_) return false;
-  // Hold while the real rank is still sending: in an all-gather its send k follows receive
-  // k-1 by a GPU turnaround, however far the (open-loop) virtual side ran ahead of it.
-  // Give up once no send came for the wait since this receive was posted and due.
+  // Hold while the real rank is still sending: in a reduce-scatter its send k follows
+  // receive k-2 by a GPU turnaround, however far the (open-loop) virtual side ran ahead of
+  // it. Give up once no send came for the wait since this receive was posted, due and first
+  // tested (NCCL's proxy may come late to it while busy with its other connections).
   const live::TimeNs since =
-      std::max({r.posted, std::min(r.due, now), mirror_->lastSendPost()});
+      std::max({r.posted, std::min(r.due, now), r.first_test, mirror_->lastSendPost()});
   if (now < since + kMirrorWaitNs) return true;
   mirror_no_wait_ = true;  // the real rank's send waits for this receive (broadcast, ...)
+  no_wait_op_ = op;
+  r.hold_ran_out = true;
   return false;
+}
+
+void VirtualRecvComm::forgetPlaced(const void* p, std::size_t bytes, int keep) {
+  const auto* lo = static_cast<const char*>(p);
+  const char* hi = lo + bytes;
+  for (std::size_t i = 0; i < placed_.size(); ++i) {
+    if (static_cast<int>(i) == keep || placed_[i].k == UINT64_MAX) continue;
+    const char* a = placed_at_[i];
+    if (a < hi && lo < a + placed_[i].n) placed_[i] = {};
+  }
 }
 
 void VirtualRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {
@@ -254,15 +340,29 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
   if (!d.write) return true;
   if (holdForMirror(r, now)) return false;
   // The virtual sender filled every posted buffer completely: write what it delivered.
+  MirrorChannel* mirror = r.mirrored ? mirror_.get() : nullptr;
+  DataWritten w;
   if (d.device) {
-    deliverVirtualDataOnDevice(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k,
-                               d.proto, r.data[0], r.sizes[0], d.conn_step, gpu(), slot);
+    w = deliverVirtualDataOnDevice(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
+                                   d.conn_step, gpu(), slot);
     gpu().mark(slot);
     d.gpu_pending = true;
   } else {
-    deliverVirtualData(policy_, r.mirrored ? mirror_.get() : nullptr, r.mirror_k, d.proto,
-                       r.data[0], r.sizes[0], d.conn_step);
+    // Other slots whose bytes this write may cover no longer hold what they did.
+    MirrorChannel::Placed* placed = d.placed >= 0 ? &placed_[static_cast<std::size_t>(d.placed)]
+                                                  : nullptr;
+    if (policy_ == DataPolicy::Mirror) forgetPlaced(r.data[0], r.sizes[0], d.placed);
+    w = deliverVirtualData(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
+                           d.conn_step, placed);
+    if (placed) {
+      if (w == DataWritten::Mirrored)
+        placed_at_[static_cast<std::size_t>(d.placed)] = static_cast<const char*>(r.data[0]);
+      else
+        *placed = {};
+    }
   }
+  r.written = static_cast<char>(w);
+  countDelivery(r);
   d.write = false;
   return true;
 }

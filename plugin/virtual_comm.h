@@ -5,6 +5,7 @@
 // virtual_data.h) just before test() reports them done.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -70,6 +71,7 @@ class VirtualRecvComm final : public DataComm {
     std::uint64_t conn_step = 0;  // NCCL's absolute step: LL/LL128 flags
     bool device = false;       // the buffer is GPU memory (GDR): writes go through gpu()
     bool gpu_pending = false;  // GPU work of this receive is enqueued; done before test() is
+    int placed = -1;           // its slot's entry in placed_ (host protocol slots), or -1
   };
   void planDelivery(Request& r);
   // Writes what the virtual sender delivered into r's buffer (once; r is due). False while
@@ -78,11 +80,20 @@ class VirtualRecvComm final : public DataComm {
   DeviceQueue& gpu();
   // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
   // it mirrors and its sends on the paired connection still come: at most kMirrorWaitNs
-  // after the latest of this receive's post and modelled time and the last send. A hold that
-  // runs out means the real send depends on this receive (broadcast forwards what it gets):
-  // no more holds on this connection until a paired send again comes before its receive.
+  // after the latest of this receive's post, modelled time, first test and the last send. A
+  // hold that runs out means the real send depends on this receive (broadcast forwards what
+  // it gets): no more holds on this connection in this operation, until a paired send again
+  // comes before its receive.
   static constexpr live::TimeNs kMirrorWaitNs = 200'000;
-  [[nodiscard]] bool holdForMirror(const Request& r, live::TimeNs now);
+  [[nodiscard]] bool holdForMirror(Request& r, live::TimeNs now);
+  // Mirror only: receives per DataWritten outcome and holds that ran out, logged at close
+  // (a run whose receives were not mirrored says why).
+  void countDelivery(const Request& r);
+  void logMirrorCounts() const;
+  struct MirrorCounts {
+    std::uint64_t mirrored = 0, not_sent = 0, other_proto = 0, not_kept = 0, unpaired = 0;
+    std::uint64_t holds_ran_out = 0;
+  } mirror_counts_;
 
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
@@ -96,6 +107,13 @@ class VirtualRecvComm final : public DataComm {
   proto::StepTracker steps_;
   int protocol_buffers_ = -1;  // fixed at the first irecv
   bool mirror_no_wait_ = false;
+  std::uint64_t no_wait_op_ = 0;  // the operation (mirror key >> 24) that set mirror_no_wait_
+  // Host protocol slots (region ordinal x NCCL step slot): which mirrored send's bytes each
+  // holds, so a receive of the same bytes copies nothing (MirrorChannel::Placed).
+  std::array<MirrorChannel::Placed, 3 * proto::kSteps> placed_{};
+  std::array<const char*, 3 * proto::kSteps> placed_at_{};  // where each slot's bytes start
+  // Forgets what the slots overlapping [p, p + bytes) hold, except slot `keep`.
+  void forgetPlaced(const void* p, std::size_t bytes, int keep);
 };
 
 }  // namespace crystal::plugin

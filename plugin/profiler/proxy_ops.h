@@ -21,6 +21,7 @@ struct ProxyOpStart {
   int transfers = 0;     // isend/irecv calls this operation makes on the connection
   std::uint64_t op = 0;  // the collective's identity in this process (> 0); 0: not one
   bool ring = false;     // the collective runs NCCL's ring algorithm
+  bool allgather = false;  // the collective is an all-gather
 };
 
 struct ProxyOpObserver {

@@ -110,6 +110,7 @@ struct Event {
   std::string fields;  // JSON members known at start
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
+  bool allgather = false;  // collectives: an all-gather
   bool coll = false;
 };
 
@@ -218,6 +219,7 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       const auto* parent = static_cast<const Event*>(d.parentObj);
       s.op = parent->op;
       s.ring = parent->ring;
+      s.allgather = parent->allgather;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -241,6 +243,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     if (d->type == ncclProfileColl) {
       ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
       ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
+      ev->allgather = d->coll.func != nullptr && std::string_view(d->coll.func) == "AllGather";
       ev->coll = true;
     }
     {

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::size_t w = 0; w < send.size(); ++w) send[w] = (k << 8) + w;
     if (data[i + 2] & 1) mirror.sendPosted(k, p, send.data(), bytes);
     if (data[i + 2] & 2) mirror.sendDone(k);
-    deliverVirtualData(policy, &mirror, k, p, recv.data(), bytes, *step);
+    (void)deliverVirtualData(policy, &mirror, k, p, recv.data(), bytes, *step);
     const auto* b = reinterpret_cast<const unsigned char*>(recv.data());
     if (p == proto::Proto::LL) {
       for (std::size_t l = 0; l < bytes / proto::kLLLine; ++l) {

@@ -53,17 +53,18 @@ TEST(ConnTrace, WritesOneRowPerRecordWithItsConnection) {
   real.peer_kind = 'R';
   EXPECT_EQ(t.addConn(ring), 0u);
   EXPECT_EQ(t.addConn(real), 1u);
-  t.record({0, 7, 524288, 1000, 15000, 15200, 14000, 3, 41});
+  t.record({0, 7, 524288, 1000, 15000, 15200, 14000, 3, 41, (std::uint64_t{5} << 24) | 9, 'n', true});
   t.record({1, 2, 64, 2000, INT64_MAX, 2500, 2100, 1});
   EXPECT_EQ(t.write(), 2u);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0],
             "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
-            "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step");
-  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2,14000,3,41");
-  // due -1: not modelled; conn_step -1: not tracked
-  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1,2100,1,-1");
+            "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step,mirror_op,mirror_index,data");
+  // Mirror key of operation 5, index 9; zeros before its send was posted, after a hold ran out.
+  EXPECT_EQ(l[1], "0,r,v,r,0,63,64,1,1,3,7,524288,1000,15000,15200,2,14000,3,41,5,9,nh");
+  // due -1: not modelled; conn_step -1: not tracked; no mirror key; nothing written
+  EXPECT_EQ(l[2], "1,s,R,p,-1,-1,0,-1,0,0,2,64,2000,-1,2500,-1,2100,1,-1,-1,-1,-");
   std::remove(path.c_str());
 }
 
@@ -138,8 +139,15 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   ASSERT_EQ(l.size(), 3u) << path;
   const auto r = fields(l[1]);
   const auto s = fields(l[2]);
-  ASSERT_EQ(r.size(), 19u);
-  ASSERT_EQ(s.size(), 19u);
+  ASSERT_EQ(r.size(), 22u);
+  ASSERT_EQ(s.size(), 22u);
+  // Data policy mirror (the default): the receive came before any send to pair it with
+  // (key 0 of the connection-wide count: no profiler announced an operation); held for the
+  // mirror wait, it got zeros ("n", "h": the hold ran out).
+  EXPECT_EQ(r[19], "0");
+  EXPECT_EQ(r[20], "0");
+  EXPECT_EQ(r[21], "nh");
+  EXPECT_EQ(s[21], "-");  // sends write nothing
   EXPECT_EQ(r[15], "0");  // listened and connected on device 0
   EXPECT_EQ(r[1], "r");
   EXPECT_EQ(r[2], "v");

@@ -8,7 +8,8 @@
 //   zero:   all-gather other chunks == 0, broadcast == 0 (sums: zeros plus own parts).
 //   none:   bytes undefined: only completion is checked.
 // Sums (all-reduce, reduce-scatter) are reported, not failed: their expectation holds for a
-// ring only. Environment: RANK (default 5), NRANKS (64), CRYSTAL_DATA. Option: --max BYTES.
+// ring only. Environment: RANK (default 5), NRANKS (64), CRYSTAL_DATA. Options: --max BYTES,
+// --min BYTES (default 8), --ops a,b (default allreduce,allgather,broadcast,reducescatter).
 // Prints one line per (op, size): time, and "ok"/"BAD n wrong"; exits 1 if any BAD.
 #define CRYSTAL_GPU_PROGRAM "proto_check"
 #include "gpu_check.h"
@@ -35,9 +36,18 @@ int main(int argc, char** argv) {
   const int rank = envInt("RANK", 5), n = envInt("NRANKS", 64);
   const char* pol = std::getenv("CRYSTAL_DATA");
   const std::string policy = pol && *pol ? pol : "mirror";
-  size_t max_bytes = size_t{1} << 30;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--max") max_bytes = std::strtoull(argv[++i], nullptr, 10);
+  size_t max_bytes = size_t{1} << 30, min_bytes = 8;
+  std::string only = "allreduce,allgather,broadcast,reducescatter";
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max") max_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--min") min_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--ops") only = argv[++i];
+    else {
+      std::fprintf(stderr, "proto_check: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
   CUDA_OK(cudaSetDevice(0));
   ncclUniqueId id{};
   NCCL_OK(ncclGetUniqueId(&id));  // interposed: the emulation host mints it, whatever the rank
@@ -55,7 +65,9 @@ int main(int argc, char** argv) {
   int bad_total = 0;
   const char* ops[] = {"allreduce", "allgather", "broadcast", "reducescatter"};
   for (const char* op : ops) {
+    if (("," + only + ",").find("," + std::string(op) + ",") == std::string::npos) continue;
     for (size_t bytes = 8; bytes <= max_bytes; bytes *= 2) {
+      if (bytes < min_bytes) continue;
       const size_t floats = bytes / sizeof(float);
       if (floats == 0) continue;
       const std::string o = op;

@@ -13,6 +13,8 @@
 #                 own message (not hang: 150 s timeout)
 # Logs go to $OUT (default /tmp/proto-out). MAX (choices, mirror) defaults to 1 GiB,
 # MAX_OTHER (zero, none, ll128) to 64 MiB, to stay within ~2 minutes after the build.
+# MIN (default 8) and OPS (e.g. allgather,reducescatter) narrow every case's sweep;
+# TRACE=1 writes the plugin's per-request trace ($OUT/trace-CASE.<pid>.csv).
 set -uo pipefail
 OUT=${OUT:-/tmp/proto-out}
 MAX=${MAX:-1073741824}
@@ -41,11 +43,14 @@ run() {  # run NAME REAL_RANK MAX [env...]
   NCCL_DEBUG_FILE="$OUT/nccl-$name.%h.%p.log" \
     timeout -k 5 ${EMULATE_TIMEOUT:-150} env "$@" $B/cli/crystal emulate "$(config "$rank")" \
       --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
-      env RANK="$rank" NRANKS=64 "$PWD/$B/proto_check" --max "$max" >"$OUT/$name.txt" 2>&1
+      env RANK="$rank" NRANKS=64 ${TRACE:+CRYSTAL_TRACE_CONN="$OUT/trace-$name"} \
+      "$PWD/$B/proto_check" --max "$max" --min "${MIN:-8}" \
+      --ops "${OPS:-allreduce,allgather,broadcast,reducescatter}" >"$OUT/$name.txt" 2>&1
   local rc=$?
   echo "$name: rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"
   grep -E "BAD|proto_check rank|rror" "$OUT/$name.txt" | head -20
   grep -hE "data (mirror|zero|none)|WARN" "$OUT"/nccl-$name.*.log 2>/dev/null | head -5
+  grep -hE "crystal: mirror from" "$OUT"/nccl-$name.*.log 2>/dev/null | head -8
   return $rc
 }
 
