@@ -114,10 +114,17 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
   (void)mirrorKey(place, r, p, /*receive=*/false);
+  // A ring all-gather's receives mirror only its loops' first-step sends: the others (the
+  // real rank forwarding what it got) have no receive to serve, and keeping a copy of each
+  // when it completes would cost the proxy a memcpy per step (1 MiB slices: 100s of us).
+  const bool source = place && allGatherSource(*place, p);
+  if (place && place->allgather_steps > 0 && !source) {
+    r.mirrored = false;
+    return;
+  }
   // A GPU buffer (GDR send) is read by the paired receive's GPU copy, never by the CPU.
   const bool on_device = region && region->type == nccl::NCCL_PTR_CUDA;
-  mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, size, on_device,
-                      place && allGatherSource(*place, p));
+  mirror_->sendPosted(r.mirror_k, p, region ? data : nullptr, size, on_device, source);
 }
 
 void VirtualSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
