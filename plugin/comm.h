@@ -66,6 +66,7 @@ struct Request {
   // (MirrorChannel); `mirrored` false for requests of other operations.
   std::uint64_t mirror_k = 0;
   bool mirrored = false;
+  bool mirror_source = false;  // a receive keyed to a ring all-gather's first-step send
   // Virtual peers: the request belongs to a ring operation (or nothing says otherwise), and
   // its unit number among those on its connection (crystal/live/link_timing.h).
   bool ring_op = true;

@@ -58,6 +58,7 @@ bool mirrorKey(const std::optional<OpSegments::Place>& place, Request& r, proto:
     const int per_step = allGatherSlicesPerStep(p);
     const auto loop = static_cast<std::uint32_t>(place->allgather_steps * per_step);
     index = index / loop * loop + index % static_cast<std::uint32_t>(per_step);
+    r.mirror_source = true;
   }
   r.mirror_k = (place->op << 24) | index;
   return true;
@@ -311,7 +312,7 @@ bool VirtualRecvComm::holdForMirror(Request& r, live::TimeNs now) {
   // tested (NCCL's proxy may come late to it while busy with its other connections).
   const live::TimeNs since =
       std::max({r.posted, std::min(r.due, now), r.first_test, mirror_->lastSendPost()});
-  if (now < since + kMirrorWaitNs) return true;
+  if (now < since + mirrorWait(r)) return true;
   mirror_no_wait_ = true;  // the real rank's send waits for this receive (broadcast, ...)
   no_wait_op_ = op;
   r.hold_ran_out = true;

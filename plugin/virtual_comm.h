@@ -79,12 +79,23 @@ class VirtualRecvComm final : public DataComm {
   [[nodiscard]] bool deliver(Request& r, live::TimeNs now);
   DeviceQueue& gpu();
   // Mirror: hold a due receive (return true) while the real rank has not yet posted the send
-  // it mirrors and its sends on the paired connection still come: at most kMirrorWaitNs
+  // it mirrors and its sends on the paired connection still come: at most mirrorWait(r)
   // after the latest of this receive's post, modelled time, first test and the last send. A
   // hold that runs out means the real send depends on this receive (broadcast forwards what
   // it gets): no more holds on this connection in this operation, until a paired send again
   // comes before its receive.
+  // The wait: kMirrorWaitNs plus the time the real rank's GPU may take to produce a send of
+  // the receive's size at kMirrorWaitNsPerByte (1 GB/s: on the H200 a channel writing 1 MiB
+  // slices into host memory posted one every 100-480 us). An all-gather's receive waits for
+  // its loop's first send, which never depends on a receive of that loop: kMirrorSourceWaitNs,
+  // a bound only against a send that never comes.
   static constexpr live::TimeNs kMirrorWaitNs = 200'000;
+  static constexpr live::TimeNs kMirrorWaitNsPerByte = 1;
+  static constexpr live::TimeNs kMirrorSourceWaitNs = 100'000'000;
+  [[nodiscard]] static live::TimeNs mirrorWait(const Request& r) {
+    return r.mirror_source ? kMirrorSourceWaitNs
+                           : kMirrorWaitNs + kMirrorWaitNsPerByte * static_cast<live::TimeNs>(r.bytes);
+  }
   [[nodiscard]] bool holdForMirror(Request& r, live::TimeNs now);
   // Mirror only: receives per DataWritten outcome and holds that ran out, logged at close
   // (a run whose receives were not mirrored says why).

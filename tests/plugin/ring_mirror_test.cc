@@ -57,14 +57,18 @@ struct Stats {
   std::uint64_t holds_ran_out = 0;
 };
 
-// The real rank's bytes of slice s (own input) in loop 0: a pattern no zero fill can fake.
-std::uint8_t own(std::size_t i, int s) { return static_cast<std::uint8_t>(1 + (i * 7 + s * 13) % 251); }
+// The real rank's bytes of slice s of its own input in loop l: a pattern no zero fill can fake.
+std::uint8_t own(std::size_t i, int s, long l) {
+  return static_cast<std::uint8_t>(1 + (i * 7 + s * 13 + l * 31) % 251);
+}
 
 // Runs one ring all-gather (or reduce-scatter: the real rank adds 1 to each byte it forwards,
 // so step j's bytes are own + j) of `chunk` bytes per rank per channel on `nch` channels of a
 // 64-rank communicator whose rank 5 is real; the GPU forwards a received slice `turnaround`
-// after its receive completed. Returns the receives and those whose bytes were wrong.
-Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaround = 0) {
+// after its receive completed, and starts each of `loops` loops `loop_gap` after the last
+// receive of the previous one. Returns the receives and those whose bytes were wrong.
+Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaround = 0,
+                int loops = 1, live::TimeNs loop_gap = 0) {
   static std::uint64_t next_comm = 0x9000;
   const std::uint64_t comm_id = next_comm++;
   constexpr int kRanks = 64, kSelf = 5;
@@ -82,7 +86,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
                                  &k.conns.listen, &k.conns.host_fd);
     k.conns.send = connectVirtual(ctx, 0, ConnId{comm_id, kSelf, kSelf + 1, kRanks, 1, c, 1});
     k.send = &comm(k.conns.send);
-    k.received_at.assign(2 * 63 * kPerStep, 0);
+    k.received_at.assign(static_cast<std::size_t>(loops) * 63 * kPerStep, 0);
     k.recv = &comm(k.conns.recv);
     for (int p = 0; p < 3; ++p) {  // NCCL's order: LL, LL128, Simple
       k.sbuf[p].assign(sizes[p], 0);
@@ -100,14 +104,28 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
   const std::size_t slice = std::max((chunk + 2 * 16 - 1) / (2 * 16) * 16, 2 * kStep / 32);
   const std::size_t len[2] = {std::min(slice, chunk), chunk - std::min(slice, chunk)};
   const int steps = kRanks - 1;
-  const long units = static_cast<long>(steps) * kPerStep;
-  auto stepOf = [](long v) { return v / kPerStep; };
+  const long per_loop = static_cast<long>(steps) * kPerStep;
+  const long units = loops * per_loop;
+  auto stepOf = [&](long v) { return v % per_loop / kPerStep; };
+  auto loopOf = [&](long v) { return v / per_loop; };
   for (int c = 0; c < nch; ++c) {
     for (bool send : {true, false})
       plugin::PluginState::get().proxyOpStarted(comm_id, c, send ? kSelf + 1 : kSelf - 1, send,
                                                 0x100 + comm_id, static_cast<int>(units),
                                                 /*ring=*/true, allgather);
   }
+  // When the GPU may post send v (kUnknown: not yet known).
+  auto readyAt = [&](const Channel& k, long v) -> live::TimeNs {
+    if (stepOf(v) == 0) {
+      if (loopOf(v) == 0) return 0;
+      const long last = loopOf(v) * per_loop - 1;  // the previous loop's last receive
+      return k.received > last ? k.received_at[static_cast<std::size_t>(last)] + loop_gap
+                               : Request::kUnknown;
+    }
+    return k.received > v - kPerStep
+               ? k.received_at[static_cast<std::size_t>(v - kPerStep)] + turnaround
+               : Request::kUnknown;
+  };
   Stats out;
   live::TimeNs now = 1'000'000'000;
   long unknown = 0;
@@ -125,7 +143,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
           const auto add = static_cast<std::uint8_t>(allgather ? 0 : stepOf(v));
           const std::uint8_t* got = k.recvSlot(v);
           for (std::size_t i = 0; i < len[s]; ++i)
-            if (got[i] != static_cast<std::uint8_t>(own(i, s) + add)) {
+            if (got[i] != static_cast<std::uint8_t>(own(i, s, loopOf(v)) + add)) {
               ++k.bad;
               ADD_FAILURE() << (allgather ? "all-gather" : "reduce-scatter") << " chunk " << chunk
                             << ": receive " << v << " byte " << i << " is " << int(got[i]);
@@ -163,16 +181,14 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
         // Step 0: the rank's own slice; later: what it received a step earlier (+1 when
         // reducing), in a free send slot.
         auto ready = [&](long v) {
-          return stepOf(v) == 0 ||
-                 (k.received > v - kPerStep &&
-                  now >= k.received_at[static_cast<std::size_t>(v - kPerStep)] + turnaround);
+          return readyAt(k, v) != Request::kUnknown && now >= readyAt(k, v);
         };
         while (k.sent < units && k.sent < k.send_done + kInFlight && ready(k.sent)) {
           const long v = k.sent;
           const int s = static_cast<int>(v % kPerStep);
           std::uint8_t* dst = k.sendSlot(v);
           if (stepOf(v) == 0) {
-            for (std::size_t i = 0; i < len[s]; ++i) dst[i] = own(i, s);
+            for (std::size_t i = 0; i < len[s]; ++i) dst[i] = own(i, s, loopOf(v));
           } else {
             const std::uint8_t* src = k.recvSlot(v - kPerStep);
             for (std::size_t i = 0; i < len[s]; ++i)
@@ -193,9 +209,8 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
     for (Channel& k : ch) {
       if (!k.recvs.empty()) next = std::min(next, k.recvs.front()->due);
       if (!k.sends.empty()) next = std::min(next, k.sends.front()->due);
-      const long v = k.sent;
-      if (v < units && stepOf(v) > 0 && k.received > v - kPerStep)
-        next = std::min(next, k.received_at[static_cast<std::size_t>(v - kPerStep)] + turnaround);
+      if (k.sent < units && readyAt(k, k.sent) != Request::kUnknown && readyAt(k, k.sent) > now)
+        next = std::min(next, readyAt(k, k.sent));
     }
     // A held receive (its send not posted yet) has a due time already passed: step on in
     // 10 us (the proxy polls it), so a hold can run out.
@@ -228,6 +243,16 @@ TEST(RingMirror, AllGatherCarriesTheRealRanksChunkAtEveryStep) {
       EXPECT_EQ(s.receives, 2 * 63 * kPerStep);
       EXPECT_EQ(s.bad, 0) << "chunk " << chunk << ", turnaround " << turnaround << " ns";
     }
+}
+
+// Two loops (1 GiB on 4 channels of 64 ranks has two): the second loop's first receives are
+// posted and due while the GPU finishes the first loop; they wait for its first sends, which
+// on the H200 came 0.5 ms after the last send of loop 0 (longer than a forwarding send's
+// wait): here 3 ms.
+TEST(RingMirror, AllGatherSecondLoopWaitsForItsFirstSends) {
+  const Stats s = runMirror(/*allgather=*/true, 40000, 2, 0, /*loops=*/2, /*loop_gap=*/3'000'000);
+  EXPECT_EQ(s.receives, 2 * 2 * 63 * kPerStep);
+  EXPECT_EQ(s.bad, 0);
 }
 
 // Reduce-scatter: receive k mirrors the real rank's send k (its partial sum), which it posts
