@@ -2,12 +2,60 @@
 
 #include <fmt/core.h>
 
+#include <map>
+#include <mutex>
+
 #include "errors.h"
 
 namespace crystal::plugin {
 
 using cuda::check;
 using cuda::dptr;
+
+namespace {
+
+// One stream per CUDA context, shared by every comm's queue (reference-counted).
+// Why not one per comm: the GPU feeds streams through a few hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS, default 8), and streams that share one are served in
+// submission order. NCCL's kernel spins until the plugin's writes (LL flags in GPU memory)
+// land; a plugin stream sharing a hardware queue with the stream of that kernel, or of the
+// NCCL kernel queued after it, waits for it: a deadlock. With 16 channels the plugin had
+// ~40 streams and the H200 run (2026-12-03 15:30) hung with two receives' writes (channels 3
+// and 11, eight apart) never run. One stream keeps the plugin to one hardware queue.
+struct SharedStreams {
+  std::mutex mu;
+  struct Entry {
+    cuda::Stream stream = nullptr;
+    int refs = 0;
+  };
+  std::map<cuda::Context, Entry> by_ctx;
+};
+
+SharedStreams& sharedStreams() {
+  static SharedStreams s;  // never destroyed: queues may close during static destruction
+  return s;
+}
+
+cuda::Stream acquireStream(const cuda::DriverApi& d, cuda::Context ctx) {
+  SharedStreams& s = sharedStreams();
+  std::lock_guard lock(s.mu);
+  SharedStreams::Entry& e = s.by_ctx[ctx];
+  if (!e.stream) check(d.streamCreate(&e.stream, cuda::kStreamNonBlocking), "cuStreamCreate");
+  ++e.refs;
+  return e.stream;
+}
+
+// The caller has `ctx` current.
+void releaseStream(const cuda::DriverApi& d, cuda::Context ctx) {
+  SharedStreams& s = sharedStreams();
+  std::lock_guard lock(s.mu);
+  auto it = s.by_ctx.find(ctx);
+  if (it == s.by_ctx.end() || --it->second.refs > 0) return;
+  (void)d.streamDestroy(it->second.stream);
+  s.by_ctx.erase(it);
+}
+
+}  // namespace
 
 DeviceQueue::~DeviceQueue() {
   if (!d_) return;
@@ -18,7 +66,7 @@ DeviceQueue::~DeviceQueue() {
   if (caller != ctx_) (void)d_->ctxSetCurrent(ctx_);
   for (cuda::Event e : events_)
     if (e) (void)d_->eventDestroy(e);
-  if (stream_) (void)d_->streamDestroy(stream_);
+  if (stream_) releaseStream(*d_, ctx_);
   for (const Staging& s : staging_)
     if (s.p) (void)d_->memFreeHost(s.p);
   for (std::byte* p : retired_) (void)d_->memFreeHost(p);
@@ -35,11 +83,9 @@ void DeviceQueue::enter() {
       throw PluginError(Errc::System,
                         "a receive or send buffer is in GPU memory but the calling thread has "
                         "no CUDA context current (NCCL's proxy thread always has one)");
-    cuda::Stream s = nullptr;
-    check(d.streamCreate(&s, cuda::kStreamNonBlocking), "cuStreamCreate");
+    stream_ = acquireStream(d, ctx);
     d_ = &d;
     ctx_ = ctx;
-    stream_ = s;
     return;
   }
   cuda::Context cur = nullptr;

@@ -1,5 +1,6 @@
-// GPU work one data comm issues on buffers in device memory: a plugin-owned non-blocking
-// stream, one completion event per request slot, and pinned host staging per slot.
+// GPU work one data comm issues on buffers in device memory: the plugin's non-blocking
+// stream (one per CUDA context, shared by all comms: see device_queue.cc), one completion
+// event per request slot, and pinned host staging per slot.
 //
 // The comm enqueues a request's copies/memsets, then mark(slot); test() answers done only
 // once done(slot) (an event query, no blocking call on the data path). Everything is created

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
@@ -343,6 +344,29 @@ TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
   EXPECT_EQ(line[1], 3u);
   EXPECT_EQ(line[3], 3u);
   EXPECT_EQ(line[0], 0xA5A5A5A5u);
+}
+
+// All comms write through one plugin stream per CUDA context: streams share the GPU's few
+// hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a plugin stream behind NCCL's spinning
+// kernel in one of them never runs (the 16-channel hang on the H200, 2026-12-03). The
+// stream goes when the last comm that used it closes.
+TEST_F(Gdr, CommsShareOnePluginStream) {
+  configure(DataPolicy::None);
+  void* a = virtualRecv();
+  void* b = virtualRecv();
+  auto& la = registered(a, nccl::NCCL_PTR_CUDA);
+  auto& lb = registered(b, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(a, 0, la.ll.at(0), kLLStep));
+  waitDone(recvPost(b, 0, lb.ll.at(0), kLLStep));
+  const auto m = gpu_->named("cuMemsetD2D32Async");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(gpu_->live_streams, 1);
+  EXPECT_EQ(net::closeRecv(a), ncclSuccess);
+  recvs_.erase(std::find(recvs_.begin(), recvs_.end(), a));
+  EXPECT_EQ(gpu_->live_streams, 1) << "still used by the other comm";
+  EXPECT_EQ(net::closeRecv(b), ncclSuccess);
+  recvs_.erase(std::find(recvs_.begin(), recvs_.end(), b));
+  EXPECT_EQ(gpu_->live_streams, 0);
 }
 
 TEST_F(Gdr, ZeroSimpleIsZeroedWhenPostedAndCompletionWaitsForTheGpu) {
