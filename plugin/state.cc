@@ -1,6 +1,7 @@
 #include "state.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <fmt/core.h>
 
@@ -207,6 +208,17 @@ void PluginState::applyLocked(const Config& cfg) {
   const std::string data = paramString("CRYSTAL_DATA");
   data_ = data.empty() ? cfg.emulation.data : parseDataPolicy(data, "environment CRYSTAL_DATA");
   gdr_ = paramString("CRYSTAL_GDR").empty() ? gdrEnabled(cfg.emulation, data_) : paramBool("CRYSTAL_GDR");
+  // GDR needs the plugin's GPU stream to run while NCCL's kernel spins for its writes. With
+  // CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM sets it) every stream shares one hardware
+  // queue, served in submission order: the writes would wait behind the NCCL kernels queued
+  // before them, which wait for the writes (docs/plugin.md "One stream, and why").
+  if (const char* conns = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+      gdr_ && conns != nullptr && std::atoi(conns) == 1) {
+    gdr_ = false;
+    CRYSTAL_WARN("CUDA_DEVICE_MAX_CONNECTIONS=1: the plugin's writes into GPU buffers would "
+                 "queue behind the NCCL kernels that wait for them (a hang); NET buffers stay "
+                 "in host memory (GDR off)");
+  }
   cfg_ = cfg;
   model_ = live::makeTargetModel(cfg_);
   link_ = live::linkParams(*model_, cfg_.cluster);

@@ -292,6 +292,17 @@ TEST_F(Gdr, PropertiesReportCudaWhenOnHostOnlyWhenOff) {
   plugin::PluginState::get().configure(off);
   ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
   EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+  // One hardware queue for all streams: the plugin's GPU writes could never overtake NCCL's
+  // kernel, so GDR stays off whatever asked for it.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  plugin::PluginState::get().configure(off);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST);
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1);
+  plugin::PluginState::get().configure(off);
+  ASSERT_EQ(net::getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, nccl::NCCL_PTR_HOST | nccl::NCCL_PTR_CUDA);
+  ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
   ::setenv("CRYSTAL_GDR", "2", 1);
   EXPECT_ANY_THROW(plugin::PluginState::get().configure(Config{}));
   ::unsetenv("CRYSTAL_GDR");
