@@ -131,7 +131,8 @@ struct EmulationConfig {
   bool map_comms = false;
   // Real ranks get NCCL_MIN_NCHANNELS = the target's channel count (docs/emulate.md). Off by
   // default: on the H200 (2026-12-03) it brought 1 GiB all-gather from 4.2x to 1.39x the
-  // model but runs of all six ops stalled past their limits at 1-4 MiB.
+  // model, but mid sizes got slower (LL/LL128 on 16 channels), and its runs stalled until the
+  // plugin's per-comm GPU streams became one (15:30-16:22); a full sweep is still to measure.
   bool target_channels = false;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
