@@ -74,6 +74,28 @@ void BM_MirrorKeptCopy(benchmark::State& state) {
 }
 BENCHMARK(BM_MirrorKeptCopy)->Arg(0)->Arg(1)->Arg(2);
 
+// Mirror of a ring all-gather: each receive of a loop carries the same source send (the
+// real rank's first step), so a slot that already holds it is not copied again: Simple
+// writes nothing, LL/LL128 only their flags. Compare with BM_Deliver's mirror rows (a copy
+// per step): the all-gather's proxy cost per step once every slot holds its source.
+void BM_MirrorAllGatherInPlace(benchmark::State& state) {
+  const auto p = static_cast<Proto>(state.range(0));
+  const std::size_t bytes = slotBytes(p);
+  std::vector<std::uint64_t> src(bytes / 8, 0x1234), dst(bytes / 8, 0);
+  MirrorChannel m;
+  m.attachReceiver();
+  m.sendPosted(0, p, src.data(), bytes, false, /*source=*/true);
+  m.sendDone(0);  // kept: the send completed long before the later steps
+  MirrorChannel::Placed placed;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    deliverVirtualData(DataPolicy::Mirror, &m, 0, p, dst.data(), bytes, step++, &placed);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(BM_MirrorAllGatherInPlace)->Arg(0)->Arg(1)->Arg(2);
+
 void BM_StepTracker(benchmark::State& state) {
   proto::StepTracker t;
   int slot = 0;
