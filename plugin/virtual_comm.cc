@@ -28,15 +28,19 @@ void placeRequest(OpSegments* ops, std::uint64_t (&count)[2], Request& r,
 
 // Transfers per ring step of an all-gather: NCCL 2.28.9 runs Simple rings with
 // ALLGATHER_CHUNKSTEPS / ALLGATHER_SLICESTEPS = 4 / 2 slices per step; LL and LL128 with 1.
-int allGatherSlicesPerStep(proto::Proto p) { return p == proto::Proto::Simple ? 2 : 1; }
+std::uint32_t allGatherSlicesPerStep(proto::Proto p) { return p == proto::Proto::Simple ? 2 : 1; }
+
+// The transfers of one loop of a ring all-gather (its ring steps x slices per step).
+std::uint32_t allGatherLoop(const OpSegments::Place& place, proto::Proto p) {
+  return static_cast<std::uint32_t>(place.allgather_steps) * allGatherSlicesPerStep(p);
+}
 
 // Whether a ring all-gather's send is one of its loop's first step: the real rank's own
 // contribution, which every later step of the loop carries in mirror (a virtual rank
 // contributes what the real rank did), so it is kept for all of them.
 bool allGatherSource(const OpSegments::Place& place, proto::Proto p) {
-  const int per_step = allGatherSlicesPerStep(p);
-  const auto loop = static_cast<std::uint32_t>(place.allgather_steps * per_step);
-  return place.allgather_steps > 0 && place.index % loop < static_cast<std::uint32_t>(per_step);
+  return place.allgather_steps > 0 &&
+         place.index % allGatherLoop(place, p) < allGatherSlicesPerStep(p);
 }
 
 // The mirror key (Request::mirror_k): (operation, index in it) when the operation was
@@ -55,9 +59,8 @@ bool mirrorKey(const std::optional<OpSegments::Place>& place, Request& r, proto:
   }
   std::uint32_t index = place->index;
   if (receive && place->allgather_steps > 0) {
-    const int per_step = allGatherSlicesPerStep(p);
-    const auto loop = static_cast<std::uint32_t>(place->allgather_steps * per_step);
-    index = index / loop * loop + index % static_cast<std::uint32_t>(per_step);
+    const std::uint32_t loop = allGatherLoop(*place, p);
+    index = index / loop * loop + index % allGatherSlicesPerStep(p);
     r.mirror_source = true;
   }
   r.mirror_k = (place->op << 24) | index;
