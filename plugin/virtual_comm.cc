@@ -178,39 +178,19 @@ VirtualRecvComm::~VirtualRecvComm() {
   }
 }
 
-void VirtualRecvComm::countDelivery(const Request& r) {
-  MirrorCounts& m = mirror_counts_;
-  switch (static_cast<DataWritten>(r.written)) {
-    case DataWritten::Mirrored:
-      ++m.mirrored;
-      break;
-    case DataWritten::NotSent:
-      ++m.not_sent;
-      break;
-    case DataWritten::OtherProto:
-      ++m.other_proto;
-      break;
-    case DataWritten::NotKept:
-      ++m.not_kept;
-      break;
-    case DataWritten::Unpaired:
-      ++m.unpaired;
-      break;
-    default:
-      break;
-  }
-  if (r.hold_ran_out) ++m.holds_ran_out;
-}
-
 void VirtualRecvComm::logMirrorCounts() const {
-  const MirrorCounts& m = mirror_counts_;
-  const std::uint64_t zeros = m.not_sent + m.other_proto + m.not_kept + m.unpaired;
-  if (policy_ != DataPolicy::Mirror || m.mirrored + zeros == 0) return;
+  const std::uint64_t not_sent = written(DataWritten::NotSent),
+                      other_proto = written(DataWritten::OtherProto),
+                      not_kept = written(DataWritten::NotKept),
+                      unpaired = written(DataWritten::Unpaired);
+  const std::uint64_t zeros = not_sent + other_proto + not_kept + unpaired;
+  const std::uint64_t mirrored = written(DataWritten::Mirrored);
+  if (policy_ != DataPolicy::Mirror || mirrored + zeros == 0) return;
   CRYSTAL_INFO("mirror from virtual rank {}: {} receives carried the real rank's send, {} got "
                "zeros ({} before their send was posted, {} of another protocol, {} whose send "
                "was not kept, {} without a paired send); {} mirror holds ran out",
-               peer_rank_, m.mirrored, zeros, m.not_sent, m.other_proto, m.not_kept, m.unpaired,
-               m.holds_ran_out);
+               peer_rank_, mirrored, zeros, not_sent, other_proto, not_kept, unpaired,
+               holds_ran_out_);
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -327,7 +307,7 @@ void VirtualRecvComm::forgetPlaced(const void* p, std::size_t bytes, int keep) {
   const char* hi = lo + bytes;
   for (std::size_t i = 0; i < placed_.size(); ++i) {
     if (static_cast<int>(i) == keep || placed_[i].k == UINT64_MAX) continue;
-    const char* a = placed_at_[i];
+    const auto* a = static_cast<const char*>(placed_[i].at);
     if (a < hi && lo < a + placed_[i].n) placed_[i] = {};
   }
 }
@@ -365,15 +345,11 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
     if (policy_ == DataPolicy::Mirror) forgetPlaced(r.data[0], r.sizes[0], d.placed);
     w = deliverVirtualData(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
                            d.conn_step, placed);
-    if (placed) {
-      if (w == DataWritten::Mirrored)
-        placed_at_[static_cast<std::size_t>(d.placed)] = static_cast<const char*>(r.data[0]);
-      else
-        *placed = {};
-    }
+    if (placed && w != DataWritten::Mirrored) *placed = {};
   }
   r.written = static_cast<char>(w);
-  countDelivery(r);
+  ++written_[static_cast<unsigned char>(w)];
+  if (r.hold_ran_out) ++holds_ran_out_;
   d.write = false;
   return true;
 }

@@ -97,14 +97,14 @@ class VirtualRecvComm final : public DataComm {
                            : kMirrorWaitNs + kMirrorWaitNsPerByte * static_cast<live::TimeNs>(r.bytes);
   }
   [[nodiscard]] bool holdForMirror(Request& r, live::TimeNs now);
-  // Mirror only: receives per DataWritten outcome and holds that ran out, logged at close
-  // (a run whose receives were not mirrored says why).
-  void countDelivery(const Request& r);
+  // Receives per DataWritten outcome (indexed by its char) and mirror holds that ran out,
+  // logged at close under mirror (a run whose receives were not mirrored says why).
   void logMirrorCounts() const;
-  struct MirrorCounts {
-    std::uint64_t mirrored = 0, not_sent = 0, other_proto = 0, not_kept = 0, unpaired = 0;
-    std::uint64_t holds_ran_out = 0;
-  } mirror_counts_;
+  [[nodiscard]] std::uint64_t written(DataWritten w) const {
+    return written_[static_cast<unsigned char>(w)];
+  }
+  std::array<std::uint64_t, 128> written_{};
+  std::uint64_t holds_ran_out_ = 0;
 
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;
@@ -122,7 +122,6 @@ class VirtualRecvComm final : public DataComm {
   // Host protocol slots (region ordinal x NCCL step slot): which mirrored send's bytes each
   // holds, so a receive of the same bytes copies nothing (MirrorChannel::Placed).
   std::array<MirrorChannel::Placed, 3 * proto::kSteps> placed_{};
-  std::array<const char*, 3 * proto::kSteps> placed_at_{};  // where each slot's bytes start
   // Forgets what the slots overlapping [p, p + bytes) hold, except slot `keep`.
   void forgetPlaced(const void* p, std::size_t bytes, int keep);
 };

@@ -109,7 +109,7 @@ DataWritten MirrorChannel::fill(std::uint64_t k, proto::Proto p, void* dst, std:
   if (n > 0) {
     const void* src = e.live ? e.live : (e.kept ? e.copy.data() : nullptr);
     if (!src || (e.on_device && e.live)) return DataWritten::NotKept;
-    if (placed && placed->k == k && placed->n == n) {
+    if (placed && placed->k == k && placed->n == n && placed->at == dst) {
       // dst holds these bytes already (an all-gather's slot gets the same source each loop):
       // Simple copies nothing, LL/LL128 lines only need this step's flags.
       ++skipped_;
@@ -122,7 +122,7 @@ DataWritten MirrorChannel::fill(std::uint64_t k, proto::Proto p, void* dst, std:
   // Lines past what the real rank sent still need this step's flags (their data is zero).
   if (n < bytes && p != proto::Proto::Simple)
     proto::writeLines(p, static_cast<char*>(dst) + n, bytes - n, step, nullptr, proto::Fill::Zero);
-  if (placed) *placed = {k, n};
+  if (placed) *placed = {k, n, dst};
   e.consumed = true;
   return DataWritten::Mirrored;
 }

@@ -70,6 +70,7 @@ class MirrorChannel {
   struct Placed {
     std::uint64_t k = UINT64_MAX;
     std::size_t n = 0;
+    const void* at = nullptr;  // where those bytes start
   };
 
   MirrorChannel() = default;
