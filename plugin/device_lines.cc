@@ -25,7 +25,7 @@ void flagsLL128(DeviceQueue& q, char* d, std::size_t lines, std::uint64_t step, 
 }  // namespace
 
 void writeLinesOnDevice(DeviceQueue& q, Proto p, void* dst, std::size_t bytes, std::uint64_t step,
-                        proto::Fill fill) {
+                        proto::Fill fill, bool ll128_high_zero) {
   auto* d = static_cast<char*>(dst);
   const bool zero = fill == proto::Fill::Zero;
   switch (p) {
@@ -38,7 +38,7 @@ void writeLinesOnDevice(DeviceQueue& q, Proto p, void* dst, std::size_t bytes, s
     case Proto::LL128: {
       const std::size_t lines = bytes / proto::kLL128Line;
       if (zero) q.zero(d, lines * proto::kLL128Line);
-      flagsLL128(q, d, lines, step, zero);
+      flagsLL128(q, d, lines, step, zero || ll128_high_zero);
       return;
     }
     case Proto::Simple:

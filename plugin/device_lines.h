@@ -22,8 +22,10 @@ namespace crystal::plugin {
 
 // Lines (or Simple bytes) of protocol p for `step` at dst in device memory, without a source:
 // Fill::Zero zeroes data, Fill::FlagsOnly leaves it (LL/LL128 flags only; Simple: nothing).
+// `ll128_high_zero`: the LL128 flags' high halves at dst hold 0 already (an earlier write),
+// so a flag whose high half is 0 needs one memset, not two.
 void writeLinesOnDevice(DeviceQueue& q, proto::Proto p, void* dst, std::size_t bytes,
-                        std::uint64_t step, proto::Fill fill);
+                        std::uint64_t step, proto::Fill fill, bool ll128_high_zero = false);
 
 // dst (device) gets the data of protocol-p lines at src with this step's flags. src in
 // device memory: device-to-device copies (no LL: NCCL keeps LL send buffers in host memory);

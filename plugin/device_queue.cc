@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "call_stats.h"
 #include "errors.h"
 
 namespace crystal::plugin {
@@ -95,30 +96,35 @@ void DeviceQueue::enter() {
 
 void DeviceQueue::zero(void* dst, std::size_t bytes) {
   if (bytes == 0) return;
+  const CudaCallTimer timed;
   enter();
   check(d_->memsetD8Async(dptr(dst), 0, bytes, stream_), "cuMemsetD8Async");
 }
 
 void DeviceQueue::fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count) {
   if (count == 0) return;
+  const CudaCallTimer timed;
   enter();
   check(d_->memsetD2D32Async(dptr(dst), pitch, v, 1, count, stream_), "cuMemsetD2D32Async");
 }
 
 void DeviceQueue::hostToDevice(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  const CudaCallTimer timed;
   enter();
   check(d_->memcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
 }
 
 void DeviceQueue::deviceToHost(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  const CudaCallTimer timed;
   enter();
   check(d_->memcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
 }
 
 void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  const CudaCallTimer timed;
   enter();
   check(d_->memcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
 }
@@ -126,6 +132,7 @@ void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) 
 void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
                                    std::size_t rows) {
   if (rows == 0 || width == 0) return;
+  const CudaCallTimer timed;
   enter();
   cuda::Memcpy2D m;
   m.srcMemoryType = cuda::kMemoryTypeDevice;
@@ -164,6 +171,7 @@ std::byte* DeviceQueue::twin(const void* base, std::size_t bytes) {
 }
 
 void DeviceQueue::mark(int slot) {
+  const CudaCallTimer timed;
   enter();
   cuda::Event& e = events_.at(static_cast<std::size_t>(slot));
   if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
@@ -172,6 +180,7 @@ void DeviceQueue::mark(int slot) {
 }
 
 void DeviceQueue::record(cuda::Event& e) {
+  const CudaCallTimer timed;
   enter();
   if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
   check(d_->eventRecord(e, stream_), "cuEventRecord");
@@ -180,6 +189,7 @@ void DeviceQueue::record(cuda::Event& e) {
 bool DeviceQueue::done(int slot) {
   const auto i = static_cast<std::size_t>(slot);
   if (!marked_.at(i)) return true;
+  const CudaCallTimer timed;
   const cuda::Result rc = d_->eventQuery(events_[i]);
   if (rc == cuda::kNotReady) return false;
   check(rc, "cuEventQuery");

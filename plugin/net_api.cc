@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "call_stats.h"
 #include "conn_trace.h"
 #include "connection.h"
 #include "crystal/base/log.h"
@@ -87,6 +88,9 @@ void closeComm(void* token, CommKind kind, const char* entry) {
   (void)commOf(token, kind, entry);
   std::unique_ptr<Comm> c = HandleTable::instance().remove(token);
   if (c) std::lock_guard wait_out(c->mu);  // let a call already inside finish first
+  // NCCL closes connections from its proxy's service thread, after the progress thread made
+  // the data calls: the log covers every thread.
+  if (kind != CommKind::Listen) logThreadCallStats();
 }
 
 }  // namespace
@@ -309,7 +313,9 @@ ncclResult_t deregMr(void* comm, void* mhandle) noexcept {
 
 ncclResult_t isend(void* sendComm, void* data, std::size_t size, int tag, void* mhandle, void*,
                    void** request) noexcept {
+  const live::TimeNs now = live::nowNs();
   return guard("isend", [&] {
+    const DataCallTimer timer(now);
     need(request, "request");
     *request = nullptr;
     auto& c = static_cast<DataComm&>(commOf(sendComm, CommKind::Send, "isend"));
@@ -321,7 +327,7 @@ ncclResult_t isend(void* sendComm, void* data, std::size_t size, int tag, void* 
     Request* r = c.allocRequest();
     if (!r) return;  // NCCL retries
     try {
-      c.isend(*r, data, size, tag, live::nowNs());
+      c.isend(*r, data, size, tag, now);
     } catch (...) {
       c.freeRequest(*r);
       throw;
@@ -332,7 +338,9 @@ ncclResult_t isend(void* sendComm, void* data, std::size_t size, int tag, void* 
 
 ncclResult_t irecv(void* recvComm, int n, void** data, std::size_t* sizes, int* tags,
                    void** mhandles, void**, void** request) noexcept {
+  const live::TimeNs now = live::nowNs();
   return guard("irecv", [&] {
+    const DataCallTimer timer(now);
     need(request, "request");
     *request = nullptr;
     auto& c = static_cast<DataComm&>(commOf(recvComm, CommKind::Recv, "irecv"));
@@ -347,7 +355,7 @@ ncclResult_t irecv(void* recvComm, int n, void** data, std::size_t* sizes, int* 
     Request* r = c.allocRequest();
     if (!r) return;
     try {
-      c.irecv(*r, n, data, sizes, tags, live::nowNs());
+      c.irecv(*r, n, data, sizes, tags, now);
     } catch (...) {
       c.freeRequest(*r);
       throw;
@@ -369,7 +377,9 @@ ncclResult_t iflush(void* recvComm, int, void**, int*, void**, void** request) n
 }
 
 ncclResult_t test(void* request, int* done, int* sizes) noexcept {
+  const live::TimeNs now = live::nowNs();
   try {
+    const DataCallTimer timer(now);
     int slot = -1;
     const void* comm = HandleTable::commOfRequest(request, &slot);
     Comm* c = HandleTable::instance().find(comm);
@@ -382,7 +392,6 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
     Request* r = dc.slot(slot);
     if (!r)
       throw PluginError(Errc::BadUsage, fmt::format("test: request {} already completed", request));
-    const live::TimeNs now = live::nowNs();
     if (r->tests++ == 0) r->first_test = now;
     const bool finished = dc.test(*r, now, sizes);
     if (finished) {

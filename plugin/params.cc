@@ -28,6 +28,12 @@ constexpr Param kParams[] = {
     {"CRYSTAL_GDR", "",
      "1: report GPU memory support (NCCL_PTR_CUDA) so NCCL keeps NET buffers in GPU memory "
      "(GDR); 0: host memory only. Overrides emulation.gdr (default: 1 only under data none)."},
+    {"CRYSTAL_LINES_WAIT", "0",
+     "1: a receive from a virtual rank whose LL/LL128 lines the plugin writes into GPU memory "
+     "(GDR, data zero or none) completes only once the plugin's stream ran those writes (an "
+     "event per receive); 0: at its modelled time (the GPU polls the flags itself and the "
+     "writes stay in stream order), which keeps two CUDA calls per receive off NCCL's proxy "
+     "thread."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
      "that the profiler writes every NCCL call to. Unset: no recording."},

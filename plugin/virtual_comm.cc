@@ -6,6 +6,7 @@
 
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "params.h"
 #include "state.h"
 
 namespace crystal::plugin {
@@ -167,6 +168,7 @@ VirtualRecvComm::VirtualRecvComm(NetContext* ctx, int dev, int max_requests,
       peer_rank_(peer_rank), policy_(PluginState::get().dataPolicy()),
       mirror_(onlyForMirror(std::move(mirror))), ops_(std::move(ops)),
       deliveries_(static_cast<std::size_t>(max_requests)) {
+  wait_lines_ = paramBool("CRYSTAL_LINES_WAIT");
   if (mirror_) mirror_->attachReceiver();
 }
 
@@ -252,8 +254,10 @@ void VirtualRecvComm::planDelivery(Request& r) {
                                     peer_rank_, off, proto::kSteps));
     d.conn_step = *step;
     r.conn_step = static_cast<std::int64_t>(*step);
-    if (region->ordinal < 3 && region->type != nccl::NCCL_PTR_CUDA)
-      d.placed = region->ordinal * proto::kSteps + slot;
+    if (region->ordinal < 3) {
+      d.buffer_slot = region->ordinal * proto::kSteps + slot;
+      if (region->type != nccl::NCCL_PTR_CUDA) d.placed = d.buffer_slot;
+    }
   }
   d.device = region->type == nccl::NCCL_PTR_CUDA;
   if (d.proto == proto::Proto::Simple) {
@@ -334,10 +338,23 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
   MirrorChannel* mirror = r.mirrored ? mirror_.get() : nullptr;
   DataWritten w;
   if (d.device) {
+    HighZero* hz = d.proto == proto::Proto::LL128 && d.buffer_slot >= 0
+                       ? &ll128_high_zero_[static_cast<std::size_t>(d.buffer_slot)]
+                       : nullptr;
+    const bool high_zero = hz && hz->at == r.data[0] && r.sizes[0] <= hz->bytes;
     w = deliverVirtualDataOnDevice(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
-                                   d.conn_step, gpu(), slot);
-    gpu().mark(slot);
-    d.gpu_pending = true;
+                                   d.conn_step, gpu(), slot, high_zero);
+    // Every LL128 write leaves the flags' high halves equal to this step's flag's.
+    if (hz) {
+      if (proto::ll128Flag(d.conn_step) >> 32 != 0)
+        *hz = {};
+      else if (!high_zero)
+        *hz = {r.data[0], r.sizes[0]};
+    }
+    if (waitsForGpu(d)) {
+      gpu().mark(slot);
+      d.gpu_pending = true;
+    }
   } else {
     // Other slots whose bytes this write may cover no longer hold what they did.
     MirrorChannel::Placed* placed = d.placed >= 0 ? &placed_[static_cast<std::size_t>(d.placed)]

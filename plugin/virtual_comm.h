@@ -72,6 +72,7 @@ class VirtualRecvComm final : public DataComm {
     bool device = false;       // the buffer is GPU memory (GDR): writes go through gpu()
     bool gpu_pending = false;  // GPU work of this receive is enqueued; done before test() is
     int placed = -1;           // its slot's entry in placed_ (host protocol slots), or -1
+    int buffer_slot = -1;      // region ordinal x NCCL step slot (protocol buffers), or -1
   };
   void planDelivery(Request& r);
   // Writes what the virtual sender delivered into r's buffer (once; r is due). False while
@@ -124,6 +125,23 @@ class VirtualRecvComm final : public DataComm {
   std::array<MirrorChannel::Placed, 3 * proto::kSteps> placed_{};
   // Forgets what the slots overlapping [p, p + bytes) hold, except slot `keep`.
   void forgetPlaced(const void* p, std::size_t bytes, int keep);
+  // Whether a receive waits for its GPU writes before test() says done. Simple: always (the
+  // GPU reads the slot once NCCL's proxy saw the completion); mirror: always (its staging and
+  // the paired send's buffer are reused after completion); LL/LL128 under zero/none: only
+  // with CRYSTAL_LINES_WAIT=1, since the GPU polls the flags itself and a slot is reposted
+  // only after the GPU consumed it, so later writes to it follow in stream order.
+  [[nodiscard]] bool waitsForGpu(const Delivery& d) const {
+    return d.proto == proto::Proto::Simple || policy_ == DataPolicy::Mirror || wait_lines_;
+  }
+  bool wait_lines_ = false;  // CRYSTAL_LINES_WAIT
+  // LL128 slots in GPU memory whose flags' high halves hold 0 already (written by an earlier
+  // receive there): the next flags need only their low halves, one memset instead of two.
+  // Indexed by Delivery::buffer_slot; the address and bytes that write covered.
+  struct HighZero {
+    const void* at = nullptr;
+    std::size_t bytes = 0;
+  };
+  std::array<HighZero, 3 * proto::kSteps> ll128_high_zero_{};
 };
 
 }  // namespace crystal::plugin

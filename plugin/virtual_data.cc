@@ -185,7 +185,8 @@ DataWritten deliverVirtualData(DataPolicy policy, MirrorChannel* mirror, std::ui
 
 DataWritten deliverVirtualDataOnDevice(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k,
                                        proto::Proto p, void* dst, std::size_t bytes,
-                                       std::uint64_t step, DeviceQueue& q, int slot) {
+                                       std::uint64_t step, DeviceQueue& q, int slot,
+                                       bool ll128_high_zero) {
   const DataWritten m = mirrorOutcome(policy, mirror, [&](MirrorChannel& c) {
     return c.fillDevice(k, p, dst, bytes, step, q, slot);
   });
@@ -196,7 +197,8 @@ DataWritten deliverVirtualDataOnDevice(DataPolicy policy, MirrorChannel* mirror,
     return m;
   }
   writeLinesOnDevice(q, p, dst, bytes, step,
-                     policy == DataPolicy::None ? proto::Fill::FlagsOnly : proto::Fill::Zero);
+                     policy == DataPolicy::None ? proto::Fill::FlagsOnly : proto::Fill::Zero,
+                     ll128_high_zero);
   return policy == DataPolicy::Mirror ? m : DataWritten::PolicyLines;
 }
 

@@ -171,8 +171,9 @@ DataWritten deliverVirtualData(DataPolicy policy, MirrorChannel* mirror, std::ui
 // The same for dst in GPU memory (GDR), enqueued on q; `slot` is the receive's request slot
 // (its staging and completion event). Simple under zero is not written here: the receive
 // zeroes its slot when it is posted (VirtualRecvComm), so its completion waits for nothing.
+// `ll128_high_zero`: as writeLinesOnDevice's (device_lines.h).
 DataWritten deliverVirtualDataOnDevice(DataPolicy policy, MirrorChannel* mirror, std::uint64_t k,
                                 proto::Proto p, void* dst, std::size_t bytes, std::uint64_t step,
-                                DeviceQueue& q, int slot);
+                                DeviceQueue& q, int slot, bool ll128_high_zero = false);
 
 }  // namespace crystal::plugin
