@@ -62,6 +62,11 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.memFreeHost, "cuMemFreeHost");
   get(api.memAllocAsync, "cuMemAllocAsync");
   get(api.memFreeAsync, "cuMemFreeAsync");
+  get(api.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  get(api.moduleLoadData, "cuModuleLoadData");
+  get(api.moduleUnload, "cuModuleUnload");
+  get(api.moduleGetFunction, "cuModuleGetFunction");
+  get(api.launchKernel, "cuLaunchKernel");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

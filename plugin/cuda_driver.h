@@ -21,6 +21,8 @@ using DevicePtr = std::uint64_t;
 using Stream = void*;
 using Event = void*;
 using Context = void*;
+using Module = void*;
+using Function = void*;
 
 inline constexpr Result kSuccess = 0;
 inline constexpr Result kNotReady = 600;            // CUDA_ERROR_NOT_READY
@@ -28,6 +30,8 @@ inline constexpr unsigned kStreamNonBlocking = 1;   // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned kMemoryTypeHost = 1;      // CU_MEMORYTYPE_HOST
 inline constexpr unsigned kMemoryTypeDevice = 2;    // CU_MEMORYTYPE_DEVICE
+inline constexpr unsigned kHostAllocPortable = 1;   // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kHostAllocDeviceMap = 2;  // CU_MEMHOSTALLOC_DEVICEMAP
 
 // CUDA_MEMCPY2D (cuda.h, the _v2 layout that cuMemcpy2DAsync_v2 takes).
 struct Memcpy2D {
@@ -70,6 +74,13 @@ struct DriverApi {
   Result (*memFreeHost)(void*);                           // cuMemFreeHost
   Result (*memAllocAsync)(DevicePtr*, std::size_t, Stream);  // cuMemAllocAsync
   Result (*memFreeAsync)(DevicePtr, Stream);                 // cuMemFreeAsync
+  Result (*memHostGetDevicePointer)(DevicePtr*, void*, unsigned);  // cuMemHostGetDevicePointer_v2
+  Result (*moduleLoadData)(Module*, const void*);                  // cuModuleLoadData
+  Result (*moduleUnload)(Module);                                  // cuModuleUnload
+  Result (*moduleGetFunction)(Function*, Module, const char*);     // cuModuleGetFunction
+  // f, grid x/y/z, block x/y/z, shared memory bytes, stream, kernel parameters, extra.
+  Result (*launchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, Stream, void**, void**);  // cuLaunchKernel
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

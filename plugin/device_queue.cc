@@ -103,6 +103,7 @@ void DeviceQueue::zero(void* dst, std::size_t bytes) {
 
 void DeviceQueue::fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count) {
   if (count == 0) return;
+  if (writer_ && writer_->post(dst, pitch, v, count)) return;
   const CudaCallTimer timed;
   enter();
   check(d_->memsetD2D32Async(dptr(dst), pitch, v, 1, count, stream_), "cuMemsetD2D32Async");

@@ -10,9 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cuda_driver.h"
+#include "flag_writer.h"
 
 namespace crystal::plugin {
 
@@ -25,8 +27,12 @@ class DeviceQueue {
   DeviceQueue& operator=(const DeviceQueue&) = delete;
 
   void zero(void* dst, std::size_t bytes);
-  // `count` 32-bit words of value v at dst, dst + pitch, dst + 2 pitch, ... (LL/LL128 flags).
+  // `count` 32-bit words of value v at dst, dst + pitch, dst + 2 pitch, ... (LL/LL128 flags):
+  // through the GPU flag writer when one is set (and its ring has room), else a memset on
+  // this queue's stream. Only for writes that need no order against this queue's other work
+  // (mark() does not cover the writer's).
   void fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count);
+  void setFlagWriter(std::shared_ptr<FlagWriter> w) { writer_ = std::move(w); }
   void hostToDevice(void* dst, const void* src, std::size_t bytes);
   void deviceToHost(void* dst, const void* src, std::size_t bytes);
   void deviceToDevice(void* dst, const void* src, std::size_t bytes);
@@ -69,6 +75,7 @@ class DeviceQueue {
     std::byte* p = nullptr;
   };
   std::vector<Twin> twins_;  // few: NCCL registers LL, LL128, Simple (and a shared pool)
+  std::shared_ptr<FlagWriter> writer_;
 };
 
 }  // namespace crystal::plugin

@@ -34,6 +34,11 @@ constexpr Param kParams[] = {
      "event per receive); 0: at its modelled time (the GPU polls the flags itself and the "
      "writes stay in stream order), which keeps two CUDA calls per receive off NCCL's proxy "
      "thread."},
+    {"CRYSTAL_GPU_WRITER", "1",
+     "1: under data none, LL/LL128 flags of virtual senders in GPU memory are stored by the "
+     "plugin's flag-writer kernel from a command ring in mapped host memory (a few stores "
+     "per receive on NCCL's proxy thread); 0: one cuMemsetD2D32Async per receive. Without "
+     "nvcc at build time, or if the kernel does not load, the memsets are used."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
      "that the profiler writes every NCCL call to. Unset: no recording."},

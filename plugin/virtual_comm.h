@@ -134,6 +134,9 @@ class VirtualRecvComm final : public DataComm {
     return d.proto == proto::Proto::Simple || policy_ == DataPolicy::Mirror || wait_lines_;
   }
   bool wait_lines_ = false;  // CRYSTAL_LINES_WAIT
+  // LL/LL128 flags in GPU memory through the GPU flag writer (flag_writer.h): data policy
+  // none (flags are the only writes), no CRYSTAL_LINES_WAIT, CRYSTAL_GPU_WRITER=1.
+  bool use_writer_ = false;
   // LL128 slots in GPU memory whose flags' high halves hold 0 already (written by an earlier
   // receive there): the next flags need only their low halves, one memset instead of two.
   // Indexed by Delivery::buffer_slot; the address and bytes that write covered.

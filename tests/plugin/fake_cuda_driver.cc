@@ -117,11 +117,44 @@ Result freeAsync(DevicePtr p, void*) {
   std::free(ptr(p));
   return 0;
 }
+Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
+  *d = static_cast<DevicePtr>(addr(p));  // unified addressing: the same address
+  return 0;
+}
+int g_module = 0, g_function = 0;
+Result moduleLoad(void** m, const void*) {
+  if (!g.module_loads) return 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
+  *m = &g_module;
+  return 0;
+}
+Result moduleUnload(void*) { return 0; }
+Result moduleFunction(void** f, void*, const char* name) {
+  record({std::string("cuModuleGetFunction:") + name});
+  *f = &g_function;
+  return 0;
+}
+// The flag writer's kernel (plugin/flag_writer_kernel.cu) as the CPU would run it: every
+// command present, in order, then the exit (no command came while it ran).
+Result launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+              void** params, void**) {
+  record({"cuLaunchKernel"});
+  if (!g.kernel_runs) return 0;
+  namespace fr = plugin::flag_ring;
+  auto* ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
+  for (std::uint64_t next = ring->done + 1; ring->cmds[next % fr::kSize].seq == next; ++next) {
+    const fr::Command& c = ring->cmds[next % fr::kSize];
+    for (std::uint32_t i = 0; i < c.count; ++i)
+      std::memcpy(static_cast<char*>(ptr(c.dst)) + std::size_t{i} * c.pitch, &c.value, 4);
+    ring->done = next;
+  }
+  ring->state = fr::kExiting;
+  return 0;
+}
 const plugin::cuda::DriverApi kFake{
     getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
     eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
     copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost,      allocAsync,
-    freeAsync};
+    freeAsync,      hostDevicePointer, moduleLoad, moduleUnload, moduleFunction, launch};
 
 }  // namespace
 
@@ -142,6 +175,8 @@ FakeGpu& installFakeDriver() {
   g.calls.clear();
   g.complete = true;
   g.has_context = true;
+  g.kernel_runs = true;
+  g.module_loads = true;
   plugin::cuda::setDriverForTesting(&kFake);
   return g;
 }

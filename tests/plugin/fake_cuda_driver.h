@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
+#include "flag_ring.h"
 
 namespace crystal::test {
 
@@ -24,6 +25,11 @@ struct FakeGpu {
   std::vector<FakeCall> calls;
   bool complete = true;     // events recorded so far report done
   bool has_context = true;  // cuCtxGetCurrent returns a context
+  // cuLaunchKernel of the flag writer runs its ring at once (what the kernel does, on the
+  // CPU, then "exits"); false: the launch is recorded and runs nothing (a kernel that has
+  // not started yet).
+  bool kernel_runs = true;
+  bool module_loads = true;  // cuModuleLoadData succeeds
   int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so

@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "crystal/live/handle.h"
 #include "fake_cuda_driver.h"
+#include "flag_writer.h"
 #include "handle_table.h"
 #include "net_api.h"
 #include "proto_lines.h"
@@ -46,6 +47,8 @@ void captureLog(nccl::ncclDebugLogLevel, unsigned long, const char*, int, const 
   g_log += buf;
   g_log += '\n';
 }
+
+const unsigned char kFakeKernelImage[16] = {};  // the fake driver "loads" any image
 
 // Protocol buffers of one connection as NCCL registers them (LL, LL128, Simple), small.
 constexpr std::size_t kLLStep = 1024, kLL128Step = 1280, kSimpleStep = 4096;
@@ -111,6 +114,9 @@ class Gdr : public ::testing::Test {
       g_log.clear();
     }
     gpu_ = &installFakeDriver();
+    // The flag writer loads whatever image the fake is given (a build without nvcc has none).
+    plugin::FlagWriter::setImageForTesting(kFakeKernelImage);
+    ::unsetenv("CRYSTAL_GPU_WRITER");
     ASSERT_EQ(net::init(&ctx_, 0x6472 + ++serial_, nullptr, captureLog, nullptr), ncclSuccess);
   }
   void TearDown() override {
@@ -128,7 +134,9 @@ class Gdr : public ::testing::Test {
     EXPECT_EQ(gpu_->live_events, 0);
     EXPECT_EQ(gpu_->live_host_allocs, 0);
     uninstallFakeDriver();
+    plugin::FlagWriter::setImageForTesting(nullptr);
     ::unsetenv("CRYSTAL_GDR");
+    ::unsetenv("CRYSTAL_GPU_WRITER");
   }
 
   void* virtualSend() {
@@ -339,6 +347,7 @@ TEST_F(Gdr, NoneSimpleIntoGpuMemoryCallsNoDriver) {
 
 TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   // Slot 2 of the LL buffer: the connection's first step there is 2 -> flag 3.
@@ -364,6 +373,7 @@ TEST_F(Gdr, NoneLLWritesOnlyFlagsOnTheGpu) {
 // the wait). The flags still land: the memset is on the plugin's stream.
 TEST_F(Gdr, NoneLLCompletesWithoutWaitingForItsFlagWrites) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   gpu_->complete = false;  // the plugin's stream has run nothing
@@ -393,6 +403,7 @@ TEST_F(Gdr, LinesWaitKnobMakesLLReceivesWaitForTheirFlagWrites) {
 // next receive there writes only the low halves.
 TEST_F(Gdr, NoneLL128WritesFlagHighHalvesOncePerSlot) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   for (int step = 0; step < 8; ++step)
@@ -434,12 +445,89 @@ TEST_F(Gdr, CloseLogsTheTimeDataCallsSpentInThePluginAndInCuda) {
   EXPECT_NE(log.find("of which 1000 CUDA driver calls"), std::string::npos) << log;
 }
 
+// GPU flag writer (flag_writer.h): under none, LL/LL128 flags in GPU memory are commands in
+// a ring the plugin's kernel runs; no memset, one launch while the kernel is not running.
+TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuFlagWriter) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 0, ll.at(2 * kLLStep), kLLStep));  // slot 2: step 2 -> flag 3
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
+  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_flag_writer"), 1u);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  std::uint32_t line[4];
+  std::memcpy(line, ll.at(2 * kLLStep + 16 * 5), 16);
+  EXPECT_EQ(line[1], 3u);
+  EXPECT_EQ(line[3], 3u);
+  EXPECT_EQ(line[0], 0xA5A5A5A5u) << "none writes no data";
+  // LL128: the low halves, and the high halves the first time at this slot.
+  // Slot 0 after step 2 (the protocols share the connection's steps): step 8 -> flag 9.
+  waitDone(recvPost(r, 1, ll128.at(0), kLL128Step));
+  std::uint64_t w[16];
+  std::memcpy(w, ll128.at(128), 128);
+  EXPECT_EQ(w[15], 9u) << "low half 9, high half 0";
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
+}
+
+// While the kernel runs (here: launched, not yet started) posts only add commands; the
+// receives still complete at their modelled time (the GPU polls the flags itself).
+TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  gpu_->kernel_runs = false;
+  for (int i = 0; i < 3; ++i)
+    waitDone(recvPost(r, 0, ll.at(static_cast<std::size_t>(i) * kLLStep), kLLStep));
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  std::uint32_t line[4];
+  std::memcpy(line, ll.at(16), 16);
+  EXPECT_EQ(line[1], 0xA5A5A5A5u) << "not written before the kernel ran";
+}
+
+// A full ring (the kernel not running for 1024 commands) never blocks NCCL's proxy: the
+// next flags go through the driver.
+TEST_F(Gdr, FullFlagWriterRingFallsBackToTheDriver) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  gpu_->kernel_runs = false;
+  for (std::size_t i = 0; i < plugin::flag_ring::kSize; ++i)
+    waitDone(recvPost(r, 0, ll.at((i % 8) * kLLStep), kLLStep));
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));  // the 1025th: step 1024 -> flag 1025
+  const auto m = gpu_->named("cuMemsetD2D32Async");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].value, 1025u);
+}
+
+// A kernel image that does not load on the GPU: one INFO line, then the driver path.
+TEST_F(Gdr, FlagWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
+  configure(DataPolicy::None);
+  gpu_->module_loads = false;
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
+}
+
+// Zero and mirror keep their flags on the DeviceQueue's stream (data first, then flags).
+TEST_F(Gdr, ZeroKeepsItsFlagsOnTheDriverPath) {
+  configure(DataPolicy::Zero);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
+}
+
 // All comms write through one plugin stream per CUDA context: streams share the GPU's few
 // hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a plugin stream behind NCCL's spinning
 // kernel in one of them never runs (the 16-channel hang on the H200, 2026-12-03). The
 // stream goes when the last comm that used it closes.
 TEST_F(Gdr, CommsShareOnePluginStream) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* a = virtualRecv();
   void* b = virtualRecv();
   auto& la = registered(a, nccl::NCCL_PTR_CUDA);

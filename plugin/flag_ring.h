@@ -1,0 +1,44 @@
+// The command ring between the plugin (CPU) and its flag-writer kernel (GPU), shared by
+// plugin/flag_writer.cc and plugin/flag_writer_kernel.cu. It lies in pinned, device-mapped
+// host memory: the CPU posts commands with plain stores, the kernel polls them over PCIe.
+//
+// Protocol (docs/plugin.md "GPU flag writer"):
+//   CPU post: fill the command's fields, then its `seq` (x86 keeps the order), full fence,
+//     read `state`; not kRunning -> set kRunning and launch a kernel (stream-ordered after
+//     any that is still finishing).
+//   Kernel: next = done + 1; poll cmds[next % kSize].seq == next; run it (every thread
+//     stores `value` at dst + i * pitch, i < count), then done = next. After `idle` ns
+//     without a command (or once `stop` is set): state = kExiting, system fence, look at the
+//     next command once more; there -> state = kRunning, go on; else return.
+//   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the
+//   new command or the CPU sees kExiting and launches another kernel. Redundant launches
+//   are harmless (one exits after `idle`).
+#pragma once
+
+#include <cstdint>
+
+namespace crystal::plugin::flag_ring {
+
+inline constexpr std::uint32_t kSize = 1024;  // commands in flight at most
+inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
+
+struct Command {  // 32 bytes
+  std::uint64_t dst;    // device address of the first 32-bit word
+  std::uint32_t pitch;  // bytes between consecutive words
+  std::uint32_t value;
+  std::uint32_t count;  // words
+  std::uint32_t pad;
+  std::uint64_t seq;  // written last; the command is there once seq equals its number
+};
+static_assert(sizeof(Command) == 32);
+
+struct Ring {
+  std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
+  std::uint32_t stop;   // set by the CPU at close: the kernel returns
+  std::uint64_t done;   // number of the last command the kernel ran (commands count from 1)
+  std::uint64_t pad[6];
+  Command cmds[kSize];
+};
+static_assert(sizeof(Ring) == 64 + 32 * kSize);
+
+}  // namespace crystal::plugin::flag_ring

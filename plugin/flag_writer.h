@@ -1,0 +1,73 @@
+// The plugin's GPU flag writer: a small kernel (flag_writer_kernel.cu) that runs while
+// virtual senders' LL/LL128 flags are being delivered and stores them at the commands the
+// proxy thread posts into a ring in mapped host memory (protocol: flag_ring.h).
+//
+// Why: with GDR, NCCL's LL/LL128 receive buffers are in GPU memory, and a flag write through
+// the driver (cuMemsetD2D32Async) took 4.1 us of NCCL's proxy thread per receive on the H200
+// (2026-12-03: 56 % of the proxy's busy time inside the plugin, one step per connection per
+// round). Posting a command is a few stores; the kernel polls it within ~1-2 us.
+//
+// One writer per CUDA context, on its own non-blocking stream, shared by the receive comms of
+// that context; the kernel exits after kIdleNs without commands (so the program's
+// cudaDeviceSynchronize returns) and the next post launches it again. Used only for flags
+// with nothing else to order against (data policy none); everything else stays on the
+// DeviceQueue's stream. Unavailable (nullptr) when the plugin was built without nvcc or the
+// kernel image does not load on this GPU: the caller keeps the driver memsets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cuda_driver.h"
+#include "flag_ring.h"
+
+namespace crystal::plugin {
+
+class FlagWriter {
+ public:
+  static constexpr std::uint64_t kIdleNs = 100'000;
+  static constexpr int kThreads = 256;
+
+  // The writer of the calling thread's current CUDA context (created on first use), or
+  // nullptr with `why` set when there is none (no kernel image, load failure). Throws
+  // PluginError(System) on other CUDA errors.
+  [[nodiscard]] static std::shared_ptr<FlagWriter> forCurrentContext(std::string* why);
+
+  ~FlagWriter();  // stops the kernel; frees the ring once every launch finished (bounded)
+  FlagWriter(const FlagWriter&) = delete;
+  FlagWriter& operator=(const FlagWriter&) = delete;
+
+  // Queues `count` 32-bit words of `value` at dst, dst + pitch, ... (device memory). False
+  // when the ring is full: the caller writes them another way. Commands for one address
+  // never overlap in practice (NCCL reposts a slot only after its GPU consumed the flags).
+  [[nodiscard]] bool post(void* dst, std::size_t pitch, std::uint32_t value, std::size_t count);
+
+  struct Counts {
+    std::uint64_t posted = 0, launches = 0, ring_full = 0;
+  };
+  [[nodiscard]] Counts counts() const;
+  // Commands the kernel has run (read from the ring).
+  [[nodiscard]] std::uint64_t done() const noexcept;
+
+  // Tests: the kernel image to load (nullptr: the one built into the plugin, if any).
+  static void setImageForTesting(const void* image);
+
+ private:
+  FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
+  void launch();  // under mu_
+  const cuda::DriverApi& d_;
+  cuda::Context ctx_;
+  cuda::Module module_ = nullptr;
+  cuda::Function fn_ = nullptr;
+  cuda::Stream stream_ = nullptr;
+  flag_ring::Ring* ring_ = nullptr;  // host view
+  cuda::DevicePtr ring_dev_ = 0;     // the kernel's view of the same memory
+  mutable std::mutex mu_;
+  std::uint64_t next_ = 1;
+  Counts counts_;
+};
+
+}  // namespace crystal::plugin
