@@ -67,6 +67,8 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.moduleUnload, "cuModuleUnload");
   get(api.moduleGetFunction, "cuModuleGetFunction");
   get(api.launchKernel, "cuLaunchKernel");
+  get(api.ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
+  get(api.streamCreateWithPriority, "cuStreamCreateWithPriority");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

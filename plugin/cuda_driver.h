@@ -81,6 +81,8 @@ struct DriverApi {
   // f, grid x/y/z, block x/y/z, shared memory bytes, stream, kernel parameters, extra.
   Result (*launchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, Stream, void**, void**);  // cuLaunchKernel
+  Result (*ctxGetStreamPriorityRange)(int* least, int* greatest);  // cuCtxGetStreamPriorityRange
+  Result (*streamCreateWithPriority)(Stream*, unsigned, int);     // cuStreamCreateWithPriority
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

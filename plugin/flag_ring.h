@@ -36,7 +36,8 @@ struct Ring {
   std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
   std::uint32_t stop;   // set by the CPU at close: the kernel returns
   std::uint64_t done;   // number of the last command the kernel ran (commands count from 1)
-  std::uint64_t pad[6];
+  std::uint64_t starts;  // kernels that started (the kernel counts itself; diagnostics)
+  std::uint64_t pad[5];
   Command cmds[kSize];
 };
 static_assert(sizeof(Ring) == 64 + 32 * kSize);

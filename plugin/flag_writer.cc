@@ -11,6 +11,7 @@
 #include "call_stats.h"
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "params.h"
 
 namespace crystal::plugin {
 
@@ -94,18 +95,67 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
     return nullptr;
   }
   check(d.moduleGetFunction(&p->fn_, p->module_, "crystal_flag_writer"), "cuModuleGetFunction");
-  check(d.streamCreate(&p->stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
+  // The greatest priority (CRYSTAL_GPU_WRITER_PRIORITY=1): NCCL's kernel spins until these
+  // flags land, so the writer must never wait behind other work.
+  if (paramBool("CRYSTAL_GPU_WRITER_PRIORITY")) {
+    int least = 0, greatest = 0;
+    check(d.ctxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange");
+    check(d.streamCreateWithPriority(&p->stream_, cuda::kStreamNonBlocking, greatest),
+          "cuStreamCreateWithPriority");
+  } else {
+    check(d.streamCreate(&p->stream_, cuda::kStreamNonBlocking), "cuStreamCreate");
+  }
   void* host = nullptr;
   check(d.memHostAlloc(&host, sizeof(fr::Ring), cuda::kHostAllocPortable | cuda::kHostAllocDeviceMap),
         "cuMemHostAlloc");
   std::memset(host, 0, sizeof(fr::Ring));
   p->ring_ = static_cast<fr::Ring*>(host);
   check(d.memHostGetDevicePointer(&p->ring_dev_, host, 0), "cuMemHostGetDevicePointer");
+  p->watchdog_ = std::thread([raw = p.get()] { raw->watch(); });
   w.by_ctx[ctx] = p;
   return p;
 }
 
+std::string FlagWriter::stateLine() const {
+  return fmt::format("{} commands posted, {} run by the kernel, {} kernel launches, {} kernel "
+                     "starts, kernel state {}",
+                     next_ - 1, done(), counts_.launches,
+                     std::atomic_ref(ring_->starts).load(std::memory_order_relaxed),
+                     std::atomic_ref(ring_->state).load(std::memory_order_relaxed));
+}
+
+void FlagWriter::watch() {
+  std::unique_lock lock(mu_);
+  std::uint64_t seen = 0;
+  auto since = std::chrono::steady_clock::now();
+  bool warned = false;
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(200));
+    const std::uint64_t d = done();
+    const auto now = std::chrono::steady_clock::now();
+    if (d != seen || d + 1 >= next_) {  // progress, or nothing pending
+      seen = d;
+      since = now;
+      continue;
+    }
+    if (!warned && now - since > std::chrono::nanoseconds(kStallWarnNs)) {
+      warned = true;
+      CRYSTAL_WARN("flag writer: a command has waited {:.0f} s for the GPU flag-writer kernel "
+                   "({}); if NCCL hangs, run with CRYSTAL_GPU_WRITER=0",
+                   std::chrono::duration<double>(now - since).count(), stateLine());
+    }
+  }
+}
+
 FlagWriter::~FlagWriter() {
+  if (watchdog_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    watchdog_.join();
+  }
   const ContextGuard in_ctx(d_, ctx_);
   if (ring_) {
     std::atomic_ref(ring_->stop).store(1, std::memory_order_release);

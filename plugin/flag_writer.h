@@ -18,8 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "cuda_driver.h"
 #include "flag_ring.h"
@@ -55,9 +57,16 @@ class FlagWriter {
   // Tests: the kernel image to load (nullptr: the one built into the plugin, if any).
   static void setImageForTesting(const void* image);
 
+  // A command the kernel has not run this long after it was posted gets one WARN with the
+  // writer's state (a hang then shows in NCCL's log: e.g. the kernel never started because
+  // its stream shares a hardware queue with NCCL's spinning kernel).
+  static constexpr std::int64_t kStallWarnNs = 5'000'000'000;
+
  private:
   FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
   void launch();  // under mu_
+  void watch();   // the watchdog thread's loop
+  [[nodiscard]] std::string stateLine() const;  // under mu_
   const cuda::DriverApi& d_;
   cuda::Context ctx_;
   cuda::Module module_ = nullptr;
@@ -68,6 +77,9 @@ class FlagWriter {
   mutable std::mutex mu_;
   std::uint64_t next_ = 1;
   Counts counts_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace crystal::plugin

@@ -22,7 +22,10 @@ extern "C" __global__ void crystal_flag_writer(fr::Ring* ring, unsigned long lon
   __shared__ unsigned long long dst;
   __shared__ unsigned pitch, value, count;
   volatile fr::Ring* r = ring;
-  if (threadIdx.x == 0) next = r->done + 1;
+  if (threadIdx.x == 0) {
+    next = r->done + 1;
+    r->starts = r->starts + 1;  // kernels run one at a time (one stream)
+  }
   __syncthreads();
   unsigned long long last = globalTimer();
   for (;;) {

@@ -39,6 +39,9 @@ constexpr Param kParams[] = {
      "plugin's flag-writer kernel from a command ring in mapped host memory (a few stores "
      "per receive on NCCL's proxy thread); 0: one cuMemsetD2D32Async per receive. Without "
      "nvcc at build time, or if the kernel does not load, the memsets are used."},
+    {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
+     "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
+     "stream."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
      "that the profiler writes every NCCL call to. Unset: no recording."},

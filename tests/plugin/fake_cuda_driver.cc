@@ -150,11 +150,23 @@ Result launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
   ring->state = fr::kExiting;
   return 0;
 }
+Result priorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -5;
+  return 0;
+}
+Result streamCreatePriority(void** s, unsigned, int priority) {
+  record({"cuStreamCreateWithPriority", 0, 0, 0, 0, 0, static_cast<std::uint32_t>(priority)});
+  ++g.live_streams;
+  *s = &g_stream;
+  return 0;
+}
 const plugin::cuda::DriverApi kFake{
     getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
     eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
     copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost,      allocAsync,
-    freeAsync,      hostDevicePointer, moduleLoad, moduleUnload, moduleFunction, launch};
+    freeAsync,      hostDevicePointer, moduleLoad, moduleUnload, moduleFunction, launch,
+    priorityRange,  streamCreatePriority};
 
 }  // namespace
 
