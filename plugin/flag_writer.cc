@@ -73,9 +73,10 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
   const cuda::DriverApi& d = cuda::driver();
   cuda::Context ctx = nullptr;
   check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
-  if (!ctx)
-    throw PluginError(Errc::System, "a receive buffer is in GPU memory but the calling thread "
-                                    "has no CUDA context current");
+  if (!ctx) {
+    *why = "the thread that registered the GPU buffer has no CUDA context current";
+    return nullptr;
+  }
   const void* image = kernelImage();
   if (!image) {
     *why = "the plugin was built without nvcc, so it has no flag-writer kernel";
@@ -111,6 +112,26 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
   std::memset(host, 0, sizeof(fr::Ring));
   p->ring_ = static_cast<fr::Ring*>(host);
   check(d.memHostGetDevicePointer(&p->ring_dev_, host, 0), "cuMemHostGetDevicePointer");
+  // One launch now, during connection setup, waited for (bounded): with CUDA's lazy module
+  // loading the kernel's code reaches the GPU at its first launch, and that may wait for the
+  // device, which must not happen while NCCL's kernel spins for the flags it is to write.
+  {
+    std::lock_guard writer_lock(p->mu_);
+    p->launch();
+  }
+  cuda::Event e = nullptr;
+  check(d.eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
+  cuda::Result q = d.eventRecord(e, p->stream_);
+  if (q == cuda::kSuccess) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while ((q = d.eventQuery(e)) == cuda::kNotReady && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  (void)d.eventDestroy(e);
+  if (q != cuda::kSuccess) {
+    *why = fmt::format("its first kernel did not finish within 2 s of its launch (CUDA {})", q);
+    return nullptr;  // the destructor stops it and frees what it can
+  }
   p->watchdog_ = std::thread([raw = p.get()] { raw->watch(); });
   w.by_ctx[ctx] = p;
   return p;

@@ -283,21 +283,23 @@ void VirtualRecvComm::planDelivery(Request& r) {
   d.write = true;
 }
 
+void VirtualRecvComm::registered(const MemRegion& region) {
+  if (!use_writer_ || writer_ || region.type != nccl::NCCL_PTR_CUDA) return;
+  std::string why;
+  writer_ = FlagWriter::forCurrentContext(&why);
+  if (writer_) return;
+  use_writer_ = false;
+  static std::atomic<bool> said{false};  // once per process
+  if (!said.exchange(true))
+    CRYSTAL_INFO("GPU flag writer not used: {}; LL/LL128 flags in GPU memory are written with "
+                 "cuMemsetD2D32Async (~4 us of NCCL's proxy thread each)",
+                 why);
+}
+
 DeviceQueue& VirtualRecvComm::gpu() {
   if (gpu_) return *gpu_;
   gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(deliveries_.size()));
-  if (use_writer_) {
-    std::string why;
-    if (auto w = FlagWriter::forCurrentContext(&why)) {
-      gpu_->setFlagWriter(std::move(w));
-    } else {
-      static std::atomic<bool> said{false};  // once per process
-      if (!said.exchange(true))
-        CRYSTAL_INFO("GPU flag writer not used: {}; LL/LL128 flags in GPU memory are written "
-                     "with cuMemsetD2D32Async (~4 us of NCCL's proxy thread each)",
-                     why);
-    }
-  }
+  if (writer_) gpu_->setFlagWriter(writer_);
   return *gpu_;
 }
 

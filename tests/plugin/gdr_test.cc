@@ -338,6 +338,7 @@ TEST_F(Gdr, RegMrAcceptsCudaWithoutDriverCalls) {
 
 TEST_F(Gdr, NoneSimpleIntoGpuMemoryCallsNoDriver) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   for (int i = 0; i < 4; ++i) waitDone(recvPost(r, 2, simple.at(i * kSimpleStep), kSimpleStep));
@@ -425,6 +426,7 @@ TEST_F(Gdr, NoneLL128WritesFlagHighHalvesOncePerSlot) {
 // CUDA driver calls among them (what a round of NCCL's proxy costs, docs/plugin.md).
 TEST_F(Gdr, CloseLogsTheTimeDataCallsSpentInThePluginAndInCuda) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   plugin::logThreadCallStats(1);  // start counting from here
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
@@ -454,7 +456,7 @@ TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuFlagWriter) {
   waitDone(recvPost(r, 0, ll.at(2 * kLLStep), kLLStep));  // slot 2: step 2 -> flag 3
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
   EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_flag_writer"), 1u);
-  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 2u) << "at registration (loads it), at the post";
   std::uint32_t line[4];
   std::memcpy(line, ll.at(2 * kLLStep + 16 * 5), 16);
   EXPECT_EQ(line[1], 3u);
@@ -469,6 +471,36 @@ TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuFlagWriter) {
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
 }
 
+// The writer is made when NCCL registers the first GPU buffer (connection setup), with one
+// launch waited for: loading the kernel must not happen while NCCL's kernel spins for flags.
+TEST_F(Gdr, FlagWriterIsLoadedAndLaunchedOnceWhenTheBufferIsRegistered) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
+  (void)registered(r, nccl::NCCL_PTR_CUDA);
+  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_flag_writer"), 1u);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  EXPECT_EQ(gpu_->count("cuEventRecord"), 1u) << "the warm-up launch is waited for";
+}
+
+// A warm-up launch that does not finish (the GPU busy for 2 s) leaves the writer out; its
+// ring stays allocated (the kernel may still read it), with a WARN saying so.
+TEST_F(Gdr, FlagWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  gpu_->complete = false;  // events never complete
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = true;
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
+  {
+    std::lock_guard lock(g_log_mu);
+    EXPECT_NE(g_log.find("did not finish within 2 s"), std::string::npos) << g_log;
+    EXPECT_NE(g_log.find("is left allocated"), std::string::npos) << g_log;
+  }
+  --gpu_->live_host_allocs;  // the ring left allocated on purpose (checked at tear-down)
+}
+
 // While the kernel runs (here: launched, not yet started) posts only add commands; the
 // receives still complete at their modelled time (the GPU polls the flags itself).
 TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
@@ -478,7 +510,7 @@ TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
   gpu_->kernel_runs = false;
   for (int i = 0; i < 3; ++i)
     waitDone(recvPost(r, 0, ll.at(static_cast<std::size_t>(i) * kLLStep), kLLStep));
-  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 2u) << "at registration, then at the first post";
   std::uint32_t line[4];
   std::memcpy(line, ll.at(16), 16);
   EXPECT_EQ(line[1], 0xA5A5A5A5u) << "not written before the kernel ran";
@@ -895,6 +927,7 @@ TEST_F(Gdr, RealReceiveWaitingForItsGpuCopyPastTheTimeoutSaysSo) {
 
 TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   plugin::cuda::setDriverForTesting(nullptr, "libcuda-crystal-absent.so.1");
@@ -911,6 +944,7 @@ TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
 
 TEST_F(Gdr, NoContextOnTheCallingThreadIsASystemError) {
   configure(DataPolicy::None);
+  ::setenv("CRYSTAL_GPU_WRITER", "0", 1);  // the driver path
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   gpu_->has_context = false;
