@@ -6,10 +6,11 @@
 //   CPU post: fill the command's fields, then its `seq` (x86 keeps the order), full fence,
 //     read `state`; not kRunning -> set kRunning and launch a kernel (stream-ordered after
 //     any that is still finishing).
-//   Kernel: next = done + 1; poll cmds[next % kSize].seq == next; run it (every thread
-//     stores `value` at dst + i * pitch, i < count), then done = next. After `idle` ns
-//     without a command (or once `stop` is set): state = kExiting, system fence, look at the
-//     next command once more; there -> state = kRunning, go on; else return.
+//   Kernel: next = done + 1; poll the sequence numbers of the next 32 commands; run the
+//     consecutive ones that are there (every thread stores `value` at dst + i * pitch,
+//     i < count), then done = the last of them. After `idle` ns without a command:
+//     state = kExiting, system fence, look once more; a command there -> state = kRunning,
+//     go on; else return.
 //   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the
 //   new command or the CPU sees kExiting and launches another kernel. Redundant launches
 //   are harmless (one exits after `idle`).
@@ -34,7 +35,7 @@ static_assert(sizeof(Command) == 32);
 
 struct Ring {
   std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
-  std::uint32_t stop;   // set by the CPU at close: the kernel returns
+  std::uint32_t stop;   // set by the CPU at close (the kernel returns after `idle` anyway)
   std::uint64_t done;   // number of the last command the kernel ran (commands count from 1)
   std::uint64_t starts;  // kernels that started (the kernel counts itself; diagnostics)
   std::uint64_t pad[5];
