@@ -55,12 +55,23 @@ std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
   const int ppn = p.links.shape.ranks_per_node;
   const bool multi = p.links.shape.nnodes > 1;
   // Position x of a node sends over the NET iff it is the node's last and the ring spans nodes.
-  auto hopOf = [&](int x) { return multi && x % ppn == ppn - 1 ? p.links.ring_net : p.links.ring_nvl; };
-  std::vector<live::RingHop> chain;
-  for (int j = 0; j < p.period; ++j) chain.push_back(hopOf(p.position + j));
+  auto hopOf = [&](int x, std::size_t proto) {
+    return multi && x % ppn == ppn - 1 ? p.links.ring_net_by[proto] : p.links.ring_nvl_by[proto];
+  };
+  auto chainOf = [&](std::size_t proto) {
+    std::vector<live::RingHop> chain;
+    for (int j = 0; j < p.period; ++j) chain.push_back(hopOf(p.position + j, proto));
+    return chain;
+  };
   // period 1: the previous member is a copy of the real rank, over the same kind of link.
-  return std::make_shared<live::RingChannel>(std::move(chain), hopOf(p.position - 1 + ppn),
-                                             kRingSlicesPerStep, p.busy, p.connected);
+  constexpr auto kSimple = static_cast<std::size_t>(model::Proto::Simple);
+  auto ch = std::make_shared<live::RingChannel>(chainOf(kSimple), hopOf(p.position - 1 + ppn, kSimple),
+                                                kRingSlicesPerStep, p.busy, p.connected);
+  for (const model::Proto proto : {model::Proto::LL, model::Proto::LL128}) {
+    const auto i = static_cast<std::size_t>(proto);
+    ch->setProtocolHops(static_cast<int>(i), chainOf(i), hopOf(p.position - 1 + ppn, i));
+  }
+  return ch;
 }
 
 std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c, int dev) {

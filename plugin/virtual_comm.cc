@@ -216,10 +216,12 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   if (mirror_)
     (void)mirrorKey(place, r, deliveries_[static_cast<std::size_t>(slotOf(r))].proto,
                     /*receive=*/true);
-  // Only this one outstanding: an operation starts. LL/LL128 move one step per request.
-  const bool one_per_step =
-      deliveries_[static_cast<std::size_t>(slotOf(r))].proto != proto::Proto::Simple;
-  link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op);
+  // Only this one outstanding: an operation starts. LL/LL128 move one step per request, over
+  // their own hops (the target's LL NET hop is a few us, Simple's 14).
+  const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;
+  const bool one_per_step = p != proto::Proto::Simple;
+  link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
+                  static_cast<int>(p));  // NCCL_PROTO_* order, as model::Proto
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written

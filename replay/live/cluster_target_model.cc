@@ -163,13 +163,24 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
   const int gpn = std::max(1, cluster.gpus_per_node);
   const int nics = std::max(1, cluster.fabric.nics_per_node);
   c.nics_used = std::clamp((nics * c.shape.ranks_per_node + gpn - 1) / gpn, 1, nics);
-  // Per-channel figures of many channels, times the channels: the whole link.
+  // Per-channel figures of many channels, times the channels: the whole link. The model's
+  // figures are per data byte; the proxy's sizes are wire bytes (LL/LL128 lines).
   constexpr int kMany = 4096;
-  const double nvl_all = m.nvlStep(Proto::Simple, kMany, c.shape).bandwidth_GBps * kMany;
-  const double net_all = m.netStep(Proto::Simple, kMany, net_shape).bandwidth_GBps * kMany;
-  c.ring_nvl = RingHop{c.nvl.latency_ns, nvl_all > 0 ? 1.0 / nvl_all : c.nvl.ns_per_byte, 0.0};
-  c.ring_net = RingHop{c.net.latency_ns, net_all > 0 ? 1.0 / net_all : c.net.ns_per_byte,
-                      c.net.ns_per_byte, c.nics_used};
+  for (const Proto p : {Proto::LL, Proto::LL128, Proto::Simple}) {
+    const double wire = p == Proto::LL ? 2.0 : p == Proto::LL128 ? 128.0 / 120.0 : 1.0;
+    const LinkParams nvl = toLink(m.nvlStep(p, 1, c.shape), cluster.nvlink.bandwidth_GBps);
+    const LinkParams net = toLink(m.netStep(p, 1, net_shape), cluster.fabric.nic.bandwidth_GBps);
+    const double nvl_all = m.nvlStep(p, kMany, c.shape).bandwidth_GBps * kMany;
+    const double net_all = m.netStep(p, kMany, net_shape).bandwidth_GBps * kMany;
+    const auto i = static_cast<std::size_t>(p);
+    c.ring_nvl_by[i] =
+        RingHop{nvl.latency_ns, (nvl_all > 0 ? 1.0 / nvl_all : nvl.ns_per_byte) / wire, 0.0};
+    c.ring_net_by[i] = RingHop{net.latency_ns,
+                               (net_all > 0 ? 1.0 / net_all : net.ns_per_byte) / wire,
+                               net.ns_per_byte / wire, c.nics_used};
+  }
+  c.ring_nvl = c.ring_nvl_by[static_cast<std::size_t>(Proto::Simple)];
+  c.ring_net = c.ring_net_by[static_cast<std::size_t>(Proto::Simple)];
   return c;
 }
 

@@ -80,9 +80,9 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
-                           bool ring_op) {
+                           bool ring_op, int proto) {
   if (ring_ && ring_op) {
-    ring_->postRecv(step, now, idle, units_per_step);
+    ring_->postRecv(step, now, idle, units_per_step, proto);
   } else if ((ring_ || !treeTimed()) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;

@@ -10,16 +10,24 @@ RingChannel::RingChannel(std::vector<RingHop> chain, RingHop in, int slices,
                          std::shared_ptr<std::atomic<int>> connected)
     : period_(static_cast<int>(chain.size())),
       slices_(std::max(1, slices)),
-      chain_(std::move(chain)),
-      in_(in),
+      chains_{chain, chain, chain},
+      ins_{in, in, in},
       busy_(busy ? std::move(busy) : std::make_shared<std::atomic<int>>(0)),
       connected_(connected ? std::move(connected) : std::make_shared<std::atomic<int>>(0)),
       posted_(kWindow, 0),
       bytes_(kWindow, 0),
       op_lag_(static_cast<std::uint64_t>(slices_)),
-      free_at_(std::max<std::size_t>(1, chain_.size()), 0),
-      delivered_(kWindow * std::max<std::size_t>(1, chain_.size()), 0) {
-  if (chain_.empty()) throw std::invalid_argument("RingChannel: empty chain");
+      free_at_(std::max<std::size_t>(1, chain.size()), 0),
+      delivered_(kWindow * std::max<std::size_t>(1, chain.size()), 0) {
+  if (chain.empty()) throw std::invalid_argument("RingChannel: empty chain");
+}
+
+void RingChannel::setProtocolHops(int proto, std::vector<RingHop> chain, RingHop in) {
+  if (proto < 0 || proto > 2 || static_cast<int>(chain.size()) != period_)
+    throw std::invalid_argument("RingChannel: protocol hops of another shape");
+  std::lock_guard lock(mu_);
+  chains_[static_cast<std::size_t>(proto)] = std::move(chain);
+  ins_[static_cast<std::size_t>(proto)] = in;
 }
 
 TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes) {
@@ -28,10 +36,11 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes) {
   posted_[slot(u)] = now;
   bytes_[slot(u)] = bytes;
   if (have_op_ && u >= op_first_) op_bytes_ = bytes;
-  const TimeNs d = transmit(chain_[0], real_free_, now, bytes);
+  const RingHop& out = chain()[0];
+  const TimeNs d = transmit(out, real_free_, now, bytes);
   // Done once the data left the real rank's share of the link: the model has no send window,
   // so NCCL's 8-step credit (freed by this completion) must not wait for the hop latency.
-  return d - chain_[0].latency_ns;
+  return d - out.latency_ns;
 }
 
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
@@ -49,7 +58,8 @@ void RingChannel::recvDone(bool idle) {
   in_op_ = false;
 }
 
-void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step) {
+void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step,
+                           int proto) {
   if (!idle) return;
   std::lock_guard lock(mu_);
   if (!in_op_) busy_->fetch_add(1, std::memory_order_relaxed);
@@ -73,6 +83,7 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_
   op_first_ = unit;
   op_start_ = start;
   op_lag_ = static_cast<std::uint64_t>(units_per_step > 0 ? units_per_step : slices_);
+  op_proto_ = proto >= 0 && proto <= 2 ? static_cast<std::size_t>(proto) : kSimple;
   op_bytes_ = sent_bytes;
   frontier_ = std::max(frontier_, unit);
 }
@@ -89,7 +100,7 @@ void RingChannel::advance(std::uint64_t upto, std::uint64_t capacity) {
     for (int pos = 0; pos < p; ++pos) {
       TimeNs ready = op_start_;
       if (forwards) ready = std::max(ready, delivered(pos == 0 ? p - 1 : pos - 1, u - op_lag_));
-      const RingHop& hop = p == 1 ? in_ : chain_[static_cast<std::size_t>(pos)];
+      const RingHop& hop = p == 1 ? in() : chain()[static_cast<std::size_t>(pos)];
       delivered(pos, u) = transmit(hop, free_at_[static_cast<std::size_t>(pos)], ready, b);
     }
   }
@@ -98,7 +109,7 @@ void RingChannel::advance(std::uint64_t upto, std::uint64_t capacity) {
 std::optional<TimeNs> RingChannel::recvArrival(std::uint64_t unit, TimeNs posted,
                                                std::uint64_t bytes, TimeNs now) {
   std::lock_guard lock(mu_);
-  const RingHop& in = period_ == 1 ? in_ : chain_.back();
+  const RingHop& in = period_ == 1 ? this->in() : chain().back();
   if (!have_op_) {  // a receive nobody announced: it starts an operation
     have_op_ = true;
     op_first_ = unit;

@@ -92,6 +92,42 @@ TEST(RingTiming, OneUnitPerStepForLlProtocols) {
   EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 4000);  // waits for unit 0's arrival
 }
 
+TEST(RingTiming, AnOperationRunsOnItsProtocolsHops) {
+  // LL hops: 200 ns latency, 500 ns per 50 KB unit (the target's LL NVLink hop is far
+  // shorter than Simple's NET hop); an LL operation's units use them, a Simple one's not.
+  constexpr RingHop kLl{200, 0.01, 0.0};
+  RingChannel ring({kHop}, kHop, 2, nullptr);
+  ring.setProtocolHops(0, {kLl}, kLl);
+  ring.postRecv(0, 0, true, 1, /*proto=*/0);
+  (void)ring.postSend(0, 50'000);
+  (void)ring.postSend(0, 50'000);
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 0), 500 + 200);
+  EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 700 + 700);  // forwards unit 0: one LL hop later
+  ring.recvDone(true);
+  ring.postRecv(2, 10'000, true, 2, /*proto=*/2);  // a Simple operation: kHop again
+  (void)ring.postSend(10'000, 50'000);
+  (void)ring.postSend(10'000, 50'000);
+  EXPECT_EQ(ring.recvArrival(2, 10'000, 50'000, 10'000), 10'000 + 1000 + 1000);
+  EXPECT_THROW(ring.setProtocolHops(1, {kLl, kLl}, kLl), std::invalid_argument);
+}
+
+// commLinks: the per-protocol ring hops follow the model's hop latencies and convert its
+// per-data-byte bandwidth to wire bytes (LL lines: 8 data bytes in 16).
+TEST(RingTiming, CommLinksGiveEachProtocolItsHop) {
+  Config cfg;
+  auto m = makeTargetModel(cfg);
+  const CommLinks c = commLinks(*m, cfg.cluster, 64);
+  const auto ll = static_cast<std::size_t>(model::Proto::LL);
+  const auto simple = static_cast<std::size_t>(model::Proto::Simple);
+  EXPECT_EQ(c.ring_net.latency_ns, c.ring_net_by[simple].latency_ns);
+  EXPECT_LT(c.ring_net_by[ll].latency_ns, c.ring_net_by[simple].latency_ns)
+      << "NCCL's LL NET latency is below Simple's";
+  const double bw = m->netStep(model::Proto::LL, 1, c.shape).bandwidth_GBps;
+  const double line = cfg.cluster.fabric.nic.bandwidth_GBps;  // commLinks caps at the NIC
+  const double per_data_byte = 1.0 / (line > 0 && bw > line ? line : bw);
+  EXPECT_NEAR(c.ring_net_by[ll].one_ns_per_byte, per_data_byte / 2.0, per_data_byte * 1e-9);
+}
+
 TEST(RingTiming, ChainOfVirtualMembersRunsTheRecurrence) {
   // Period 3 (real, v1, v2), 2 slices per step, 4 units: unit u of v1 waits for the real
   // rank's unit u-2, v2's for v1's u-2; the real rank receives v2's unit u.

@@ -86,9 +86,10 @@ class VirtualLink {
   // Receive `step` (0-based sequence number on this connection among the receives of its
   // kind: ring operations' or the others') posted at `now`; `idle`: no other receive was
   // outstanding on the connection. `units_per_step`: requests per ring step of its protocol
-  // (LL/LL128 1, Simple 2), 0 = unknown.
+  // (LL/LL128 1, Simple 2), 0 = unknown; `proto`: that protocol (model::Proto index), -1 =
+  // unknown (Simple's hops).
   void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
-                bool ring_op = true);
+                bool ring_op = true, int proto = -1);
   // A receive completed; `idle`: none is outstanding any more.
   void recvDone(bool idle, bool ring_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -82,14 +83,20 @@ class RingChannel {
               std::shared_ptr<std::atomic<int>> connected = nullptr);
 
   [[nodiscard]] int period() const { return period_; }
+  // The chain and `in` links of protocol `proto` (model::Proto index: 0 LL, 1 LL128,
+  // 2 Simple; the constructor's are every protocol's until set). An operation uses its
+  // protocol's (postRecv): the target's LL hop takes ~1 us where Simple's NET hop takes 14.
+  void setProtocolHops(int proto, std::vector<RingHop> chain, RingHop in);
 
   // The real rank posts its send unit (sequence number = the count so far); returns its
   // delivery time at the next member.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
-  // (LL/LL128: 1, Simple: 2), 0 = the channel's default.
-  void postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step = 0);
+  // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol
+  // (model::Proto index), -1 = Simple.
+  void postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step = 0,
+                int proto = -1);
   // A receive completed; `idle`: none is outstanding any more (the operation ended here).
   void recvDone(bool idle);
   // Arrival of receive `unit` (posted at `posted`, `bytes` capacity) once known.
@@ -110,11 +117,16 @@ class RingChannel {
   [[nodiscard]] TimeNs transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                                 std::uint64_t bytes);
 
+  [[nodiscard]] const std::vector<RingHop>& chain() const { return chains_[op_proto_]; }
+  [[nodiscard]] const RingHop& in() const { return ins_[op_proto_]; }
+
   std::mutex mu_;
   int period_;
   int slices_;
-  std::vector<RingHop> chain_;
-  RingHop in_;
+  static constexpr std::size_t kSimple = 2;
+  std::array<std::vector<RingHop>, 3> chains_;  // per protocol
+  std::array<RingHop, 3> ins_;
+  std::size_t op_proto_ = kSimple;  // the operation's protocol
   std::shared_ptr<std::atomic<int>> busy_;
   std::shared_ptr<std::atomic<int>> connected_;
   bool in_op_ = false;

@@ -4,6 +4,8 @@
 // (ClusterTargetModel) with the same units, so the plugin works on its own.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <memory>
 
@@ -55,6 +57,11 @@ struct CommLinks {
   int nics_used = 1;  // NICs of a node the members drive (channel c uses NIC c % nics_used)
   RingHop ring_nvl;   // a ring channel's share of the GPU's NVLink
   RingHop ring_net;   // a ring channel's share of the node's NICs (one NIC at most)
+  // The same per protocol (index model::Proto: LL, LL128, Simple; Simple's = the two above):
+  // the model's hop latency of that protocol, and its bandwidth per byte on the wire (the
+  // sizes the proxy posts: LL lines carry 8 data bytes in 16, LL128 120 in 128).
+  std::array<RingHop, 3> ring_nvl_by{};
+  std::array<RingHop, 3> ring_net_by{};
   [[nodiscard]] bool sameNode(int a, int b) const {
     return a / shape.ranks_per_node == b / shape.ranks_per_node;
   }
