@@ -133,21 +133,31 @@ Result moduleFunction(void** f, void*, const char* name) {
   *f = &g_function;
   return 0;
 }
-// The flag writer's kernel (plugin/flag_writer_kernel.cu) as the CPU would run it: every
-// command present, in order, then the exit (no command came while it ran).
-Result launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-              void** params, void**) {
-  record({"cuLaunchKernel"});
-  if (!g.kernel_runs) return 0;
-  namespace fr = plugin::flag_ring;
-  auto* ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
+namespace fr = plugin::flag_ring;
+fr::Ring* g_ring = nullptr;  // the ring of the latest launch
+
+// The commands present, in order, as the flag writer's kernel runs them.
+std::size_t runRing(fr::Ring* ring) {
+  std::size_t n = 0;
   for (std::uint64_t next = ring->done + 1; ring->cmds[next % fr::kSize].seq == next; ++next) {
     const fr::Command& c = ring->cmds[next % fr::kSize];
     for (std::uint32_t i = 0; i < c.count; ++i)
       std::memcpy(static_cast<char*>(ptr(c.dst)) + std::size_t{i} * c.pitch, &c.value, 4);
     ring->done = next;
+    ++n;
   }
-  ring->state = fr::kExiting;
+  return n;
+}
+
+// The flag writer's kernel (plugin/flag_writer_kernel.cu) as the CPU would run it: every
+// command present, then the exit (no command came while it ran).
+Result launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+              void** params, void**) {
+  record({"cuLaunchKernel"});
+  g_ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
+  if (!g.kernel_runs) return 0;
+  (void)runRing(g_ring);
+  g_ring->state = fr::kExiting;
   return 0;
 }
 Result priorityRange(int* least, int* greatest) {
@@ -183,12 +193,15 @@ std::size_t FakeGpu::count(const std::string& prefix) const {
   return n;
 }
 
+std::size_t drainFakeFlagRing() { return g_ring ? runRing(g_ring) : 0; }
+
 FakeGpu& installFakeDriver() {
   g.calls.clear();
   g.complete = true;
   g.has_context = true;
   g.kernel_runs = true;
   g.module_loads = true;
+  g_ring = nullptr;
   plugin::cuda::setDriverForTesting(&kFake);
   return g;
 }

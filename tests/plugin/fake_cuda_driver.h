@@ -35,6 +35,10 @@ struct FakeGpu {
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
 };
 
+// With kernel_runs false: runs the flag-writer commands posted since, as the kernel would,
+// leaving it "running" (benchmarks drain the ring between batches of posts). Returns how many.
+std::size_t drainFakeFlagRing();
+
 // The process-wide fake: reset, installed with setDriverForTesting, removed by uninstall().
 FakeGpu& installFakeDriver();
 void uninstallFakeDriver();
