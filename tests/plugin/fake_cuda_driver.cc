@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace crystal::test {
 namespace {
@@ -91,14 +92,18 @@ Result memset2d32(DevicePtr d, std::size_t pitch, unsigned v, std::size_t w, std
   record({"cuMemsetD2D32Async", static_cast<std::uintptr_t>(d), 0, w, pitch, h, v});
   return 0;
 }
+std::vector<void*> g_host_allocs;  // live pinned allocations
+
 Result hostAlloc(void** p, std::size_t n, unsigned) {
   ++g.live_host_allocs;
   *p = std::malloc(n);
+  g_host_allocs.push_back(*p);
   record({"cuMemHostAlloc", addr(*p), 0, n});
   return *p ? 0 : 2;
 }
 Result freeHost(void* p) {
   --g.live_host_allocs;
+  std::erase(g_host_allocs, p);
   record({"cuMemFreeHost", addr(p), 0, 0});
   std::free(p);
   return 0;
@@ -190,6 +195,14 @@ std::vector<FakeCall> FakeGpu::named(const std::string& name) const {
 std::size_t FakeGpu::count(const std::string& prefix) const {
   std::size_t n = 0;
   for (const auto& c : calls) n += c.name.rfind(prefix, 0) == 0;
+  return n;
+}
+
+std::size_t freeLeftHostAllocs() {
+  const std::size_t n = g_host_allocs.size();
+  for (void* p : g_host_allocs) std::free(p);
+  g_host_allocs.clear();
+  g.live_host_allocs -= static_cast<int>(n);
   return n;
 }
 

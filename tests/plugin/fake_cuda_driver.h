@@ -39,6 +39,10 @@ struct FakeGpu {
 // leaving it "running" (benchmarks drain the ring between batches of posts). Returns how many.
 std::size_t drainFakeFlagRing();
 
+// Frees pinned host allocations the plugin left on purpose (a flag-writer ring whose kernel
+// may still run); returns how many.
+std::size_t freeLeftHostAllocs();
+
 // The process-wide fake: reset, installed with setDriverForTesting, removed by uninstall().
 FakeGpu& installFakeDriver();
 void uninstallFakeDriver();
