@@ -38,6 +38,9 @@ const void* kernelImage() {
 struct Writers {
   std::mutex mu;
   std::map<cuda::Context, std::weak_ptr<FlagWriter>> by_ctx;
+  // Contexts where making one failed, and why: every later comm gets the answer at once
+  // (a warm-up that timed out must not cost each of NCCL's ~40 connections 3 s).
+  std::map<cuda::Context, std::string> failed;
 };
 
 Writers& writers() {
@@ -65,7 +68,12 @@ class ContextGuard {
 
 }  // namespace
 
-void FlagWriter::setImageForTesting(const void* image) { g_test_image.store(image); }
+void FlagWriter::setImageForTesting(const void* image) {
+  g_test_image.store(image);
+  Writers& w = writers();
+  std::lock_guard lock(w.mu);
+  w.failed.clear();  // a test's fake context is the next test's too
+}
 
 FlagWriter::FlagWriter(const cuda::DriverApi& d, cuda::Context ctx) : d_(d), ctx_(ctx) {}
 
@@ -85,6 +93,26 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
   Writers& w = writers();
   std::lock_guard lock(w.mu);
   if (auto p = w.by_ctx[ctx].lock()) return p;
+  if (auto f = w.failed.find(ctx); f != w.failed.end()) {
+    *why = f->second;
+    return nullptr;
+  }
+  std::shared_ptr<FlagWriter> p;
+  try {
+    p = make(d, ctx, image, why);
+  } catch (const PluginError& e) {
+    *why = e.what();
+  }
+  if (!p) {
+    w.failed[ctx] = *why;
+    return nullptr;
+  }
+  w.by_ctx[ctx] = p;
+  return p;
+}
+
+std::shared_ptr<FlagWriter> FlagWriter::make(const cuda::DriverApi& d, cuda::Context ctx,
+                                             const void* image, std::string* why) {
   std::shared_ptr<FlagWriter> p(new FlagWriter(d, ctx));
   if (const cuda::Result rc = d.moduleLoadData(&p->module_, image); rc != cuda::kSuccess) {
     const char* text = nullptr;
@@ -133,7 +161,6 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
     return nullptr;  // the destructor stops it and frees what it can
   }
   p->watchdog_ = std::thread([raw = p.get()] { raw->watch(); });
-  w.by_ctx[ctx] = p;
   return p;
 }
 

@@ -34,8 +34,9 @@ class FlagWriter {
   static constexpr int kThreads = 256;
 
   // The writer of the calling thread's current CUDA context (created on first use), or
-  // nullptr with `why` set when there is none (no kernel image, load failure). Throws
-  // PluginError(System) on other CUDA errors.
+  // nullptr with `why` set when there is none: no context, no kernel image, a kernel that does
+  // not load or whose first launch does not finish, another CUDA error while making it (a
+  // context that failed once is not tried again). Throws only if the driver cannot be loaded.
   [[nodiscard]] static std::shared_ptr<FlagWriter> forCurrentContext(std::string* why);
 
   ~FlagWriter();  // stops the kernel; frees the ring once every launch finished (bounded)
@@ -54,7 +55,8 @@ class FlagWriter {
   // Commands the kernel has run (read from the ring).
   [[nodiscard]] std::uint64_t done() const noexcept;
 
-  // Tests: the kernel image to load (nullptr: the one built into the plugin, if any).
+  // Tests: the kernel image to load (nullptr: the one built into the plugin, if any); also
+  // forgets the contexts where making a writer failed.
   static void setImageForTesting(const void* image);
 
   // A command the kernel has not run this long after it was posted gets one WARN with the
@@ -64,6 +66,12 @@ class FlagWriter {
 
  private:
   FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
+  // Loads the kernel, makes the stream and the ring, runs one warm-up launch; nullptr with
+  // `why` when the image does not load or the warm-up does not finish. Throws PluginError on
+  // other CUDA errors.
+  [[nodiscard]] static std::shared_ptr<FlagWriter> make(const cuda::DriverApi& d,
+                                                        cuda::Context ctx, const void* image,
+                                                        std::string* why);
   void launch();  // under mu_
   void watch();   // the watchdog thread's loop
   [[nodiscard]] std::string stateLine() const;  // under mu_

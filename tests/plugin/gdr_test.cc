@@ -499,6 +499,14 @@ TEST_F(Gdr, FlagWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
     EXPECT_NE(g_log.find("is left allocated"), std::string::npos) << g_log;
   }
   EXPECT_EQ(freeLeftHostAllocs(), 1u) << "the ring, left allocated on purpose";
+  // The next connection does not try again (each would wait 2 s more).
+  gpu_->complete = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  void* r2 = virtualRecv();
+  (void)registered(r2, nccl::NCCL_PTR_CUDA);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
+  gpu_->complete = true;
 }
 
 // While the kernel runs (here: launched, not yet started) posts only add commands; the

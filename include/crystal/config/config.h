@@ -130,9 +130,9 @@ struct EmulationConfig {
   // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).
   bool map_comms = false;
   // Real ranks get NCCL_MIN_NCHANNELS = the target's channel count (docs/emulate.md). Off by
-  // default: on the H200 (2026-12-03) it brought 1 GiB all-gather from 4.2x to 1.39x the
-  // model, but mid sizes got slower (LL/LL128 on 16 channels), and its runs stalled until the
-  // plugin's per-comm GPU streams became one (15:30-16:22); a full sweep is still to measure.
+  // default: on the H200 (2026-12-03, full sweeps complete) it brought 1 GiB all-gather from
+  // 4.2x to ~1.5x the model and all-reduce is better at every size, but LL128 rings at 4-64
+  // MiB run 2.5-4x slower than on NCCL's own 4 channels.
   bool target_channels = false;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
