@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "call_stats.h"
@@ -41,6 +42,7 @@ struct Writers {
   // Contexts where making one failed, and why: every later comm gets the answer at once
   // (a warm-up that timed out must not cost each of NCCL's ~40 connections 3 s).
   std::map<cuda::Context, std::string> failed;
+  std::set<std::string> said;  // reasons logged already (one INFO line each)
 };
 
 Writers& writers() {
@@ -73,15 +75,36 @@ void FlagWriter::setImageForTesting(const void* image) {
   Writers& w = writers();
   std::lock_guard lock(w.mu);
   w.failed.clear();  // a test's fake context is the next test's too
+  w.said.clear();
+}
+
+std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
+  auto p = find(why);
+  if (p) return p;
+  Writers& w = writers();
+  std::lock_guard lock(w.mu);
+  if (w.said.insert(*why).second)
+    CRYSTAL_INFO("GPU flag writer not used: {}; LL/LL128 flags in GPU memory are written with "
+                 "cuMemsetD2D32Async (~4 us of NCCL's proxy thread each)",
+                 *why);
+  return nullptr;
 }
 
 FlagWriter::FlagWriter(const cuda::DriverApi& d, cuda::Context ctx) : d_(d), ctx_(ctx) {}
 
-std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
-  const cuda::DriverApi& d = cuda::driver();
+std::shared_ptr<FlagWriter> FlagWriter::find(std::string* why) {
+  // No driver: no writer, and nothing else fails here (a Simple-only connection under none
+  // never needs the driver; an LL write later reports the same error where it needs it).
+  const cuda::DriverApi* dp = nullptr;
+  try {
+    dp = &cuda::driver();
+  } catch (const PluginError& e) {
+    *why = e.what();
+    return nullptr;
+  }
+  const cuda::DriverApi& d = *dp;
   cuda::Context ctx = nullptr;
-  check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
-  if (!ctx) {
+  if (d.ctxGetCurrent(&ctx) != cuda::kSuccess || !ctx) {
     *why = "the thread that registered the GPU buffer has no CUDA context current";
     return nullptr;
   }

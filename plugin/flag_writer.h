@@ -36,7 +36,8 @@ class FlagWriter {
   // The writer of the calling thread's current CUDA context (created on first use), or
   // nullptr with `why` set when there is none: no context, no kernel image, a kernel that does
   // not load or whose first launch does not finish, another CUDA error while making it (a
-  // context that failed once is not tried again). Throws only if the driver cannot be loaded.
+  // context that failed once is not tried again), or no CUDA driver at all; each reason is
+  // logged once (INFO). Throws only what allocation may (std::bad_alloc).
   [[nodiscard]] static std::shared_ptr<FlagWriter> forCurrentContext(std::string* why);
 
   ~FlagWriter();  // stops the kernel; frees the ring once every launch finished (bounded)
@@ -66,6 +67,8 @@ class FlagWriter {
 
  private:
   FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
+  // forCurrentContext without its INFO line for a reason not said before.
+  [[nodiscard]] static std::shared_ptr<FlagWriter> find(std::string* why);
   // Loads the kernel, makes the stream and the ring, runs one warm-up launch; nullptr with
   // `why` when the image does not load or the warm-up does not finish. Throws PluginError on
   // other CUDA errors.

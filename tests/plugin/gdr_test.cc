@@ -549,6 +549,27 @@ TEST_F(Gdr, FlagWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
+  std::lock_guard lock(g_log_mu);
+  EXPECT_NE(g_log.find("GPU flag writer not used: its kernel does not load on this GPU"),
+            std::string::npos)
+      << g_log;
+}
+
+// No CUDA driver in the process: registering a GPU buffer still succeeds (the writer is an
+// optimisation), and a Simple receive under none, which needs no driver, completes.
+TEST_F(Gdr, NoDriverLeavesTheFlagWriterOutWithoutFailingRegistration) {
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  plugin::cuda::setDriverForTesting(nullptr, "libcuda-crystal-absent.so.1");
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 2, simple.at(0), kSimpleStep));
+  {
+    std::lock_guard lock(g_log_mu);
+    EXPECT_NE(g_log.find("GPU flag writer not used: cannot load libcuda-crystal-absent.so.1"),
+              std::string::npos)
+        << g_log;
+  }
+  installFakeDriver();  // for the fixture's close checks
 }
 
 // Zero and mirror keep their flags on the DeviceQueue's stream (data first, then flags).
