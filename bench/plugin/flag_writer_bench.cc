@@ -22,14 +22,8 @@ constexpr std::size_t kLLStep = 65536;  // an LL slot (512 KiB buffer / 8)
 const unsigned char kImage[16] = {};
 
 void BM_LLReceiveFlagsThroughTheGpuWriter(benchmark::State& state) {
-  plugin::PluginState& st = plugin::PluginState::get();
-  st.ensureInit();
-  Config cfg = st.config();
-  const DataPolicy before = st.dataPolicy();
-  ::unsetenv("CRYSTAL_DATA");
+  const bench::DataPolicyNone none;
   ::unsetenv("CRYSTAL_GPU_WRITER");
-  cfg.emulation.data = DataPolicy::None;
-  st.configure(cfg);
   test::FakeGpu& gpu = test::installFakeDriver();
   plugin::FlagWriter::setImageForTesting(kImage);
   gpu.kernel_runs = false;  // the kernel keeps running; drained below, outside the timing
@@ -48,12 +42,9 @@ void BM_LLReceiveFlagsThroughTheGpuWriter(benchmark::State& state) {
   }
   test::uninstallFakeDriver();
   plugin::FlagWriter::setImageForTesting(nullptr);
-  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
-  state.counters["ns_per_receive"] = ns.empty() ? 0 : ns[ns.size() / 2];
+  state.counters["ns_per_receive"] = bench::median(ns);
   state.counters["target_ns"] = 1000;
   state.counters["h200_memset_ns"] = 4090;
-  cfg.emulation.data = before;
-  st.configure(cfg);
 }
 BENCHMARK(BM_LLReceiveFlagsThroughTheGpuWriter)->Iterations(20000);
 

@@ -14,23 +14,11 @@
 namespace {
 
 using namespace crystal;
+using bench::median;
 using bench::VirtualRecv;
 
-double median(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 void BM_VirtualRecvNoneHostVsGpu(benchmark::State& state) {
-  // Data policy none whatever ran before (the state is per process); restored below.
-  plugin::PluginState& st = plugin::PluginState::get();
-  st.ensureInit();
-  Config cfg = st.config();
-  const DataPolicy before = st.dataPolicy();
-  ::unsetenv("CRYSTAL_DATA");
-  cfg.emulation.data = DataPolicy::None;
-  st.configure(cfg);
+  const bench::DataPolicyNone none;
   std::vector<double> host_rt, gpu_rt, host_wait, gpu_wait;
   {
     VirtualRecv host(nccl::NCCL_PTR_HOST), gpu(nccl::NCCL_PTR_CUDA);
@@ -51,8 +39,6 @@ void BM_VirtualRecvNoneHostVsGpu(benchmark::State& state) {
   state.counters["gpu_over_host"] = hr > 0 ? gr / hr : 0;
   state.counters["host_ns_per_pending_test"] = median(host_wait);
   state.counters["gpu_ns_per_pending_test"] = median(gpu_wait);
-  cfg.emulation.data = before;
-  st.configure(cfg);
 }
 BENCHMARK(BM_VirtualRecvNoneHostVsGpu)->MinTime(0.5);
 

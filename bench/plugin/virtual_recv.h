@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "crystal/live/clock.h"
 #include "crystal/live/handle.h"
 #include "net_api.h"
+#include "state.h"
 
 namespace crystal::bench {
 
@@ -92,5 +94,36 @@ struct VirtualRecv {
             waits ? static_cast<double>(waited) / static_cast<double>(waits) : 0.0};
   }
 };
+
+// Data policy none for the life of the object, whatever ran before in the process (the
+// plugin's state is per process); the previous policy comes back at the end.
+class DataPolicyNone {
+ public:
+  DataPolicyNone() : st_(plugin::PluginState::get()) {
+    st_.ensureInit();
+    before_ = st_.dataPolicy();
+    ::unsetenv("CRYSTAL_DATA");
+    Config cfg = st_.config();
+    cfg.emulation.data = DataPolicy::None;
+    st_.configure(cfg);
+  }
+  ~DataPolicyNone() {
+    Config cfg = st_.config();
+    cfg.emulation.data = before_;
+    st_.configure(cfg);
+  }
+  DataPolicyNone(const DataPolicyNone&) = delete;
+  DataPolicyNone& operator=(const DataPolicyNone&) = delete;
+
+ private:
+  plugin::PluginState& st_;
+  DataPolicy before_ = DataPolicy::None;
+};
+
+inline double median(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 }  // namespace crystal::bench
