@@ -26,6 +26,7 @@ using cuda::check;
 namespace fr = flag_ring;
 
 std::atomic<const void*> g_test_image{nullptr};
+std::atomic<std::int64_t> g_test_stall_ns{0};
 
 const void* kernelImage() {
   if (const void* t = g_test_image.load()) return t;
@@ -70,6 +71,8 @@ class ContextGuard {
 
 }  // namespace
 
+void FlagWriter::setStallWarnNsForTesting(std::int64_t ns) { g_test_stall_ns.store(ns); }
+
 void FlagWriter::setImageForTesting(const void* image) {
   g_test_image.store(image);
   Writers& w = writers();
@@ -90,7 +93,9 @@ std::shared_ptr<FlagWriter> FlagWriter::forCurrentContext(std::string* why) {
   return nullptr;
 }
 
-FlagWriter::FlagWriter(const cuda::DriverApi& d, cuda::Context ctx) : d_(d), ctx_(ctx) {}
+FlagWriter::FlagWriter(const cuda::DriverApi& d, cuda::Context ctx) : d_(d), ctx_(ctx) {
+  if (const std::int64_t t = g_test_stall_ns.load(); t > 0) stall_warn_ns_ = t;
+}
 
 std::shared_ptr<FlagWriter> FlagWriter::find(std::string* why) {
   // No driver: no writer, and nothing else fails here (a Simple-only connection under none
@@ -201,7 +206,7 @@ void FlagWriter::watch() {
   auto since = std::chrono::steady_clock::now();
   bool warned = false;
   while (!stopping_) {
-    wake_.wait_for(lock, std::chrono::milliseconds(200));
+    wake_.wait_for(lock, std::chrono::milliseconds(std::min<std::int64_t>(200, stall_warn_ns_ / 4'000'000 + 1)));
     const std::uint64_t d = done();
     const auto now = std::chrono::steady_clock::now();
     if (d != seen || d + 1 >= next_) {  // progress, or nothing pending
@@ -209,7 +214,7 @@ void FlagWriter::watch() {
       since = now;
       continue;
     }
-    if (!warned && now - since > std::chrono::nanoseconds(kStallWarnNs)) {
+    if (!warned && now - since > std::chrono::nanoseconds(stall_warn_ns_)) {
       warned = true;
       CRYSTAL_WARN("flag writer: a command has waited {:.0f} s for the GPU flag-writer kernel "
                    "({}); if NCCL hangs, run with CRYSTAL_GPU_WRITER=0",

@@ -64,6 +64,8 @@ class FlagWriter {
   // writer's state (a hang then shows in NCCL's log: e.g. the kernel never started because
   // its stream shares a hardware queue with NCCL's spinning kernel).
   static constexpr std::int64_t kStallWarnNs = 5'000'000'000;
+  // Tests: the watchdog's threshold for writers made from now on (0: kStallWarnNs).
+  static void setStallWarnNsForTesting(std::int64_t ns);
 
  private:
   FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
@@ -88,6 +90,7 @@ class FlagWriter {
   mutable std::mutex mu_;
   std::uint64_t next_ = 1;
   Counts counts_;
+  std::int64_t stall_warn_ns_ = kStallWarnNs;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread watchdog_;

@@ -524,6 +524,28 @@ TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
   EXPECT_EQ(line[1], 0xA5A5A5A5u) << "not written before the kernel ran";
 }
 
+// A command the kernel has not run within the watchdog's time gets one WARN with the
+// writer's state (a kernel that never started shows in NCCL's log, not as silence).
+TEST_F(Gdr, FlagWriterWatchdogWarnsOnceWithItsState) {
+  configure(DataPolicy::None);
+  plugin::FlagWriter::setStallWarnNsForTesting(50'000'000);  // 50 ms
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  plugin::FlagWriter::setStallWarnNsForTesting(0);
+  gpu_->kernel_runs = false;
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  waitDone(recvPost(r, 0, ll.at(kLLStep), kLLStep));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::lock_guard lock(g_log_mu);
+  const auto at = g_log.find("flag writer: a command has waited");
+  ASSERT_NE(at, std::string::npos) << g_log;
+  EXPECT_NE(g_log.find("2 commands posted, 0 run by the kernel, 2 kernel launches", at),
+            std::string::npos)
+      << g_log;
+  EXPECT_EQ(g_log.find("flag writer: a command has waited", at + 1), std::string::npos)
+      << "once";
+}
+
 // A full ring (the kernel not running for 1024 commands) never blocks NCCL's proxy: the
 // next flags go through the driver.
 TEST_F(Gdr, FullFlagWriterRingFallsBackToTheDriver) {
