@@ -6,9 +6,9 @@
 //   CPU post: fill the command's fields, then its `seq` (x86 keeps the order), full fence,
 //     read `state`; not kRunning -> set kRunning and launch a kernel (stream-ordered after
 //     any that is still finishing).
-//   Kernel: next = done + 1; poll the sequence numbers of the next 32 commands; run the
-//     consecutive ones that are there (every thread stores `value` at dst + i * pitch,
-//     i < count), then done = the last of them. After `idle` ns without a command:
+//   Kernel: state = kRunning, next = done + 1; poll the sequence numbers of the next 32
+//     commands; run the consecutive ones that are there (every thread stores `value` at
+//     dst + i * pitch, i < count), then done = the last of them. After `idle` ns without one:
 //     state = kExiting, system fence, look once more; a command there -> state = kRunning,
 //     go on; else return.
 //   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the

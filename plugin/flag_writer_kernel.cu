@@ -35,6 +35,9 @@ extern "C" __global__ void crystal_flag_writer(fr::Ring* ring, unsigned long lon
   if (threadIdx.x == 0) {
     s_next = r->done + 1;
     r->starts = r->starts + 1;  // kernels run one at a time (one stream)
+    // A kernel queued behind one that exited finds "exiting": say it runs, or every post
+    // until its idle exit would launch another (harmless, but ~10 us of the proxy each).
+    r->state = fr::kRunning;
   }
   __syncthreads();
   unsigned long long last = globalTimer();  // warp 0's view
