@@ -186,6 +186,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       vc.distance = h.distance;
       vc.ordinal = h.ordinal;
       vc.graph = h.graph;
+      vc.tree_channels = h.tree_channels;
       auto link = c->virtualLink(vc, dev);
       auto sc = std::make_unique<VirtualSendComm>(c, dev, sendCapacity(), link, h.rank,
                                                   c->mirrorFor(vc), c->opSegmentsFor(vc));
@@ -268,6 +269,7 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       id.distance = lc.hello.distance;
       id.ordinal = lc.hello.ordinal;
       id.graph = lc.hello.graph;
+      id.tree_channels = lc.hello.tree_channels;
       auto link = lc.ctx()->virtualLink(id, lc.dev());
       link->watchHost(fd.release());  // EOF on it: the host (and the virtual sender) is gone
       // The stream stays open with the host; the data path only watches it for EOF.

@@ -112,6 +112,7 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     if (!tree)
       tree = std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm, c.self_rank,
                                               c.nranks);
+    if (c.tree_channels > 0) tree->setBaseChannels(c.tree_channels);
     if (auto l = tree->link(c.send, c.peer_rank, c.ordinal)) return l;
   }
   if (c.graph == live::kGraphRing && !ring_warned_) {

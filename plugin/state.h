@@ -43,6 +43,7 @@ struct VirtualConn {
   int distance = 0;
   int ordinal = 0;
   std::uint8_t graph = live::kGraphUnknown;
+  int tree_channels = 0;  // NCCL's channels per tree before duplication; 0 = unknown
 };
 
 // Per net context (one per v11 init): the timing state shared by the connections of its

@@ -151,6 +151,10 @@ class Comm {
   std::uint64_t hash_, magic_, root_magic_;
   std::uint64_t parent_hash_ = 0;
   int nranks_;
+  // NCCL's channels per tree before duplication, from a real rank's graph all-gather
+  // (min of its tree and ring graphs' nChannels; init.cc): written into the handles and
+  // Hellos of later connections (live/handle.h tree_channels). 0 until then.
+  int tree_channels_ = 0;
   std::vector<char> real_;
   std::string name_;
   CommPhase phase_ = CommPhase::Declared;

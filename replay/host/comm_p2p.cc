@@ -146,6 +146,7 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
     h.distance = i;
     h.ordinal = static_cast<std::uint16_t>(k - nrecv);
     h.graph = static_cast<std::uint8_t>(tag.graph);
+    h.tree_channels = static_cast<std::uint8_t>(tree_channels_);
     std::memcpy(fe.bytes, &h, sizeof h);
     fe.setUseGdr(entries[k].useGdr());
     std::memcpy(out.data() + slot * sizeof fe, &fe, sizeof fe);
@@ -188,6 +189,7 @@ void Comm::sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry
   hello.nranks = nranks_;
   hello.distance = id.distance;
   hello.ordinal = static_cast<std::uint16_t>(id.ordinal);
+  hello.tree_channels = static_cast<std::uint16_t>(tree_channels_);
   const StreamId sid = ctx_.loop->adopt(connectTcp(to), true,
                                        fmt::format("hello {}->{}", sender_virtual, real_rank));
   streams_.insert(sid);

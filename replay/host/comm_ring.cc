@@ -227,8 +227,12 @@ bool Comm::ensureSlice(AllGather& ag, int slice) {
     }
     case AllGatherKind::GraphInfo: {
       if (ag.template_rank < 0) return false;
-      const auto g =
-          virtualGraphInfo(v, wire::decodeExact<wire::AllGatherInfo>(tmpl(), "allGatherInfo"));
+      const auto real = wire::decodeExact<wire::AllGatherInfo>(tmpl(), "allGatherInfo");
+      // Every rank's graphs get the minimum over ranks, the virtual ones copy the real one's.
+      tree_channels_ = std::clamp(std::min(real.graph_info[wire::kAlgoTree].n_channels,
+                                           real.graph_info[wire::kAlgoRing].n_channels),
+                                  0, 255);
+      const auto g = virtualGraphInfo(v, real);
       bytes.assign(wire::bytesOf(g).begin(), wire::bytesOf(g).end());
       break;
     }

@@ -30,6 +30,7 @@ inline constexpr std::int32_t kTagBarrier = 0xbeef;  // init.cc / dev_runtime.cc
 inline constexpr std::int32_t kTagSyncBit = 1 << 7;  // transport.cc final sync
 inline constexpr int kMaxChannels = 64;              // MAXCHANNELS
 inline constexpr int kNumAlgorithms = 7;             // NCCL_NUM_ALGORITHMS
+inline constexpr int kAlgoTree = 0, kAlgoRing = 1;   // NCCL_ALGO_TREE, NCCL_ALGO_RING
 inline constexpr int kConnectEntryBytes = 256;       // struct ncclConnect (CONNECT_SIZE)
 inline constexpr int kNetHandleBytes = 128;          // NCCL_NET_HANDLE_MAXSIZE
 // Largest bootstrap message the host accepts: 2 entries per channel, the biggest a

@@ -35,10 +35,20 @@ std::pair<TreeHop, TreeHop> TreeComm::hops(model::Proto p, int channels) const {
               [static_cast<std::size_t>(std::clamp(channels, 1, kMaxChannels) - 1)];
 }
 
+void TreeComm::setBaseChannels(int n) {
+  std::lock_guard lock(mu_);
+  if (base_ == 0 && n > 0) base_ = n;
+}
+
+int TreeComm::channelIndex(int tree, int k) const {
+  if (base_ > 0) return (k / base_) * 2 * base_ + tree * base_ + k % base_;
+  return tree == 0 ? k : connected_[0] + k;
+}
+
 TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::uint64_t bytes) {
   std::lock_guard lock(mu_);
   const int real = std::max(1, connected_[0] + connected_[1]);
-  const int id = tree == 0 ? ordinal : connected_[0] + ordinal;  // NCCL's channel index
+  const int id = channelIndex(tree, ordinal);  // NCCL's channel index
   const auto e = log_->next(cursor, [&](const CollectiveEntry& c) {
     return c.algo == model::Algo::Tree && c.func == model::Func::AllReduce &&
            id < (c.channels > 0 ? std::min(c.channels, real) : real);
@@ -131,9 +141,15 @@ std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, 
                                                                      int ordinal, TreeRole r0,
                                                                      TreeRole r1) {
   std::unique_lock lock(mu_);
-  const int per_tree = std::max({connected_[0], connected_[1], (both_[{send, peer}] + 1) / 2, 1});
-  const int tree = ordinal < per_tree ? 0 : 1;
-  const int k = ordinal - tree * per_tree;
+  int tree = 0, k = 0;
+  if (base_ > 0) {  // a neighbour in both trees has a connection on every channel: c = ordinal
+    tree = ordinal % (2 * base_) / base_;
+    k = ordinal / (2 * base_) * base_ + ordinal % base_;
+  } else {
+    const int per_tree = std::max({connected_[0], connected_[1], (both_[{send, peer}] + 1) / 2, 1});
+    tree = ordinal < per_tree ? 0 : 1;
+    k = ordinal - tree * per_tree;
+  }
   connected_[tree] = std::max(connected_[tree], k + 1);
   const TreeRole role = tree == 0 ? r0 : r1;
   auto ch = channelLocked(tree, k);

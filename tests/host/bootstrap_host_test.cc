@@ -171,6 +171,8 @@ class HostTest : public ::testing::Test {
           EXPECT_EQ(h.distance, 1);
           EXPECT_EQ(h.ordinal, k);
           EXPECT_EQ(h.graph, live::kGraphRing);
+          // NCCL's channels per tree before duplication: min(tree, ring) of the graph info.
+          EXPECT_EQ(h.tree_channels, 2);
         }
       }
       if (!isReal(prev)) {
@@ -196,6 +198,7 @@ class HostTest : public ::testing::Test {
           EXPECT_EQ(h.nranks, n);
           EXPECT_EQ(h.distance, 1);
           EXPECT_EQ(h.graph, live::kGraphRing);
+          EXPECT_EQ(h.tree_channels, 2);
         }
         EXPECT_NE(o.hellos[0].listen_id, o.hellos[1].listen_id);
       }

@@ -232,7 +232,7 @@ wire::AllGatherInfo fakeGraphInfo(int rank) {
   wire::AllGatherInfo g;
   for (int a = 0; a < wire::kNumAlgorithms; ++a) {
     g.graph_info[a].pattern = a == 0 ? 4 : 4;
-    g.graph_info[a].n_channels = a <= 1 ? 2 : 0;
+    g.graph_info[a].n_channels = a == 0 ? 3 : a == 1 ? 2 : 0;  // tree 3, ring 2: NCCL runs 2
     g.graph_info[a].same_channels = 1;
     g.graph_info[a].bw_intra = 40.f;
     g.graph_info[a].bw_inter = 40.f;

@@ -128,5 +128,40 @@ TEST(TreeTiming, ConnectionsFindTheirChannel) {
   EXPECT_TRUE(second->isTree());
 }
 
+// NCCL copies its 2n tree channels in blocks (compute-channel doubling, NCCL_MIN_NCHANNELS):
+// with n known (the host reads it from the graph all-gather) a connection's ordinal maps to
+// NCCL's channel index, which decides whether a record's operation (its channel count) runs
+// on it. n = 1, 4 channels: tree 0 on channels 0 and 2, tree 1 on 1 and 3.
+TEST(TreeTiming, DuplicatedChannelsMapOrdinalsToNcclsChannels) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0004, 63, 64);
+  comm->setBaseChannels(1);
+  comm->setBaseChannels(2);  // the first value stays
+  // Rank 63: parent 62 in tree 0 only; its tree-1 parent another rank.
+  const int up1 = doubleBinaryTree(64, 63, 1).up;
+  ASSERT_NE(up1, 62);
+  ASSERT_NE(doubleBinaryTree(64, 63, 0).up, up1);
+  for (int k = 0; k < 2; ++k) {  // 4 channels: 2 per tree
+    ASSERT_NE(comm->link(true, 62, k), nullptr);
+    ASSERT_NE(comm->link(true, up1, k), nullptr);
+  }
+  auto log = collectiveLog(0xfeed0004);
+  const auto record = [&] {
+    log->append({model::Func::AllReduce, model::Algo::Tree, model::Proto::Simple, 8u << 20, 2});
+    return log->appended() - 1;
+  };
+  // A 2-channel operation runs on NCCL's channels 0 and 1: tree 0's first, tree 1's first.
+  std::uint64_t c = record();
+  EXPECT_EQ(comm->nextOp(0, 0, &c, 4096).units, 8u) << "tree 0 ordinal 0 = channel 0: 4 MiB";
+  c = record();
+  EXPECT_EQ(comm->nextOp(1, 0, &c, 4096).units, 8u) << "tree 1 ordinal 0 = channel 1";
+  c = record();
+  const TreeOpPlan p = comm->nextOp(0, 1, &c, 4096);
+  EXPECT_EQ(p.units, 1u) << "tree 0 ordinal 1 = channel 2: not in a 2-channel operation";
+  EXPECT_DOUBLE_EQ(p.unit_bytes, 4096.0);
+}
+
 }  // namespace
 }  // namespace crystal::live

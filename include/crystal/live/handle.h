@@ -61,7 +61,10 @@ struct NetHandle {
   std::int32_t distance = 0;     // i of the exchange: rank = self_rank + distance (mod nranks)
   std::uint16_t ordinal = 0;     // k-th send entry of the exchange = k-th connected channel
   std::uint8_t graph = kGraphUnknown;
-  std::uint8_t reserved1 = 0;
+  // NCCL's channels per tree before it duplicates them (min of the tree and ring graphs'
+  // nChannels over the ranks, from the graph all-gather; 0 = unknown): channel c runs tree
+  // (c mod 2n) / n (graph/connect.cc ncclTopoPostset, copyChannels).
+  std::uint8_t tree_channels = 0;
   std::uint8_t reserved[44] = {};
 };
 static_assert(sizeof(NetHandle) == kNcclHandleSize, "handle must fill NCCL's 128 bytes");
@@ -85,7 +88,7 @@ struct Hello {
   std::int32_t nranks = 0;
   std::int32_t distance = 0;
   std::uint16_t ordinal = 0;     // k-th receive entry of the exchange = k-th connected channel
-  std::uint16_t reserved1 = 0;
+  std::uint16_t tree_channels = 0;  // as NetHandle::tree_channels
 };
 static_assert(sizeof(Hello) == 40);
 

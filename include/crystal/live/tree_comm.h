@@ -3,10 +3,11 @@
 //
 // NCCL's own tree for a real rank alone on its emulated host is the double binary tree over
 // all ranks (every rank is a node of its own): channels 0..n-1 use tree 0, n..2n-1 tree 1
-// (graph/connect.cc connectTrees). The host's exchange numbers the connections to one peer
-// in one direction by channel (the k-th entry = the k-th channel that connects to that
-// peer), so a connection to peer P with ordinal k belongs to channel k of the tree in which
-// P is the real rank's parent or child. Its timing follows the target's tree
+// (graph/connect.cc connectTrees), copied in blocks of 2n when NCCL adds channels. The
+// host's exchange numbers the connections to one peer in one direction by channel (the k-th
+// entry = the k-th channel that connects to that peer), so a connection to peer P with
+// ordinal k belongs to the k-th channel of the tree in which P is the real rank's parent or
+// child (setBaseChannels says which NCCL channel that is). Its timing follows the target's tree
 // (targetTreePosition): target nodes of cluster.gpus_per_node ranks.
 #pragma once
 
@@ -38,6 +39,13 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // or null when `peer` is no neighbour of the real rank in NCCL's double binary tree.
   [[nodiscard]] std::shared_ptr<VirtualLink> link(bool send, int peer, int ordinal);
   [[nodiscard]] model::CommShape shape() const { return shape_; }
+  // NCCL's channels per tree before it duplicated them (n; the host reads it from the graph
+  // all-gather). Known, channel c runs tree (c mod 2n) / n — NCCL copies its 2n channels
+  // in blocks (compute-channel doubling, NCCL_MIN_NCHANNELS) — so a connection to a
+  // neighbour in one tree t with ordinal k is channel (k / n) * 2n + t * n + k % n, and one
+  // to a neighbour in both trees is channel k. Unknown (0): channels 0..n-1 tree 0, n..2n-1
+  // tree 1 with n the connections seen. The first value given stays.
+  void setBaseChannels(int n);
 
   // The plan of the next tree operation of channel (tree, ordinal) from the log; `bytes`
   // stands in when there is no record (tuner off, or not a tree all-reduce's order).
@@ -57,6 +65,9 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   std::shared_ptr<CollectiveLog> log_;
   std::mutex mu_;
   int connected_[2] = {0, 0};  // channels of tree 0 / 1 the real rank connected
+  int base_ = 0;               // setBaseChannels' n, 0 = unknown
+  // NCCL's channel index of the k-th channel of `tree` (under mu_).
+  [[nodiscard]] int channelIndex(int tree, int k) const;
   std::map<std::pair<int, int>, std::shared_ptr<TreeChannel>> channels_;  // (tree, ordinal)
   std::map<std::pair<bool, int>, int> both_;  // (send, peer) in both trees: ordinals seen
   // [proto][channels - 1]: NVLink and NET hop of one channel (the model is read once: the
