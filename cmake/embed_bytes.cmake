@@ -1,6 +1,6 @@
 # cmake -DIN=file -DOUT=file.cc -DNAME=symbol -DNAMESPACE=ns -P embed_bytes.cmake
 # Writes a C++ source defining `const unsigned char NAME[]` with the bytes of IN (the
-# flag-writer kernel's fatbin, plugin/CMakeLists.txt).
+# kernels' fatbins, plugin/CMakeLists.txt).
 file(READ "${IN}" hex HEX)
 string(LENGTH "${hex}" n)
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")

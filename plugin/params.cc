@@ -28,6 +28,11 @@ constexpr Param kParams[] = {
     {"CRYSTAL_GDR", "",
      "1: report GPU memory support (NCCL_PTR_CUDA) so NCCL keeps NET buffers in GPU memory "
      "(GDR); 0: host memory only. Overrides emulation.gdr (default: 1 only under data none)."},
+    {"CRYSTAL_MIRROR_RESULTS", "1",
+     "1: under data mirror with one real rank, the interposer writes the exact result of N "
+     "copies of the real rank's input after each all-reduce, reduce-scatter and reduce to it "
+     "(n * x, x^n, x for max/min/avg; one GPU pass); 0: reductions keep what the data path "
+     "delivered (a tree's virtual peers give zeros, a ring's sums are approximate)."},
     {"CRYSTAL_LINES_WAIT", "0",
      "1: a receive from a virtual rank whose LL/LL128 lines the plugin writes into GPU memory "
      "(GDR, data zero or none) completes only once the plugin's stream ran those writes (an "

@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "plugin/interpose/host_session.h"
+#include "plugin/interpose/mirror_calls.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
 
@@ -42,6 +43,8 @@ int missing(const char* name) {
 void rememberCreated(int rc, NcclComm* comm, std::uint64_t hash, int nranks, int rank) {
   if ((rc == ci::kNcclSuccess || rc == ci::kNcclInProgress) && comm != nullptr)
     ci::rememberComm(*comm, CommRecord{hash, rank, nranks, 0});
+  // Splits run in a context whose communicator was created here, so they need not.
+  if (rc == ci::kNcclSuccess) ci::prepareMirrorKernel();
 }
 
 // `forward(nranks, rank)` makes the real call. Under CRYSTAL_RANK_MAP a k-rank

@@ -1,15 +1,17 @@
-// NCCL calls the interposer rewrites for communicators created under the rank mapping
-// (plugin/interpose/rank_map.h). On any other communicator, and without CRYSTAL_RANK_MAP,
-// each is a pass-through to the real NCCL: one atomic load more than a direct call.
+// NCCL calls the interposer rewrites: for communicators created under the rank mapping
+// (plugin/interpose/rank_map.h) their counts, peers and roots; under data policy mirror the
+// results of broadcasts from virtual roots and of reductions (mirror_calls.h). On any other
+// communicator each is a pass-through to the real NCCL: one atomic load and one lookup more
+// than a direct call.
 #include <atomic>
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <utility>
 
 #include "crystal/sweep/target_table.h"
-#include "mirror_broadcast.h"
-#include "state.h"
 #include "plugin/interpose/host_session.h"
+#include "plugin/interpose/mirror_calls.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
 
@@ -25,6 +27,7 @@ using DataType = int;  // ncclDataType_t
 using RedOp = int;     // ncclRedOp_t
 using CountFn = int (*)(NcclComm, int*);
 using AllGatherFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
+using AllReduceFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, NcclComm, Stream);
 using ReduceScatterFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, NcclComm, Stream);
 using AlltoAllFn = int (*)(const void*, void*, std::size_t, DataType, NcclComm, Stream);
 using P2pSendFn = int (*)(const void*, std::size_t, DataType, int, NcclComm, Stream);
@@ -52,6 +55,22 @@ Fn cached(std::atomic<void*>& slot, const char* name) {
 std::size_t targetBlock(const ci::MappedComm& m, std::size_t count) {
   return static_cast<std::size_t>(
       crystal::sweep::mappedBlockCount(count, m.program_nranks, m.target_nranks));
+}
+
+using Mirror = std::optional<crystal::plugin::MirrorResult>;
+
+// NCCL's call `call()` between the mirror rewrite's two halves (mirror_calls.h); `plan()`
+// makes the rewrite, if any.
+template <typename Plan, typename Call>
+int withMirror(const char* caller, Plan&& plan, Call&& call) {
+  Mirror m;
+  try {
+    if (auto planned = plan()) m.emplace(std::move(*planned));
+  } catch (const std::exception& e) {
+    return ci::reportError(caller, e.what(), ci::kNcclSystemError);
+  }
+  if (const int rc = ci::mirrorBefore(caller, m); rc != ci::kNcclSuccess) return rc;
+  return ci::mirrorAfter(caller, call(), m);
 }
 
 }  // namespace
@@ -86,8 +105,29 @@ CRYSTAL_EXPORT int ncclAllGather(const void* sendbuff, void* recvbuff, std::size
 CRYSTAL_EXPORT int ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
                                      DataType type, RedOp op, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(ReduceScatterFn, ncclReduceScatter);
-  if (const auto m = ci::findMapped(comm)) recvcount = targetBlock(*m, recvcount);
-  return real_fn(sendbuff, recvbuff, recvcount, type, op, comm, stream);
+  const auto mapped = ci::findMapped(comm);
+  if (mapped) recvcount = targetBlock(*mapped, recvcount);
+  return withMirror(
+      "ncclReduceScatter",
+      [&]() -> Mirror {
+        // Under the rank mapping the program's blocks are not the target's: left alone.
+        const auto rec = ci::findComm(comm);
+        if (mapped || !rec || sendbuff == nullptr) return std::nullopt;
+        const auto* own = static_cast<const char*>(sendbuff) +
+                          static_cast<std::size_t>(rec->rank) * recvcount *
+                              crystal::plugin::ncclTypeBytes(type);
+        return ci::mirrorReduction(own, recvbuff, recvcount, type, op, comm, stream);
+      },
+      [&] { return real_fn(sendbuff, recvbuff, recvcount, type, op, comm, stream); });
+}
+
+CRYSTAL_EXPORT int ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count,
+                                 DataType type, RedOp op, NcclComm comm, Stream stream) {
+  CRYSTAL_REAL(AllReduceFn, ncclAllReduce);
+  return withMirror(
+      "ncclAllReduce",
+      [&] { return ci::mirrorReduction(sendbuff, recvbuff, count, type, op, comm, stream); },
+      [&] { return real_fn(sendbuff, recvbuff, count, type, op, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclAlltoAll(const void* sendbuff, void* recvbuff, std::size_t count,
@@ -111,55 +151,28 @@ CRYSTAL_EXPORT int ncclRecv(void* recvbuff, std::size_t count, DataType type, in
   return real_fn(recvbuff, count, type, peer, comm, stream);
 }
 
-namespace {
-
-// Data policy mirror and a virtual root: the real rank keeps its own data
-// (plugin/mirror_broadcast.h). Only for communicators this process registered with the host.
-std::optional<crystal::plugin::MirrorBroadcast> mirrorPlan(const void* sendbuff, void* recvbuff,
-                                                           std::size_t count, DataType type,
-                                                           int root, NcclComm comm,
-                                                           Stream stream) {
-  namespace cp = crystal::plugin;
-  const auto rec = ci::findComm(comm);
-  if (!rec) return std::nullopt;
-  cp::PluginState& st = cp::PluginState::get();
-  st.ensureInit();
-  if (st.dataPolicy() != crystal::DataPolicy::Mirror) return std::nullopt;
-  const crystal::Config& cfg = st.config();
-  if (!cp::broadcastRootIsVirtual(rec->rank, rec->nranks, root, cfg.emulation.real_ranks,
-                                  cfg.job.world_size))
-    return std::nullopt;
-  return cp::MirrorBroadcast(sendbuff, recvbuff, count * cp::ncclTypeBytes(type), stream);
-}
-
-}  // namespace
-
 CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count,
                                  DataType type, int root, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(BroadcastFn, ncclBroadcast);
   if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
-  std::optional<crystal::plugin::MirrorBroadcast> mirror;
-  try {
-    mirror = mirrorPlan(sendbuff, recvbuff, count, type, root, comm, stream);
-    if (mirror) mirror->before();
-  } catch (const std::exception& e) {
-    return ci::reportError("ncclBroadcast", e.what(), ci::kNcclSystemError);
-  }
-  const int rc = real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
-  if (rc != ci::kNcclSuccess || !mirror) return rc;
-  try {
-    mirror->after();
-  } catch (const std::exception& e) {
-    return ci::reportError("ncclBroadcast", e.what(), ci::kNcclSystemError);
-  }
-  return rc;
+  return withMirror(
+      "ncclBroadcast",
+      [&] { return ci::mirrorBroadcast(sendbuff, recvbuff, count, type, root, comm, stream); },
+      [&] { return real_fn(sendbuff, recvbuff, count, type, root, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
                               DataType type, RedOp op, int root, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(ReduceFn, ncclReduce);
   if (const auto m = ci::findMapped(comm)) root = ci::targetRoot(*m, root);
-  return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream);
+  return withMirror(
+      "ncclReduce",
+      [&]() -> Mirror {
+        const auto rec = ci::findComm(comm);
+        if (!rec || rec->rank != root) return std::nullopt;  // the result is the root's only
+        return ci::mirrorReduction(sendbuff, recvbuff, count, type, op, comm, stream);
+      },
+      [&] { return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream); });
 }
 
 // NCCL's in-place form (PyTorch's ProcessGroupNCCL::broadcast calls it): NCCL 2.28 defines it

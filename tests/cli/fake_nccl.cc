@@ -118,4 +118,21 @@ int ncclReduce(const void*, void*, std::size_t n, int, int, int root, void*, voi
   record("nccl:ncclReduce count=" + std::to_string(n) + " root=" + std::to_string(root));
   return 0;
 }
+int ncclAllReduce(const void*, void*, std::size_t n, int, int op, void*, void*) {
+  record("nccl:ncclAllReduce count=" + std::to_string(n) + " op=" + std::to_string(op));
+  return 0;
+}
+// Group calls the interposer counts (plugin/interpose/nccl_group_calls.cc).
+int ncclGroupStart() {
+  record("nccl:ncclGroupStart");
+  return 0;
+}
+int ncclGroupEnd() {
+  record("nccl:ncclGroupEnd");
+  return 0;
+}
+int ncclGroupSimulateEnd(void*) {
+  record("nccl:ncclGroupSimulateEnd");
+  return 0;
+}
 }

@@ -30,6 +30,10 @@ int ncclCommInitRankScalable(void**, int, int, int, TestId*, void*);
 int ncclCommInitAll(void**, int, const int*);
 int ncclCommSplit(void*, int, int, void**, void*);
 int ncclCommDestroy(void*);
+int ncclAllReduce(const void*, void*, std::size_t, int, int, void*, void*);
+int ncclGroupStart();
+int ncclGroupEnd();
+int ncclGroupSimulateEnd(void*);
 }
 
 namespace crystal::control {
@@ -68,6 +72,25 @@ TEST_F(Interposer, WithoutHostEverythingPassesThrough) {
                           "nccl:ncclGetUniqueId", "nccl:ncclCommInitRank n=4 r=2 id0=171",
                           "nccl:ncclCommSplit color=1 key=7", "nccl:ncclCommInitAll n=2",
                           "nccl:ncclCommDestroy"}));
+}
+
+TEST_F(Interposer, AllReduceAndGroupsPassThroughOnCommsTheHostDoesNotKnow) {
+  void* comm = nullptr;
+  TestId id{};
+  ASSERT_EQ(ncclCommInitRank(&comm, 4, id, 1), 0);
+  float x = 1.0f;
+  g_events.clear();
+  ASSERT_EQ(ncclGroupStart(), 0);
+  ASSERT_EQ(ncclAllReduce(&x, &x, 1, 7, 0, comm, nullptr), 0);
+  ASSERT_EQ(ncclGroupEnd(), 0);
+  ASSERT_EQ(ncclGroupStart(), 0);
+  ASSERT_EQ(ncclGroupSimulateEnd(nullptr), 0);
+  EXPECT_EQ(x, 1.0f);  // no mirror rewrite: not an emulated communicator
+  EXPECT_EQ(g_events, (std::vector<std::string>{
+                          "nccl:ncclGroupStart", "nccl:ncclAllReduce count=1 op=0",
+                          "nccl:ncclGroupEnd", "nccl:ncclGroupStart",
+                          "nccl:ncclGroupSimulateEnd"}));
+  EXPECT_EQ(ncclCommDestroy(comm), 0);
 }
 
 TEST_F(Interposer, WithHostIdsComeFromTheHostAndCommsAreRegisteredFirst) {

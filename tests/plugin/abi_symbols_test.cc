@@ -27,12 +27,13 @@ TEST(PluginAbi, ExportsOnlyVersionedTables) {
                                           "ncclTunerPlugin_v5"};
   for (const auto& r : required) EXPECT_TRUE(syms.count(r)) << r;
   // The host's interposer (plugin/interpose/) may add NCCL's communicator entry points and the
-  // calls its rank mapping rewrites; the profiler plugin its table (plugin/exports.map).
+  // calls its rank mapping and mirror results rewrite; the profiler plugin its table (plugin/exports.map).
   auto interposer = [](const std::string& s) {
     static const std::set<std::string> mapped = {
         "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclSend",
         "ncclRecv",      "ncclBroadcast",     "ncclReduce",   "ncclProfiler_v5",
-        "ncclBcast"};
+        "ncclBcast",     "ncclAllReduce",     "ncclGroupStart", "ncclGroupEnd",
+        "ncclGroupSimulateEnd"};
     return s == "ncclGetUniqueId" || s.rfind("ncclComm", 0) == 0 || mapped.count(s) > 0;
   };
   for (const auto& s : syms)

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "mirror_kernel_abi.h"
+
 namespace crystal::test {
 namespace {
 
@@ -126,7 +128,7 @@ Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
   *d = static_cast<DevicePtr>(addr(p));  // unified addressing: the same address
   return 0;
 }
-int g_module = 0, g_function = 0;
+int g_module = 0, g_function = 0, g_mirror_function = 0;
 Result moduleLoad(void** m, const void*) {
   if (!g.module_loads) return 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
   *m = &g_module;
@@ -135,7 +137,7 @@ Result moduleLoad(void** m, const void*) {
 Result moduleUnload(void*) { return 0; }
 Result moduleFunction(void** f, void*, const char* name) {
   record({std::string("cuModuleGetFunction:") + name});
-  *f = &g_function;
+  *f = std::string(name) == plugin::mirror_kernel::kName ? &g_mirror_function : &g_function;
   return 0;
 }
 namespace fr = plugin::flag_ring;
@@ -156,8 +158,54 @@ std::size_t runRing(fr::Ring* ring) {
 
 // The flag writer's kernel (plugin/flag_writer_kernel.cu) as the CPU would run it: every
 // command present, then the exit (no command came while it ran).
-Result launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+// The mirror-result kernel (plugin/mirror_kernel.cu) on the CPU, for the types the tests use:
+// integers wrap, floats as in the kernel (half, bfloat16 and fp8 are left out).
+template <typename T, typename U>
+void mirrorInts(void* dst, const void* src, std::size_t count, int op, std::uint64_t n) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const U x = static_cast<U>(static_cast<const T*>(src)[i]);
+    U r = op == plugin::mirror_kernel::kScale ? static_cast<U>(x * static_cast<U>(n)) : U{1};
+    if (op == plugin::mirror_kernel::kPower)
+      for (std::uint64_t k = 0; k < n; ++k) r = static_cast<U>(r * x);
+    static_cast<T*>(dst)[i] = static_cast<T>(r);
+  }
+}
+template <typename F>
+void mirrorFloats(void* dst, const void* src, std::size_t count, int op, std::uint64_t n) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const F x = static_cast<const F*>(src)[i];
+    F r = op == plugin::mirror_kernel::kScale ? x * static_cast<F>(n) : F{1};
+    if (op == plugin::mirror_kernel::kPower)
+      for (std::uint64_t k = 0; k < n; ++k) r *= x;
+    static_cast<F*>(dst)[i] = r;
+  }
+}
+void mirrorKernel(void** params) {
+  namespace mk = plugin::mirror_kernel;
+  void* dst = ptr(*static_cast<DevicePtr*>(params[0]));
+  const void* src = ptr(*static_cast<DevicePtr*>(params[1]));
+  const auto count = static_cast<std::size_t>(*static_cast<unsigned long long*>(params[2]));
+  const int type = *static_cast<int*>(params[3]), op = *static_cast<int*>(params[4]);
+  const std::uint64_t n = *static_cast<unsigned long long*>(params[5]);
+  record({"cuLaunchKernel:crystal_mirror_reduce", addr(dst), addr(src), count,
+          0, 0, static_cast<std::uint32_t>(n)});
+  switch (type) {
+    case mk::kInt8: mirrorInts<std::int8_t, std::uint8_t>(dst, src, count, op, n); break;
+    case mk::kUint8: mirrorInts<std::uint8_t, std::uint8_t>(dst, src, count, op, n); break;
+    case mk::kInt32: mirrorInts<std::int32_t, std::uint32_t>(dst, src, count, op, n); break;
+    case mk::kInt64: mirrorInts<std::int64_t, std::uint64_t>(dst, src, count, op, n); break;
+    case mk::kFloat32: mirrorFloats<float>(dst, src, count, op, n); break;
+    case mk::kFloat64: mirrorFloats<double>(dst, src, count, op, n); break;
+    default: break;
+  }
+}
+
+Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
               void** params, void**) {
+  if (f == &g_mirror_function) {
+    mirrorKernel(params);
+    return 0;
+  }
   record({"cuLaunchKernel"});
   g_ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
   if (!g.kernel_runs) return 0;

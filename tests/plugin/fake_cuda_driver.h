@@ -25,6 +25,8 @@ struct FakeGpu {
   std::vector<FakeCall> calls;
   bool complete = true;     // events recorded so far report done
   bool has_context = true;  // cuCtxGetCurrent returns a context
+  // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
+  // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
   // cuLaunchKernel of the flag writer runs its ring at once (what the kernel does, on the
   // CPU, then "exits"); false: the launch is recorded and runs nothing (a kernel that has
   // not started yet).

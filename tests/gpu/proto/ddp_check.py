@@ -5,7 +5,7 @@ CRYSTAL_DATA (docs/plugin.md "Data policy and protocols").
 
 mirror: must succeed. DDP's parameter check (an all-gather of shapes) sees copies of the
         real rank's model (its metadata broadcast from rank 0 keeps the real rank's own data:
-        plugin/mirror_broadcast.h); all_gather_object returns copies of the real rank's
+        plugin/mirror_result.h); all_gather_object returns copies of the real rank's
         object; the tensor broadcast from a virtual root leaves the real rank's tensor (0 zeros).
 zero / none: must fail with a clear Python exception from PyTorch's own checks (DDP shape
         verification or unpickling of empty objects), never hang.

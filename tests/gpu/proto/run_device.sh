@@ -13,7 +13,8 @@
 #                 own message (not hang: 150 s timeout)
 # Logs go to $OUT (default /tmp/proto-out). MAX (choices, mirror) defaults to 1 GiB,
 # MAX_OTHER (zero, none, ll128) to 64 MiB, to stay within ~2 minutes after the build.
-# MIN (default 8) and OPS (e.g. allgather,reducescatter) narrow every case's sweep;
+# MIN (default 8) and OPS (e.g. allgather,reducescatter; default all four and `types`, the
+# per-type reduction check under mirror) narrow every case's sweep;
 # TRACE=1 writes the plugin's per-request trace ($OUT/trace-CASE.<pid>.csv).
 set -uo pipefail
 OUT=${OUT:-/tmp/proto-out}
@@ -45,7 +46,7 @@ run() {  # run NAME REAL_RANK MAX [env...]
       --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" -- \
       env RANK="$rank" NRANKS=64 ${TRACE:+CRYSTAL_TRACE_CONN="$OUT/trace-$name"} \
       "$PWD/$B/proto_check" --max "$max" --min "${MIN:-8}" \
-      --ops "${OPS:-allreduce,allgather,broadcast,reducescatter}" >"$OUT/$name.txt" 2>&1
+      --ops "${OPS:-allreduce,allgather,broadcast,reducescatter,types}" >"$OUT/$name.txt" 2>&1
   local rc=$?
   echo "$name: rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"
   grep -E "BAD|proto_check rank|rror" "$OUT/$name.txt" | head -20

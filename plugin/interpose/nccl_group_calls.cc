@@ -1,0 +1,61 @@
+// ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd: pass-throughs that keep the group
+// depth the mirror rewrites wait on (mirror_calls.h: a grouped collective is enqueued at the
+// outermost ncclGroupEnd, so its rewrite must come after that).
+#include <atomic>
+
+#include "plugin/interpose/host_session.h"
+#include "plugin/interpose/mirror_calls.h"
+#include "plugin/interpose/real_nccl.h"
+
+namespace ci = crystal::interpose;
+
+#define CRYSTAL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+template <typename Fn>
+Fn cachedReal(std::atomic<void*>& slot, const char* name) {
+  void* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = ci::realSymbol(name);
+    slot.store(p, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+using GroupFn = int (*)();
+using SimulateEndFn = int (*)(void*);  // ncclSimInfo_t*
+
+}  // namespace
+
+CRYSTAL_EXPORT int ncclGroupStart() {
+  static std::atomic<void*> slot{nullptr};
+  const auto real_fn = cachedReal<GroupFn>(slot, "ncclGroupStart");
+  if (real_fn == nullptr)
+    return ci::reportError("ncclGroupStart", "the real NCCL function is unavailable",
+                           ci::kNcclSystemError);
+  const int rc = real_fn();
+  if (rc == ci::kNcclSuccess) ci::mirrorGroupStarted();
+  return rc;
+}
+
+CRYSTAL_EXPORT int ncclGroupEnd() {
+  static std::atomic<void*> slot{nullptr};
+  const auto real_fn = cachedReal<GroupFn>(slot, "ncclGroupEnd");
+  if (real_fn == nullptr)
+    return ci::reportError("ncclGroupEnd", "the real NCCL function is unavailable",
+                           ci::kNcclSystemError);
+  const int rc = real_fn();
+  return ci::mirrorGroupEnded("ncclGroupEnd", rc, rc == ci::kNcclSuccess);
+}
+
+// Ends a group without launching it (NCCL computes its estimated time): nothing to rewrite.
+CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
+  static std::atomic<void*> slot{nullptr};
+  const auto real_fn = cachedReal<SimulateEndFn>(slot, "ncclGroupSimulateEnd");
+  if (real_fn == nullptr)
+    return ci::reportError("ncclGroupSimulateEnd", "the real NCCL function is unavailable",
+                           ci::kNcclSystemError);
+  const int rc = real_fn(sim_info);
+  return ci::mirrorGroupEnded("ncclGroupSimulateEnd", rc, false);
+}
