@@ -27,9 +27,13 @@ class OpSegments {
     // A ring all-gather on a communicator of known size: its ring steps per loop (nranks - 1);
     // 0 otherwise. Every step of a loop carries one rank's contribution (the mirror's source).
     int allgather_steps = 0;
+    // What the real rank receives in this operation is never read: the interposer rewrites
+    // its result (data policy mirror, a reduction). No mirroring, and no data written.
+    bool bytes_free = false;
   };
   // NCCL announced an operation with `transfers` requests on this connection.
-  void push(std::uint64_t op, int transfers, bool ring, bool allgather = false);
+  void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,
+            bool bytes_free = false);
   // The place of the next request; nullopt when no announced operation covers it (the
   // profiler is not loaded, or NCCL posted more than it announced).
   [[nodiscard]] std::optional<Place> next();
@@ -43,6 +47,7 @@ class OpSegments {
     std::uint32_t transfers;
     bool ring;
     bool allgather;
+    bool bytes_free;
   };
   const int nranks_;
   mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <list>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -150,15 +151,25 @@ class PluginState {
   // NCCL's profiler announced an operation on a connection (plugin/profiler/proxy_ops.h);
   // dropped unless a live connection asked for that key, or when not a collective's (op 0:
   // p2p runs on another connection to the same channel and peer). Any thread.
+  // `reduction`: an all-reduce, reduce-scatter or reduce, whose received bytes are free
+  // (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's results.
   void proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send, std::uint64_t op,
-                      int transfers, bool ring, bool allgather = false);
+                      int transfers, bool ring, bool allgather = false, bool reduction = false);
+
+  // Data policy mirror: the interposer writes every reduction result of communicator `comm`
+  // (NCCL's commHash) itself (plugin/mirror_result.h), so what virtual peers send for those
+  // operations is never read and the plugin need not mirror it. Set at creation, cleared
+  // when the program makes a custom reduction op (the interposer leaves those alone).
+  void setReductionsRewritten(std::uint64_t comm, bool on);
+  [[nodiscard]] bool reductionsRewritten(std::uint64_t comm) const;
 
  private:
   PluginState() = default;
   void applyLocked(const Config& cfg);
 
   std::mutex mu_;
-  std::mutex ops_mu_;
+  mutable std::mutex ops_mu_;
+  std::set<std::uint64_t> rewritten_;  // under ops_mu_
   std::map<std::tuple<std::uint64_t, int, int, bool>, std::weak_ptr<OpSegments>> op_segments_;
   bool ready_ = false;
   Config cfg_;

@@ -121,6 +121,11 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
   (void)mirrorKey(place, r, p, /*receive=*/false);
+  // A reduction whose result the interposer rewrites: no receive reads what this carried.
+  if (place && place->bytes_free) {
+    r.mirrored = false;
+    return;
+  }
   // A ring all-gather's receives mirror only its loops' first-step sends: the others (the
   // real rank forwarding what it got) have no receive to serve, and keeping a copy of each
   // when it completes would cost the proxy a memcpy per step (1 MiB slices: 100s of us).
@@ -190,12 +195,14 @@ void VirtualRecvComm::logMirrorCounts() const {
                       unpaired = written(DataWritten::Unpaired);
   const std::uint64_t zeros = not_sent + other_proto + not_kept + unpaired;
   const std::uint64_t mirrored = written(DataWritten::Mirrored);
-  if (policy_ != DataPolicy::Mirror || mirrored + zeros == 0) return;
+  const std::uint64_t rewritten = written(DataWritten::Rewritten);
+  if (policy_ != DataPolicy::Mirror || mirrored + zeros + rewritten == 0) return;
   CRYSTAL_INFO("mirror from virtual rank {}: {} receives carried the real rank's send, {} got "
                "zeros ({} before their send was posted, {} of another protocol, {} whose send "
-               "was not kept, {} without a paired send); {} mirror holds ran out",
+               "was not kept, {} without a paired send), {} were of reductions whose results "
+               "the interposer writes (flags only); {} mirror holds ran out",
                peer_rank_, mirrored, zeros, not_sent, other_proto, not_kept, unpaired,
-               holds_ran_out_);
+               rewritten, holds_ran_out_);
 }
 
 void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes,
@@ -215,6 +222,7 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   if (mirror_)
     (void)mirrorKey(place, r, deliveries_[static_cast<std::size_t>(slotOf(r))].proto,
                     /*receive=*/true);
+  if (place && place->bytes_free) freeBytes(r);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request, over
   // their own hops (the target's LL NET hop is a few us, Simple's 14).
   const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;
@@ -302,6 +310,15 @@ DeviceQueue& VirtualRecvComm::gpu() {
   return *gpu_;
 }
 
+void VirtualRecvComm::freeBytes(Request& r) {
+  Delivery& d = deliveries_[static_cast<std::size_t>(slotOf(r))];
+  r.mirrored = false;
+  d.bytes_free = true;
+  if (d.proto == proto::Proto::Simple) d.write = false;  // nothing to write, nothing to wait for
+  r.written = static_cast<char>(DataWritten::Rewritten);
+  ++written_[static_cast<unsigned char>(DataWritten::Rewritten)];
+}
+
 bool VirtualRecvComm::holdForMirror(Request& r, live::TimeNs now) {
   if (!mirror_ || !r.mirrored || !mirror_->hasSender()) return false;
   if (mirror_->sent(r.mirror_k)) {
@@ -354,13 +371,15 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
   if (holdForMirror(r, now)) return false;
   // The virtual sender filled every posted buffer completely: write what it delivered.
   MirrorChannel* mirror = r.mirrored ? mirror_.get() : nullptr;
+  // LL/LL128 lines of a reduction the interposer rewrites: flags only, as under none.
+  const DataPolicy policy = d.bytes_free ? DataPolicy::None : policy_;
   DataWritten w;
   if (d.device) {
     HighZero* hz = d.proto == proto::Proto::LL128 && d.buffer_slot >= 0
                        ? &ll128_high_zero_[static_cast<std::size_t>(d.buffer_slot)]
                        : nullptr;
     const bool high_zero = hz && hz->at == r.data[0] && r.sizes[0] <= hz->bytes;
-    w = deliverVirtualDataOnDevice(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
+    w = deliverVirtualDataOnDevice(policy, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
                                    d.conn_step, gpu(), slot, high_zero);
     // Every LL128 write leaves the flags' high halves equal to this step's flag's.
     if (hz) {
@@ -378,12 +397,13 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
     MirrorChannel::Placed* placed = d.placed >= 0 ? &placed_[static_cast<std::size_t>(d.placed)]
                                                   : nullptr;
     if (policy_ == DataPolicy::Mirror) forgetPlaced(r.data[0], r.sizes[0], d.placed);
-    w = deliverVirtualData(policy_, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
+    w = deliverVirtualData(policy, mirror, r.mirror_k, d.proto, r.data[0], r.sizes[0],
                            d.conn_step, placed);
     if (placed && w != DataWritten::Mirrored) *placed = {};
   }
+  if (d.bytes_free) w = DataWritten::Rewritten;  // counted in freeBytes
+  else ++written_[static_cast<unsigned char>(w)];
   r.written = static_cast<char>(w);
-  ++written_[static_cast<unsigned char>(w)];
   if (r.hold_ran_out) ++holds_ran_out_;
   d.write = false;
   return true;

@@ -64,6 +64,10 @@ class VirtualRecvComm final : public DataComm {
   void registered(const MemRegion& region) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
   void setStallWarning(live::TimeNs ns) { stall_ns_ = ns; }  // as VirtualSendComm's
+  // Receives so far per DataWritten outcome.
+  [[nodiscard]] std::uint64_t written(DataWritten w) const {
+    return written_[static_cast<unsigned char>(w)];
+  }
 
  private:
   void warnIfStalled(const Request& r, live::TimeNs now, const char* what);
@@ -78,8 +82,13 @@ class VirtualRecvComm final : public DataComm {
     bool gpu_pending = false;  // GPU work of this receive is enqueued; done before test() is
     int placed = -1;           // its slot's entry in placed_ (host protocol slots), or -1
     int buffer_slot = -1;      // region ordinal x NCCL step slot (protocol buffers), or -1
+    // Its bytes are never read (OpSegments::Place::bytes_free): written as under none.
+    bool bytes_free = false;
   };
   void planDelivery(Request& r);
+  // r belongs to a reduction whose result the interposer rewrites (bytes_free): no mirror,
+  // Simple bytes not written, LL/LL128 flags only.
+  void freeBytes(Request& r);
   // Writes what the virtual sender delivered into r's buffer (once; r is due). False while
   // a mirror hold keeps it back.
   [[nodiscard]] bool deliver(Request& r, live::TimeNs now);
@@ -106,9 +115,6 @@ class VirtualRecvComm final : public DataComm {
   // Receives per DataWritten outcome (indexed by its char) and mirror holds that ran out,
   // logged at close under mirror (a run whose receives were not mirrored says why).
   void logMirrorCounts() const;
-  [[nodiscard]] std::uint64_t written(DataWritten w) const {
-    return written_[static_cast<unsigned char>(w)];
-  }
   std::array<std::uint64_t, 128> written_{};
   std::uint64_t holds_ran_out_ = 0;
 

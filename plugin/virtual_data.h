@@ -47,6 +47,7 @@ enum class DataWritten : char {
   OtherProto = 'p',   // mirror, zeros: the paired send used another protocol's buffer
   NotKept = 'k',      // mirror, zeros: the send completed and its bytes were not kept
   Unpaired = 'u',     // mirror, zeros: no paired send connection, or not a ring operation
+  Rewritten = 'r',    // mirror, a reduction whose result the interposer writes: as none
 };
 // The MirrorChannel::fill outcomes: Mirrored, NotSent, OtherProto, NotKept.
 

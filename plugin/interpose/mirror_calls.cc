@@ -140,7 +140,7 @@ int mirrorGroupEnded(const char* caller, int rc, bool launched) noexcept {
   return rc != kNcclSuccess ? rc : r;
 }
 
-void prepareMirrorKernel() noexcept {
+void mirrorCommCreated(std::uint64_t hash) noexcept {
   try {
     cp::PluginState& st = cp::PluginState::get();
     st.ensureInit();
@@ -148,7 +148,23 @@ void prepareMirrorKernel() noexcept {
         st.config().emulation.real_ranks.size() != 1)
       return;
     std::string why;
-    (void)cp::mirrorKernel(&why);  // logs why not, once
+    if (cp::mirrorKernel(&why)) st.setReductionsRewritten(hash, true);  // else: logged once
+  } catch (const std::exception& e) {
+    CRYSTAL_WARN("crystal: mirror: {}", e.what());
+  }
+}
+
+void mirrorCustomOp(NcclComm comm) noexcept {
+  try {
+    const auto rec = findComm(comm);
+    if (!rec) return;
+    cp::PluginState& st = cp::PluginState::get();
+    if (!st.reductionsRewritten(rec->hash)) return;
+    st.setReductionsRewritten(rec->hash, false);
+    CRYSTAL_INFO("crystal: mirror: a custom reduction op on communicator {:x}: its reductions "
+                 "keep what the data path delivers from now on (the rewrite does not know the "
+                 "op's scalar)",
+                 rec->hash);
   } catch (const std::exception& e) {
     CRYSTAL_WARN("crystal: mirror: {}", e.what());
   }

@@ -41,8 +41,15 @@ namespace crystal::interpose {
 void mirrorGroupStarted() noexcept;
 [[nodiscard]] int mirrorGroupEnded(const char* caller, int rc, bool launched) noexcept;
 
-// At communicator creation under mirror with one real rank: load the mirror kernel in the
-// current CUDA context now (mirror_kernel.h says why), logging why not once.
-void prepareMirrorKernel() noexcept;
+// At communicator creation (`hash`: NCCL's commHash), under mirror with one real rank and
+// CRYSTAL_MIRROR_RESULTS=1: loads the mirror kernel in the current CUDA context now
+// (mirror_kernel.h says why; logs why not, once) and, when it is there, tells the net plugin
+// that this communicator's reduction results are rewritten (PluginState::
+// setReductionsRewritten: its ring reductions then skip mirroring).
+void mirrorCommCreated(std::uint64_t hash) noexcept;
+// The program made a custom reduction op (ncclRedOpCreatePreMulSum) on `comm`: the rewrite
+// does not know its scalar, so that communicator's reductions go back to the data path's
+// bytes (mirrored where the plugin can).
+void mirrorCustomOp(NcclComm comm) noexcept;
 
 }  // namespace crystal::interpose

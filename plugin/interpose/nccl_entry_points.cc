@@ -43,8 +43,6 @@ int missing(const char* name) {
 void rememberCreated(int rc, NcclComm* comm, std::uint64_t hash, int nranks, int rank) {
   if ((rc == ci::kNcclSuccess || rc == ci::kNcclInProgress) && comm != nullptr)
     ci::rememberComm(*comm, CommRecord{hash, rank, nranks, 0});
-  // Splits run in a context whose communicator was created here, so they need not.
-  if (rc == ci::kNcclSuccess) ci::prepareMirrorKernel();
 }
 
 // `forward(nranks, rank)` makes the real call. Under CRYSTAL_RANK_MAP a k-rank
@@ -64,6 +62,8 @@ int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int ra
   rememberCreated(rc, comm, hash, args.nranks, args.rank);
   if (args.mapped && (rc == ci::kNcclSuccess || rc == ci::kNcclInProgress) && comm != nullptr)
     ci::rememberMapped(*comm, *args.mapped);
+  // Under the rank mapping a reduce-scatter's blocks are the program's: not rewritten.
+  if (!args.mapped && rc == ci::kNcclSuccess) ci::mirrorCommCreated(hash);
   return rc;
 }
 
@@ -142,6 +142,8 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
         (void)count(*newcomm, &child.nranks);
     }
     ci::rememberComm(*newcomm, child);
+    if (rc == ci::kNcclSuccess && child.nranks > 0 && !ci::findMapped(comm))
+      ci::mirrorCommCreated(child_hash);
   }
   return rc;
 }

@@ -22,6 +22,7 @@ struct ProxyOpStart {
   std::uint64_t op = 0;  // the collective's identity in this process (> 0); 0: not one
   bool ring = false;     // the collective runs NCCL's ring algorithm
   bool allgather = false;  // the collective is an all-gather
+  bool reduction = false;  // an all-reduce, reduce-scatter or reduce
 };
 
 struct ProxyOpObserver {

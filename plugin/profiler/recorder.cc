@@ -111,6 +111,7 @@ struct Event {
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
   bool allgather = false;  // collectives: an all-gather
+  bool reduction = false;  // collectives: an all-reduce, reduce-scatter or reduce
   bool coll = false;
 };
 
@@ -220,6 +221,7 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       s.op = parent->op;
       s.ring = parent->ring;
       s.allgather = parent->allgather;
+      s.reduction = parent->reduction;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -243,7 +245,9 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     if (d->type == ncclProfileColl) {
       ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
       ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
-      ev->allgather = d->coll.func != nullptr && std::string_view(d->coll.func) == "AllGather";
+      const std::string_view func = d->coll.func != nullptr ? d->coll.func : "";
+      ev->allgather = func == "AllGather";
+      ev->reduction = func == "AllReduce" || func == "ReduceScatter" || func == "Reduce";
       ev->coll = true;
     }
     {

@@ -122,7 +122,7 @@ int ncclAllReduce(const void*, void*, std::size_t n, int, int op, void*, void*) 
   record("nccl:ncclAllReduce count=" + std::to_string(n) + " op=" + std::to_string(op));
   return 0;
 }
-// Group calls the interposer counts (plugin/interpose/nccl_group_calls.cc).
+// Group calls the interposer counts (plugin/interpose/nccl_mirror_calls.cc).
 int ncclGroupStart() {
   record("nccl:ncclGroupStart");
   return 0;
@@ -133,6 +133,11 @@ int ncclGroupEnd() {
 }
 int ncclGroupSimulateEnd(void*) {
   record("nccl:ncclGroupSimulateEnd");
+  return 0;
+}
+int ncclRedOpCreatePreMulSum(int* op, void*, int, int, void*) {
+  *op = 5;  // the first custom op (ncclNumOps)
+  record("nccl:ncclRedOpCreatePreMulSum");
   return 0;
 }
 }

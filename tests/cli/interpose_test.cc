@@ -34,6 +34,7 @@ int ncclAllReduce(const void*, void*, std::size_t, int, int, void*, void*);
 int ncclGroupStart();
 int ncclGroupEnd();
 int ncclGroupSimulateEnd(void*);
+int ncclRedOpCreatePreMulSum(int*, void*, int, int, void*);
 }
 
 namespace crystal::control {
@@ -74,7 +75,7 @@ TEST_F(Interposer, WithoutHostEverythingPassesThrough) {
                           "nccl:ncclCommDestroy"}));
 }
 
-TEST_F(Interposer, AllReduceAndGroupsPassThroughOnCommsTheHostDoesNotKnow) {
+TEST_F(Interposer, MirrorCallsPassThroughOnCommsTheHostDoesNotKnow) {
   void* comm = nullptr;
   TestId id{};
   ASSERT_EQ(ncclCommInitRank(&comm, 4, id, 1), 0);
@@ -85,11 +86,15 @@ TEST_F(Interposer, AllReduceAndGroupsPassThroughOnCommsTheHostDoesNotKnow) {
   ASSERT_EQ(ncclGroupEnd(), 0);
   ASSERT_EQ(ncclGroupStart(), 0);
   ASSERT_EQ(ncclGroupSimulateEnd(nullptr), 0);
+  int op = -1;
+  float scalar = 0.5f;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, 7, 0, comm), 0);
+  EXPECT_EQ(op, 5);
   EXPECT_EQ(x, 1.0f);  // no mirror rewrite: not an emulated communicator
   EXPECT_EQ(g_events, (std::vector<std::string>{
                           "nccl:ncclGroupStart", "nccl:ncclAllReduce count=1 op=0",
                           "nccl:ncclGroupEnd", "nccl:ncclGroupStart",
-                          "nccl:ncclGroupSimulateEnd"}));
+                          "nccl:ncclGroupSimulateEnd", "nccl:ncclRedOpCreatePreMulSum"}));
   EXPECT_EQ(ncclCommDestroy(comm), 0);
 }
 

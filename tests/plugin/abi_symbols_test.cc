@@ -33,7 +33,7 @@ TEST(PluginAbi, ExportsOnlyVersionedTables) {
         "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclSend",
         "ncclRecv",      "ncclBroadcast",     "ncclReduce",   "ncclProfiler_v5",
         "ncclBcast",     "ncclAllReduce",     "ncclGroupStart", "ncclGroupEnd",
-        "ncclGroupSimulateEnd"};
+        "ncclGroupSimulateEnd", "ncclRedOpCreatePreMulSum"};
     return s == "ncclGetUniqueId" || s.rfind("ncclComm", 0) == 0 || mapped.count(s) > 0;
   };
   for (const auto& s : syms)

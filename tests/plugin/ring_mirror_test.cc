@@ -19,6 +19,7 @@
 #include "net_api.h"
 #include "ring_proxy.h"
 #include "state.h"
+#include "virtual_comm.h"
 
 namespace crystal::test {
 namespace {
@@ -55,6 +56,8 @@ struct Channel {
 struct Stats {
   long receives = 0, bad = 0;
   std::uint64_t holds_ran_out = 0;
+  live::TimeNs end = 0;  // when the last receive and send completed
+  std::uint64_t rewritten = 0;  // receives left alone for the interposer's rewrite
 };
 
 // The real rank's bytes of slice s of its own input in loop l: a pattern no zero fill can fake.
@@ -67,8 +70,11 @@ std::uint8_t own(std::size_t i, int s, long l) {
 // 64-rank communicator whose rank 5 is real; the GPU forwards a received slice `turnaround`
 // after its receive completed, and starts each of `loops` loops `loop_gap` after the last
 // receive of the previous one. Returns the receives and those whose bytes were wrong.
+// `rewritten`: the interposer rewrites the communicator's reduction results
+// (PluginState::setReductionsRewritten), so a reduce-scatter's receives must be left alone:
+// their bytes stay NCCL's zeroed buffer's.
 Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaround = 0,
-                int loops = 1, live::TimeNs loop_gap = 0) {
+                int loops = 1, live::TimeNs loop_gap = 0, bool rewritten = false) {
   static std::uint64_t next_comm = 0x9000;
   const std::uint64_t comm_id = next_comm++;
   constexpr int kRanks = 64, kSelf = 5;
@@ -76,6 +82,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
   cfg.cluster.nodes = kRanks / cfg.cluster.gpus_per_node;
   cfg.emulation.data = DataPolicy::Mirror;
   plugin::PluginState::get().configure(cfg);
+  plugin::PluginState::get().setReductionsRewritten(comm_id, rewritten);
   void* ctx = nullptr;
   EXPECT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
   std::vector<Channel> ch(static_cast<std::size_t>(nch));
@@ -112,7 +119,8 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
     for (bool send : {true, false})
       plugin::PluginState::get().proxyOpStarted(comm_id, c, send ? kSelf + 1 : kSelf - 1, send,
                                                 0x100 + comm_id, static_cast<int>(units),
-                                                /*ring=*/true, allgather);
+                                                /*ring=*/true, allgather,
+                                                /*reduction=*/!allgather);
   }
   // When the GPU may post send v (kUnknown: not yet known).
   auto readyAt = [&](const Channel& k, long v) -> live::TimeNs {
@@ -143,7 +151,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
           const auto add = static_cast<std::uint8_t>(allgather ? 0 : stepOf(v));
           const std::uint8_t* got = k.recvSlot(v);
           for (std::size_t i = 0; i < len[s]; ++i)
-            if (got[i] != static_cast<std::uint8_t>(own(i, s, loopOf(v)) + add)) {
+            if (got[i] != (rewritten && !allgather ? 0 : static_cast<std::uint8_t>(own(i, s, loopOf(v)) + add))) {
               ++k.bad;
               ADD_FAILURE() << (allgather ? "all-gather" : "reduce-scatter") << " chunk " << chunk
                             << ": receive " << v << " byte " << i << " is " << int(got[i]);
@@ -217,8 +225,12 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
     if (next != Request::kUnknown && next <= now) next = now + 10'000;
     advanceClock(now, next, unknown);
   }
+  out.end = now;
   for (Channel& k : ch) {
     out.bad += k.bad;
+    out.rewritten += k.recv ? static_cast<plugin::VirtualRecvComm*>(k.recv)->written(
+                                  plugin::DataWritten::Rewritten)
+                            : 0;
     for (int p = 0; p < 3; ++p) {
       EXPECT_EQ(plugin::net::deregMr(k.conns.send, k.smr[p]), nccl::ncclSuccess);
       EXPECT_EQ(plugin::net::deregMr(k.conns.recv, k.rmr[p]), nccl::ncclSuccess);
@@ -265,6 +277,24 @@ TEST(RingMirror, ReduceScatterReceivesCarryTheRealRanksPartialSums) {
       EXPECT_EQ(s.receives, 2 * 63 * kPerStep);
       EXPECT_EQ(s.bad, 0) << "chunk " << chunk << ", turnaround " << turnaround << " ns";
     }
+}
+
+// With the interposer rewriting the reduction's result (data policy mirror, one real rank),
+// the same reduce-scatter runs as under none: no receive waits for the real rank's partial
+// sum (a hold), none is written, and it ends no later than the mirrored run, which waits a
+// GPU turnaround for each partial sum it copies.
+TEST(RingMirror, RewrittenReductionsAreNotMirrored) {
+  const Stats mirrored = runMirror(/*allgather=*/false, 40000, 2, 50'000);
+  const Stats left = runMirror(/*allgather=*/false, 40000, 2, 50'000, 1, 0, /*rewritten=*/true);
+  EXPECT_EQ(left.receives, 2 * 63 * kPerStep);
+  EXPECT_EQ(left.bad, 0);  // every receive's bytes untouched
+  EXPECT_EQ(left.rewritten, static_cast<std::uint64_t>(left.receives));
+  EXPECT_EQ(mirrored.rewritten, 0u);
+  EXPECT_LE(left.end, mirrored.end);
+  // An all-gather on the same communicator is still mirrored (its bytes are read).
+  const Stats ag = runMirror(/*allgather=*/true, 40000, 2, 0, 1, 0, /*rewritten=*/true);
+  EXPECT_EQ(ag.bad, 0);
+  EXPECT_EQ(ag.rewritten, 0u);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd: pass-throughs that keep the group
-// depth the mirror rewrites wait on (mirror_calls.h: a grouped collective is enqueued at the
-// outermost ncclGroupEnd, so its rewrite must come after that).
+// NCCL calls the interposer watches for the mirror rewrites (mirror_calls.h), each a
+// pass-through otherwise: ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd keep the group
+// depth the rewrites wait on (a grouped collective is enqueued at the outermost ncclGroupEnd,
+// so its rewrite must come after that); ncclRedOpCreatePreMulSum turns the rewrite off for
+// its communicator (it does not know the op's scalar).
 #include <atomic>
 
 #include "plugin/interpose/host_session.h"
@@ -25,6 +27,8 @@ Fn cachedReal(std::atomic<void*>& slot, const char* name) {
 
 using GroupFn = int (*)();
 using SimulateEndFn = int (*)(void*);  // ncclSimInfo_t*
+// ncclRedOp_t*, scalar, ncclDataType_t, ncclScalarResidence_t, ncclComm_t
+using PreMulSumFn = int (*)(int*, void*, int, int, ci::NcclComm);
 
 }  // namespace
 
@@ -58,4 +62,16 @@ CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
                            ci::kNcclSystemError);
   const int rc = real_fn(sim_info);
   return ci::mirrorGroupEnded("ncclGroupSimulateEnd", rc, false);
+}
+
+CRYSTAL_EXPORT int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence,
+                                            ci::NcclComm comm) {
+  static std::atomic<void*> slot{nullptr};
+  const auto real_fn = cachedReal<PreMulSumFn>(slot, "ncclRedOpCreatePreMulSum");
+  if (real_fn == nullptr)
+    return ci::reportError("ncclRedOpCreatePreMulSum", "the real NCCL function is unavailable",
+                           ci::kNcclSystemError);
+  const int rc = real_fn(op, scalar, type, residence, comm);
+  if (rc == ci::kNcclSuccess) ci::mirrorCustomOp(comm);
+  return rc;
 }
