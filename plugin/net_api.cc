@@ -277,6 +277,8 @@ ncclResult_t accept(void* listenComm, void** recvComm,
                                                   lc.hello.sender_rank, lc.ctx()->mirrorFor(id),
                                                   lc.ctx()->opSegmentsFor(id));
       vc->setStallWarning(stallNs(PluginState::get()));
+      if (id.graph == live::kGraphTree)
+        vc->setTreeOf(lc.ctx()->comm_id != 0 ? lc.ctx()->comm_id : id.comm_id);
       traceVirtual(*vc, id, *link);
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;

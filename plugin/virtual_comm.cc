@@ -222,7 +222,11 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   if (mirror_)
     (void)mirrorKey(place, r, deliveries_[static_cast<std::size_t>(slotOf(r))].proto,
                     /*receive=*/true);
-  if (place && place->bytes_free) freeBytes(r);
+  // NCCL runs only all-reduces on a tree connection (no placement there: not a ring's).
+  if ((place && place->bytes_free) ||
+      (!place && tree_of_ != 0 && policy_ == DataPolicy::Mirror &&
+       PluginState::get().reductionsRewritten(tree_of_)))
+    freeBytes(r);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request, over
   // their own hops (the target's LL NET hop is a few us, Simple's 14).
   const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;

@@ -64,6 +64,10 @@ class VirtualRecvComm final : public DataComm {
   void registered(const MemRegion& region) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
   void setStallWarning(live::TimeNs ns) { stall_ns_ = ns; }  // as VirtualSendComm's
+  // A tree connection of communicator `comm` (NCCL's commHash): every operation on it is a
+  // tree all-reduce, so its bytes are free whenever the interposer rewrites that
+  // communicator's reductions (PluginState::reductionsRewritten).
+  void setTreeOf(std::uint64_t comm) { tree_of_ = comm; }
   // Receives so far per DataWritten outcome.
   [[nodiscard]] std::uint64_t written(DataWritten w) const {
     return written_[static_cast<unsigned char>(w)];
@@ -117,6 +121,7 @@ class VirtualRecvComm final : public DataComm {
   void logMirrorCounts() const;
   std::array<std::uint64_t, 128> written_{};
   std::uint64_t holds_ran_out_ = 0;
+  std::uint64_t tree_of_ = 0;  // setTreeOf
 
   std::shared_ptr<live::VirtualLink> link_;
   int peer_rank_;

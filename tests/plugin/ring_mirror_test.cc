@@ -297,5 +297,51 @@ TEST(RingMirror, RewrittenReductionsAreNotMirrored) {
   EXPECT_EQ(ag.rewritten, 0u);
 }
 
+// A tree connection carries only all-reduces: with the interposer rewriting the
+// communicator's reductions its receives are left alone (Simple: not written at all), where
+// mirror otherwise clears the slot (a tree's partial sums have no send to copy: zeros).
+TEST(RingMirror, TreeReceivesOfARewrittenCommunicatorAreLeftAlone) {
+  for (bool rewritten : {false, true}) {
+    const std::uint64_t comm_id = rewritten ? 0xa101 : 0xa100;
+    Config cfg;
+    cfg.cluster.nodes = 8;
+    cfg.emulation.data = DataPolicy::Mirror;
+    plugin::PluginState::get().configure(cfg);
+    plugin::PluginState::get().setReductionsRewritten(comm_id, rewritten);
+    void* ctx = nullptr;
+    ASSERT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+    RingConns c;
+    c.recv = acceptVirtual(ctx, 0, ConnId{comm_id, 5, 4, 64, 1, 0, /*graph=*/2}, &c.listen,
+                           &c.host_fd);
+    DataComm& recv = comm(c.recv);
+    const std::size_t sizes[3] = {kSlots * 4096, kSlots * 4096, kSlots * kStep};
+    std::vector<std::uint8_t> buf[3];
+    void* mr[3] = {};
+    for (int p = 0; p < 3; ++p) {
+      buf[p].assign(sizes[p], 0x5a);  // what an earlier step left in the slot
+      ASSERT_EQ(plugin::net::regMr(c.recv, buf[p].data(), sizes[p], nccl::NCCL_PTR_HOST, &mr[p]),
+                nccl::ncclSuccess);
+    }
+    Request* r = recv.allocRequest();
+    ASSERT_NE(r, nullptr);
+    void* data = buf[2].data();
+    const std::size_t cap = kStep;
+    live::TimeNs now = 1'000'000'000;
+    recv.irecv(*r, 1, &data, &cap, nullptr, now);
+    bool done = false;
+    for (int i = 0; i < 1000 && !done; ++i) done = recv.test(*r, now += 100'000, nullptr);
+    ASSERT_TRUE(done);
+    const auto& vr = static_cast<plugin::VirtualRecvComm&>(recv);
+    EXPECT_EQ(vr.written(plugin::DataWritten::Rewritten), rewritten ? 1u : 0u);
+    EXPECT_EQ(buf[2][0], rewritten ? 0x5a : 0) << (rewritten ? "left alone" : "cleared");
+    EXPECT_EQ(buf[2][kStep - 1], rewritten ? 0x5a : 0);
+    recv.freeRequest(*r);
+    for (int p = 0; p < 3; ++p) EXPECT_EQ(plugin::net::deregMr(c.recv, mr[p]), nccl::ncclSuccess);
+    std::vector<RingConns> conns{c};
+    closeConns(conns);
+    EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
+  }
+}
+
 }  // namespace
 }  // namespace crystal::test
