@@ -28,7 +28,7 @@ class OpSegments {
     // 0 otherwise. Every step of a loop carries one rank's contribution (the mirror's source).
     int allgather_steps = 0;
     // What the real rank receives in this operation is never read: the interposer rewrites
-    // its result (data policy mirror, a reduction). No mirroring, and no data written.
+    // its result (data policy mirror: a reduction, or a broadcast from a virtual root). No mirroring, and no data written.
     bool bytes_free = false;
   };
   // NCCL announced an operation with `transfers` requests on this connection.

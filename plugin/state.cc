@@ -288,7 +288,7 @@ std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int c
 
 void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send,
                                  std::uint64_t op, int transfers, bool ring, bool allgather,
-                                 bool reduction) {
+                                 bool rewritable) {
   // Not under a collective: point-to-point operations run on NCCL's p2p connection to the
   // same (channel, peer), not on the ring's; they must not enter its queue.
   if (op == 0) return;
@@ -296,7 +296,7 @@ void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool
   bool bytes_free = false;
   {
     std::lock_guard lock(ops_mu_);
-    bytes_free = reduction && rewritten_.count(comm) != 0;
+    bytes_free = rewritable && rewritten_.count(comm) != 0;
     const auto it = op_segments_.find({comm, channel, peer, send});
     if (it == op_segments_.end()) return;
     ops = it->second.lock();
@@ -308,7 +308,7 @@ void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool
   ops->push(op, transfers, ring, allgather, bytes_free);
 }
 
-void PluginState::setReductionsRewritten(std::uint64_t comm, bool on) {
+void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {
   std::lock_guard lock(ops_mu_);
   if (on)
     rewritten_.insert(comm);
@@ -316,7 +316,7 @@ void PluginState::setReductionsRewritten(std::uint64_t comm, bool on) {
     rewritten_.erase(comm);
 }
 
-bool PluginState::reductionsRewritten(std::uint64_t comm) const {
+bool PluginState::resultsRewritten(std::uint64_t comm) const {
   std::lock_guard lock(ops_mu_);
   return rewritten_.count(comm) != 0;
 }

@@ -151,17 +151,19 @@ class PluginState {
   // NCCL's profiler announced an operation on a connection (plugin/profiler/proxy_ops.h);
   // dropped unless a live connection asked for that key, or when not a collective's (op 0:
   // p2p runs on another connection to the same channel and peer). Any thread.
-  // `reduction`: an all-reduce, reduce-scatter or reduce, whose received bytes are free
-  // (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's results.
+  // `rewritable`: an all-reduce, reduce-scatter, reduce or broadcast, whose received bytes are
+  // free (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's
+  // results.
   void proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send, std::uint64_t op,
-                      int transfers, bool ring, bool allgather = false, bool reduction = false);
+                      int transfers, bool ring, bool allgather = false, bool rewritable = false);
 
   // Data policy mirror: the interposer writes every reduction result of communicator `comm`
-  // (NCCL's commHash) itself (plugin/mirror_result.h), so what virtual peers send for those
-  // operations is never read and the plugin need not mirror it. Set at creation, cleared
+  // (NCCL's commHash) itself, and every broadcast's from a virtual root (plugin/
+  // mirror_result.h), so what virtual peers send for those operations is never read and the
+  // plugin need not mirror it. Set at creation, cleared
   // when the program makes a custom reduction op (the interposer leaves those alone).
-  void setReductionsRewritten(std::uint64_t comm, bool on);
-  [[nodiscard]] bool reductionsRewritten(std::uint64_t comm) const;
+  void setResultsRewritten(std::uint64_t comm, bool on);
+  [[nodiscard]] bool resultsRewritten(std::uint64_t comm) const;
 
  private:
   PluginState() = default;

@@ -121,7 +121,7 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   const proto::Proto p =
       region ? protoOfRegion(region->ordinal, protocol_buffers_) : proto::Proto::Simple;
   (void)mirrorKey(place, r, p, /*receive=*/false);
-  // A reduction whose result the interposer rewrites: no receive reads what this carried.
+  // A collective whose result the interposer rewrites: no receive reads what this carried.
   if (place && place->bytes_free) {
     r.mirrored = false;
     return;
@@ -199,7 +199,7 @@ void VirtualRecvComm::logMirrorCounts() const {
   if (policy_ != DataPolicy::Mirror || mirrored + zeros + rewritten == 0) return;
   CRYSTAL_INFO("mirror from virtual rank {}: {} receives carried the real rank's send, {} got "
                "zeros ({} before their send was posted, {} of another protocol, {} whose send "
-               "was not kept, {} without a paired send), {} were of reductions whose results "
+               "was not kept, {} without a paired send), {} were of collectives whose results "
                "the interposer writes (flags only); {} mirror holds ran out",
                peer_rank_, mirrored, zeros, not_sent, other_proto, not_kept, unpaired,
                rewritten, holds_ran_out_);
@@ -225,7 +225,7 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   // NCCL runs only all-reduces on a tree connection (no placement there: not a ring's).
   if ((place && place->bytes_free) ||
       (!place && tree_of_ != 0 && policy_ == DataPolicy::Mirror &&
-       PluginState::get().reductionsRewritten(tree_of_)))
+       PluginState::get().resultsRewritten(tree_of_)))
     freeBytes(r);
   // Only this one outstanding: an operation starts. LL/LL128 move one step per request, over
   // their own hops (the target's LL NET hop is a few us, Simple's 14).
@@ -375,7 +375,7 @@ bool VirtualRecvComm::deliver(Request& r, live::TimeNs now) {
   if (holdForMirror(r, now)) return false;
   // The virtual sender filled every posted buffer completely: write what it delivered.
   MirrorChannel* mirror = r.mirrored ? mirror_.get() : nullptr;
-  // LL/LL128 lines of a reduction the interposer rewrites: flags only, as under none.
+  // LL/LL128 lines of a collective the interposer rewrites: flags only, as under none.
   const DataPolicy policy = d.bytes_free ? DataPolicy::None : policy_;
   DataWritten w;
   if (d.device) {

@@ -66,7 +66,7 @@ class VirtualRecvComm final : public DataComm {
   void setStallWarning(live::TimeNs ns) { stall_ns_ = ns; }  // as VirtualSendComm's
   // A tree connection of communicator `comm` (NCCL's commHash): every operation on it is a
   // tree all-reduce, so its bytes are free whenever the interposer rewrites that
-  // communicator's reductions (PluginState::reductionsRewritten).
+  // communicator's reductions (PluginState::resultsRewritten).
   void setTreeOf(std::uint64_t comm) { tree_of_ = comm; }
   // Receives so far per DataWritten outcome.
   [[nodiscard]] std::uint64_t written(DataWritten w) const {

@@ -148,7 +148,7 @@ void mirrorCommCreated(std::uint64_t hash) noexcept {
         st.config().emulation.real_ranks.size() != 1)
       return;
     std::string why;
-    if (cp::mirrorKernel(&why)) st.setReductionsRewritten(hash, true);  // else: logged once
+    if (cp::mirrorKernel(&why)) st.setResultsRewritten(hash, true);  // else: logged once
   } catch (const std::exception& e) {
     CRYSTAL_WARN("crystal: mirror: {}", e.what());
   }
@@ -159,8 +159,8 @@ void mirrorCustomOp(NcclComm comm) noexcept {
     const auto rec = findComm(comm);
     if (!rec) return;
     cp::PluginState& st = cp::PluginState::get();
-    if (!st.reductionsRewritten(rec->hash)) return;
-    st.setReductionsRewritten(rec->hash, false);
+    if (!st.resultsRewritten(rec->hash)) return;
+    st.setResultsRewritten(rec->hash, false);
     CRYSTAL_INFO("crystal: mirror: a custom reduction op on communicator {:x}: its reductions "
                  "keep what the data path delivers from now on (the rewrite does not know the "
                  "op's scalar)",

@@ -45,7 +45,7 @@ void mirrorGroupStarted() noexcept;
 // CRYSTAL_MIRROR_RESULTS=1: loads the mirror kernel in the current CUDA context now
 // (mirror_kernel.h says why; logs why not, once) and, when it is there, tells the net plugin
 // that this communicator's reduction results are rewritten (PluginState::
-// setReductionsRewritten: its ring reductions then skip mirroring).
+// setResultsRewritten: its ring reductions then skip mirroring).
 void mirrorCommCreated(std::uint64_t hash) noexcept;
 // The program made a custom reduction op (ncclRedOpCreatePreMulSum) on `comm`: the rewrite
 // does not know its scalar, so that communicator's reductions go back to the data path's

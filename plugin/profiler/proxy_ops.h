@@ -22,7 +22,9 @@ struct ProxyOpStart {
   std::uint64_t op = 0;  // the collective's identity in this process (> 0); 0: not one
   bool ring = false;     // the collective runs NCCL's ring algorithm
   bool allgather = false;  // the collective is an all-gather
-  bool reduction = false;  // an all-reduce, reduce-scatter or reduce
+  // An all-reduce, reduce-scatter, reduce or broadcast: the collectives whose result on the
+  // real rank the interposer may rewrite under data policy mirror (plugin/mirror_result.h).
+  bool rewritable = false;
 };
 
 struct ProxyOpObserver {

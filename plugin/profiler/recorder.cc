@@ -111,7 +111,7 @@ struct Event {
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
   bool allgather = false;  // collectives: an all-gather
-  bool reduction = false;  // collectives: an all-reduce, reduce-scatter or reduce
+  bool rewritable = false;  // collectives: see ProxyOpStart::rewritable
   bool coll = false;
 };
 
@@ -221,7 +221,7 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       s.op = parent->op;
       s.ring = parent->ring;
       s.allgather = parent->allgather;
-      s.reduction = parent->reduction;
+      s.rewritable = parent->rewritable;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -247,7 +247,8 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
       const std::string_view func = d->coll.func != nullptr ? d->coll.func : "";
       ev->allgather = func == "AllGather";
-      ev->reduction = func == "AllReduce" || func == "ReduceScatter" || func == "Reduce";
+      ev->rewritable = func == "AllReduce" || func == "ReduceScatter" || func == "Reduce" ||
+                       func == "Broadcast";
       ev->coll = true;
     }
     {

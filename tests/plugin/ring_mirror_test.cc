@@ -71,7 +71,7 @@ std::uint8_t own(std::size_t i, int s, long l) {
 // after its receive completed, and starts each of `loops` loops `loop_gap` after the last
 // receive of the previous one. Returns the receives and those whose bytes were wrong.
 // `rewritten`: the interposer rewrites the communicator's reduction results
-// (PluginState::setReductionsRewritten), so a reduce-scatter's receives must be left alone:
+// (PluginState::setResultsRewritten), so a reduce-scatter's receives must be left alone:
 // their bytes stay NCCL's zeroed buffer's.
 Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaround = 0,
                 int loops = 1, live::TimeNs loop_gap = 0, bool rewritten = false) {
@@ -82,7 +82,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
   cfg.cluster.nodes = kRanks / cfg.cluster.gpus_per_node;
   cfg.emulation.data = DataPolicy::Mirror;
   plugin::PluginState::get().configure(cfg);
-  plugin::PluginState::get().setReductionsRewritten(comm_id, rewritten);
+  plugin::PluginState::get().setResultsRewritten(comm_id, rewritten);
   void* ctx = nullptr;
   EXPECT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
   std::vector<Channel> ch(static_cast<std::size_t>(nch));
@@ -120,7 +120,7 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
       plugin::PluginState::get().proxyOpStarted(comm_id, c, send ? kSelf + 1 : kSelf - 1, send,
                                                 0x100 + comm_id, static_cast<int>(units),
                                                 /*ring=*/true, allgather,
-                                                /*reduction=*/!allgather);
+                                                /*rewritable=*/!allgather);
   }
   // When the GPU may post send v (kUnknown: not yet known).
   auto readyAt = [&](const Channel& k, long v) -> live::TimeNs {
@@ -307,7 +307,7 @@ TEST(RingMirror, TreeReceivesOfARewrittenCommunicatorAreLeftAlone) {
     cfg.cluster.nodes = 8;
     cfg.emulation.data = DataPolicy::Mirror;
     plugin::PluginState::get().configure(cfg);
-    plugin::PluginState::get().setReductionsRewritten(comm_id, rewritten);
+    plugin::PluginState::get().setResultsRewritten(comm_id, rewritten);
     void* ctx = nullptr;
     ASSERT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
     RingConns c;
