@@ -15,16 +15,6 @@ namespace ci = crystal::interpose;
 
 namespace {
 
-template <typename Fn>
-Fn cachedReal(std::atomic<void*>& slot, const char* name) {
-  void* p = slot.load(std::memory_order_acquire);
-  if (p == nullptr) {
-    p = ci::realSymbol(name);
-    slot.store(p, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(p);
-}
-
 using GroupFn = int (*)();
 using SimulateEndFn = int (*)(void*);  // ncclSimInfo_t*
 // ncclRedOp_t*, scalar, ncclDataType_t, ncclScalarResidence_t, ncclComm_t
@@ -34,7 +24,7 @@ using PreMulSumFn = int (*)(int*, void*, int, int, ci::NcclComm);
 
 CRYSTAL_EXPORT int ncclGroupStart() {
   static std::atomic<void*> slot{nullptr};
-  const auto real_fn = cachedReal<GroupFn>(slot, "ncclGroupStart");
+  const auto real_fn = ci::cachedReal<GroupFn>(slot, "ncclGroupStart");
   if (real_fn == nullptr)
     return ci::reportError("ncclGroupStart", "the real NCCL function is unavailable",
                            ci::kNcclSystemError);
@@ -45,7 +35,7 @@ CRYSTAL_EXPORT int ncclGroupStart() {
 
 CRYSTAL_EXPORT int ncclGroupEnd() {
   static std::atomic<void*> slot{nullptr};
-  const auto real_fn = cachedReal<GroupFn>(slot, "ncclGroupEnd");
+  const auto real_fn = ci::cachedReal<GroupFn>(slot, "ncclGroupEnd");
   if (real_fn == nullptr)
     return ci::reportError("ncclGroupEnd", "the real NCCL function is unavailable",
                            ci::kNcclSystemError);
@@ -56,7 +46,7 @@ CRYSTAL_EXPORT int ncclGroupEnd() {
 // Ends a group without launching it (NCCL computes its estimated time): nothing to rewrite.
 CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
   static std::atomic<void*> slot{nullptr};
-  const auto real_fn = cachedReal<SimulateEndFn>(slot, "ncclGroupSimulateEnd");
+  const auto real_fn = ci::cachedReal<SimulateEndFn>(slot, "ncclGroupSimulateEnd");
   if (real_fn == nullptr)
     return ci::reportError("ncclGroupSimulateEnd", "the real NCCL function is unavailable",
                            ci::kNcclSystemError);
@@ -67,7 +57,7 @@ CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
 CRYSTAL_EXPORT int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence,
                                             ci::NcclComm comm) {
   static std::atomic<void*> slot{nullptr};
-  const auto real_fn = cachedReal<PreMulSumFn>(slot, "ncclRedOpCreatePreMulSum");
+  const auto real_fn = ci::cachedReal<PreMulSumFn>(slot, "ncclRedOpCreatePreMulSum");
   if (real_fn == nullptr)
     return ci::reportError("ncclRedOpCreatePreMulSum", "the real NCCL function is unavailable",
                            ci::kNcclSystemError);

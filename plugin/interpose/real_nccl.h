@@ -4,6 +4,8 @@
 // fallback for a program that loaded NCCL under another name.
 #pragma once
 
+#include <atomic>
+
 namespace crystal::interpose {
 
 // ABI of NCCL's public types, declared here so the plugin needs no nccl.h.
@@ -36,6 +38,17 @@ using CommIntFn = int (*)(NcclComm, int*);
 template <typename Fn>
 [[nodiscard]] Fn real(const char* name) noexcept {
   return reinterpret_cast<Fn>(realSymbol(name));
+}
+
+// The real `name`, looked up once into `slot` (for calls on the program's hot path).
+template <typename Fn>
+[[nodiscard]] Fn cachedReal(std::atomic<void*>& slot, const char* name) noexcept {
+  void* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = realSymbol(name);
+    slot.store(p, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(p);
 }
 
 // ncclGetVersion() of the loaded NCCL, 0 if unavailable.
