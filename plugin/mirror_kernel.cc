@@ -45,7 +45,7 @@ Loaded& loaded() {
   return *l;
 }
 
-cuda::Function load(const cuda::DriverApi& d, cuda::Context ctx, std::string* why) {
+cuda::Function load(const cuda::DriverApi& d, std::string* why) {
   const void* img = image();
   if (!img) {
     *why = "the plugin was built without nvcc, so it has no mirror-result kernel";
@@ -65,7 +65,6 @@ cuda::Function load(const cuda::DriverApi& d, cuda::Context ctx, std::string* wh
     *why = "cuModuleGetFunction(" + std::string(mk::kName) + "): CUDA error " + std::to_string(rc);
     return nullptr;
   }
-  (void)ctx;
   return f;
 }
 
@@ -89,7 +88,7 @@ cuda::Function mirrorKernel(std::string* why) noexcept {
       if (auto it = l.fn.find(ctx); it != l.fn.end()) return it->second;
       if (auto it = l.failed.find(ctx); it != l.failed.end()) {
         *why = it->second;
-      } else if ((f = load(*dp, ctx, why))) {
+      } else if ((f = load(*dp, why))) {
         l.fn[ctx] = f;
         return f;
       } else {

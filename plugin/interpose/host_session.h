@@ -52,4 +52,13 @@ void forgetComm(NcclComm comm) noexcept;
 // One error line on stderr ("crystal: <caller>: <text>") and the NCCL code to return.
 [[nodiscard]] int reportError(const char* caller, const std::string& text, int code) noexcept;
 
+// In an interposed NCCL function `name` of type `Type`: `real_fn`, the real one (looked up
+// once), or return ncclSystemError with a line saying it is missing.
+#define CRYSTAL_REAL(Type, name)                                                      \
+  static std::atomic<void*> slot_##name{nullptr};                                     \
+  const auto real_fn = ::crystal::interpose::cachedReal<Type>(slot_##name, #name);    \
+  if (real_fn == nullptr)                                                             \
+  return ::crystal::interpose::reportError(#name, "the real NCCL function is unavailable", \
+                                           ::crystal::interpose::kNcclSystemError)
+
 }  // namespace crystal::interpose

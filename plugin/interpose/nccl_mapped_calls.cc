@@ -35,23 +35,6 @@ using P2pRecvFn = int (*)(void*, std::size_t, DataType, int, NcclComm, Stream);
 using BroadcastFn = int (*)(const void*, void*, std::size_t, DataType, int, NcclComm, Stream);
 using ReduceFn = int (*)(const void*, void*, std::size_t, DataType, RedOp, int, NcclComm, Stream);
 
-// The real function, looked up once (these sit on the program's hot path).
-template <typename Fn>
-Fn cached(std::atomic<void*>& slot, const char* name) {
-  void* p = slot.load(std::memory_order_acquire);
-  if (p == nullptr) {
-    p = ci::realSymbol(name);
-    slot.store(p, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(p);
-}
-
-#define CRYSTAL_REAL(Type, name)                         \
-  static std::atomic<void*> slot_##name{nullptr};        \
-  const auto real_fn = cached<Type>(slot_##name, #name); \
-  if (real_fn == nullptr)                                \
-  return ci::reportError(#name, "the real NCCL function is unavailable", ci::kNcclSystemError)
-
 std::size_t targetBlock(const ci::MappedComm& m, std::size_t count) {
   return static_cast<std::size_t>(
       crystal::sweep::mappedBlockCount(count, m.program_nranks, m.target_nranks));

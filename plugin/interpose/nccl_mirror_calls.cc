@@ -23,44 +23,28 @@ using PreMulSumFn = int (*)(int*, void*, int, int, ci::NcclComm);
 }  // namespace
 
 CRYSTAL_EXPORT int ncclGroupStart() {
-  static std::atomic<void*> slot{nullptr};
-  const auto real_fn = ci::cachedReal<GroupFn>(slot, "ncclGroupStart");
-  if (real_fn == nullptr)
-    return ci::reportError("ncclGroupStart", "the real NCCL function is unavailable",
-                           ci::kNcclSystemError);
+  CRYSTAL_REAL(GroupFn, ncclGroupStart);
   const int rc = real_fn();
   if (rc == ci::kNcclSuccess) ci::mirrorGroupStarted();
   return rc;
 }
 
 CRYSTAL_EXPORT int ncclGroupEnd() {
-  static std::atomic<void*> slot{nullptr};
-  const auto real_fn = ci::cachedReal<GroupFn>(slot, "ncclGroupEnd");
-  if (real_fn == nullptr)
-    return ci::reportError("ncclGroupEnd", "the real NCCL function is unavailable",
-                           ci::kNcclSystemError);
+  CRYSTAL_REAL(GroupFn, ncclGroupEnd);
   const int rc = real_fn();
   return ci::mirrorGroupEnded("ncclGroupEnd", rc, rc == ci::kNcclSuccess);
 }
 
 // Ends a group without launching it (NCCL computes its estimated time): nothing to rewrite.
 CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
-  static std::atomic<void*> slot{nullptr};
-  const auto real_fn = ci::cachedReal<SimulateEndFn>(slot, "ncclGroupSimulateEnd");
-  if (real_fn == nullptr)
-    return ci::reportError("ncclGroupSimulateEnd", "the real NCCL function is unavailable",
-                           ci::kNcclSystemError);
+  CRYSTAL_REAL(SimulateEndFn, ncclGroupSimulateEnd);
   const int rc = real_fn(sim_info);
   return ci::mirrorGroupEnded("ncclGroupSimulateEnd", rc, false);
 }
 
 CRYSTAL_EXPORT int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence,
                                             ci::NcclComm comm) {
-  static std::atomic<void*> slot{nullptr};
-  const auto real_fn = ci::cachedReal<PreMulSumFn>(slot, "ncclRedOpCreatePreMulSum");
-  if (real_fn == nullptr)
-    return ci::reportError("ncclRedOpCreatePreMulSum", "the real NCCL function is unavailable",
-                           ci::kNcclSystemError);
+  CRYSTAL_REAL(PreMulSumFn, ncclRedOpCreatePreMulSum);
   const int rc = real_fn(op, scalar, type, residence, comm);
   if (rc == ci::kNcclSuccess) ci::mirrorCustomOp(comm);
   return rc;
