@@ -73,6 +73,21 @@ TreePosition targetTreePosition(int rank, int nranks, int ranks_per_node, int tr
   p.loop.assign(static_cast<std::size_t>(local), false);
   p.loop.insert(p.loop.end(), static_cast<std::size_t>(2 * node_depth), true);
   p.loop.insert(p.loop.end(), static_cast<std::size_t>(local), false);
+  // The whole line: the deepest node's last member up to the root and back (the deepest
+  // node with the most members; only the last node can be short).
+  int deep_depth = -1, deep_members = 0;
+  for (int x = 0; x < nnodes; ++x) {
+    int d = 0;
+    for (int y = x; (y = doubleBinaryTree(nnodes, y, tree).up) >= 0;) ++d;
+    const int m = std::min(ppn, nranks - x * ppn);
+    if (d > deep_depth || (d == deep_depth && m > deep_members)) {
+      deep_depth = d;
+      deep_members = m;
+    }
+  }
+  p.line.assign(static_cast<std::size_t>(deep_members - 1), false);
+  p.line.insert(p.line.end(), static_cast<std::size_t>(2 * deep_depth), true);
+  p.line.insert(p.line.end(), static_cast<std::size_t>(deep_members - 1), false);
   p.child_net = local == members - 1 && levels_below > 0;
   p.depth = local + node_depth;
   return p;
@@ -104,8 +119,32 @@ TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t by
   if (!op.started || now < op.start) {
     op.start = now;
     op.started = true;
+    const auto before = it != ops_.rend() ? std::next(it) : ops_.rend();
+    op.leaves = leavesStart(op, before != ops_.rend() && before->started ? &*before : nullptr);
   }
   return op;
+}
+
+TimeNs TreeChannel::pathNs(const Op& op, const std::vector<bool>& path) const {
+  TimeNs sum = 0;
+  for (bool net : path) sum += hop(op, net).tx(op.plan.unit_bytes) + hop(op, net).latency_ns;
+  return sum;
+}
+
+TimeNs TreeChannel::leavesStart(const Op& op, const Op* before) const {
+  if (before == nullptr) return op.start;  // a first operation: every rank starts it together
+  // The leaves finished `before` one whole line after they started it (the model's time:
+  // its hops, then one unit per share x the slowest hop's tx), and no earlier than the
+  // real rank's end (about this start: its last send down has left its link) plus the way
+  // down to them.
+  TimeNs slowest = 0;
+  for (bool net : pos_.line) slowest = std::max(slowest, hop(*before, net).tx(before->plan.unit_bytes));
+  const auto units = static_cast<double>(before->plan.units - 1);
+  const TimeNs line = pathNs(*before, pos_.line) +
+                      static_cast<TimeNs>(units * kShare * static_cast<double>(slowest));
+  TimeNs down = pathNs(*before, pos_.below);
+  if (!pos_.below.empty()) down -= hop(*before, pos_.below.back()).tx(before->plan.unit_bytes);
+  return std::max(op.start + down, before->leaves + line);
 }
 
 TimeNs TreeChannel::fromBelow(std::uint64_t u) {
@@ -114,9 +153,9 @@ TimeNs TreeChannel::fromBelow(std::uint64_t u) {
     const auto it =
         std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= a_next_; });
     const Op& op = it != ops_.rend() ? *it : ops_.front();
-    // Every leaf holds its data when the operation starts; each hop serves one chunk at a
-    // time and is busy share x tx for it.
-    TimeNs ready = op.start;
+    // Every leaf holds its data when it starts the operation; each hop serves one chunk at
+    // a time and is busy share x tx for it.
+    TimeNs ready = op.leaves;
     for (std::size_t h = 0; h < pos_.below.size(); ++h) {
       const TreeHop& hp = hop(op, pos_.below[h]);
       const TimeNs tx = hp.tx(op.plan.unit_bytes);

@@ -18,6 +18,13 @@
 // So the real rank's last receive comes when the model says the result reaches its place,
 // whatever role NCCL's own (flat) tree gave it.
 //
+// Operations in a row: the virtual leaves below the real rank start the next operation when
+// they finished this one, not when the real rank starts it. A rank above them (the root, a
+// node head) holds its result before they do, so restarting them with the real rank would
+// make its period its own place's time where the target's ranks, each waiting for the
+// others' data, all run at the period of the whole line (the model's time): a leaf finishes
+// one whole line after it started, and at least its hops after the real rank finished.
+//
 // The chunk size and channel count are not in the proxy's posts (a receive is posted at the
 // slot size); they come from the tuner's record of the collective (collective_log.h). An
 // operation with no record is timed one unit at a time with the post's bytes (approximate).
@@ -49,6 +56,7 @@ struct TreeNeighbours {
 struct TreePosition {
   std::vector<bool> below;  // hops (true = NET) from the deepest leaf under it up to it
   std::vector<bool> loop;   // hops from it to the root and back down to it (root: empty)
+  std::vector<bool> line;   // the target's whole line: its deepest leaf to the root and back
   bool child_net = false;   // its hop down to a child
   int depth = 0;            // hops to the root
 };
@@ -106,7 +114,8 @@ class TreeChannel {
   struct Op {
     std::uint64_t first = 0;
     TreeOpPlan plan;
-    TimeNs start = 0;
+    TimeNs start = 0;   // the real rank's first post of it
+    TimeNs leaves = 0;  // when the virtual leaves below it start it
     bool started = false;
   };
   [[nodiscard]] std::size_t slot(std::uint64_t u) const { return u & (kWindow - 1); }
@@ -115,6 +124,10 @@ class TreeChannel {
   [[nodiscard]] const TreeHop& hop(const Op& op, bool net) const {
     return net ? op.plan.net : op.plan.nvl;
   }
+  // When the leaves below start `op` (its start set), from the operation before it.
+  [[nodiscard]] TimeNs leavesStart(const Op& op, const Op* before) const;
+  // The hops of `path` for one unit of `op`, each tx + latency.
+  [[nodiscard]] TimeNs pathNs(const Op& op, const std::vector<bool>& path) const;
   // Arrival from below of every unit up to `u` (A).
   TimeNs fromBelow(std::uint64_t u);
   // The loop from ready time `ready` (the real rank's own link first): fills D[u], returns
