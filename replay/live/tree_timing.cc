@@ -125,6 +125,20 @@ TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t by
   return op;
 }
 
+TreeChannel::Op& TreeChannel::opAt(std::uint64_t u) {
+  const auto it =
+      std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
+  return it != ops_.rend() ? *it : ops_.front();
+}
+
+TimeNs TreeChannel::noteDone(std::uint64_t u, TimeNs t) {
+  if (!ops_.empty()) {
+    Op& op = opAt(u);
+    op.last_done = std::max(op.last_done, t);
+  }
+  return t;
+}
+
 TimeNs TreeChannel::pathNs(const Op& op, const std::vector<bool>& path) const {
   TimeNs sum = 0;
   for (bool net : path) sum += hop(op, net).tx(op.plan.unit_bytes) + hop(op, net).latency_ns;
@@ -134,25 +148,23 @@ TimeNs TreeChannel::pathNs(const Op& op, const std::vector<bool>& path) const {
 TimeNs TreeChannel::leavesStart(const Op& op, const Op* before) const {
   if (before == nullptr) return op.start;  // a first operation: every rank starts it together
   // The leaves finished `before` one whole line after they started it (the model's time:
-  // its hops, then one unit per share x the slowest hop's tx), and no earlier than the
-  // real rank's end (about this start: its last send down has left its link) plus the way
-  // down to them.
+  // its hops, then one unit per share x the slowest hop's tx), then spent what the real rank
+  // spent between its last completion of `before` and its first post of `op` (about 0 back
+  // to back; a completion still to be given for `before` only shortens that).
   TimeNs slowest = 0;
-  for (bool net : pos_.line) slowest = std::max(slowest, hop(*before, net).tx(before->plan.unit_bytes));
+  for (bool net : pos_.line)
+    slowest = std::max(slowest, hop(*before, net).tx(before->plan.unit_bytes));
   const auto units = static_cast<double>(before->plan.units - 1);
   const TimeNs line = pathNs(*before, pos_.line) +
                       static_cast<TimeNs>(units * kShare * static_cast<double>(slowest));
-  TimeNs down = pathNs(*before, pos_.below);
-  if (!pos_.below.empty()) down -= hop(*before, pos_.below.back()).tx(before->plan.unit_bytes);
-  return std::max(op.start + down, before->leaves + line);
+  const TimeNs idle = std::max<TimeNs>(0, op.start - before->last_done);
+  return std::max(op.start, before->leaves + line + idle);
 }
 
 TimeNs TreeChannel::fromBelow(std::uint64_t u) {
   if (u + kWindow < a_next_) return 0;  // older than the window: no constraint kept
   for (; a_next_ <= u; ++a_next_) {
-    const auto it =
-        std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= a_next_; });
-    const Op& op = it != ops_.rend() ? *it : ops_.front();
+    const Op& op = opAt(a_next_);
     // Every leaf holds its data when it starts the operation; each hop serves one chunk at
     // a time and is busy share x tx for it.
     TimeNs ready = op.leaves;
@@ -169,9 +181,7 @@ TimeNs TreeChannel::fromBelow(std::uint64_t u) {
 }
 
 TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
-  const auto it =
-      std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
-  const Op& op = it != ops_.rend() ? *it : ops_.front();
+  const Op& op = opAt(u);
   TimeNs left = ready;
   if (pos_.loop.empty()) {
     // The target's root: it holds the result once reduced; a send up (NCCL's own tree
@@ -203,7 +213,7 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
   const TimeNs ready = std::max(now, fromBelow(unit));
   if (unit >= d_next_) {
     d_next_ = unit + 1;
-    return runLoop(unit, ready);
+    return noteDone(unit, runLoop(unit, ready));
   }
   // The loop already ran for this unit from below (the send connection was only recognised
   // at its first transfer): only the real rank's link is taken.
@@ -211,7 +221,7 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
   const TimeNs tx = hp.tx(op.plan.unit_bytes);
   const TimeNs start = std::max(ready, default_up_free_);
   default_up_free_ = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-  return start + tx;
+  return noteDone(unit, start + tx);
 }
 
 TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
@@ -222,7 +232,7 @@ TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t b
   const TimeNs tx = hp.tx(op.plan.unit_bytes);
   const TimeNs start = std::max(now, free_at);
   free_at = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-  return start + tx;
+  return noteDone(unit, start + tx);
 }
 
 void TreeChannel::setSendsUp() {
@@ -238,6 +248,13 @@ void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) 
 std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                TimeNs now) {
   std::lock_guard lock(mu_);
+  const std::optional<TimeNs> t = arrival(role, unit, posted, now);
+  if (t) noteDone(unit, *t);
+  return t;
+}
+
+std::optional<TimeNs> TreeChannel::arrival(TreeRole role, std::uint64_t unit, TimeNs posted,
+                                           TimeNs now) {
   if (role == TreeRole::FromChild && has_parent_) return std::max(posted, fromBelow(unit));
   if (!sends_up_) {
     // No send up of the real rank drives the loop (NCCL's own tree made it a root, or its

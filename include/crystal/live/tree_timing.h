@@ -19,11 +19,13 @@
 // whatever role NCCL's own (flat) tree gave it.
 //
 // Operations in a row: the virtual leaves below the real rank start the next operation when
-// they finished this one, not when the real rank starts it. A rank above them (the root, a
-// node head) holds its result before they do, so restarting them with the real rank would
-// make its period its own place's time where the target's ranks, each waiting for the
-// others' data, all run at the period of the whole line (the model's time): a leaf finishes
-// one whole line after it started, and at least its hops after the real rank finished.
+// they finished this one (one whole line, the model's time, after they started it), plus the
+// time the real rank spent between the two (from its last completion of the one to its first
+// post of the next: compute; about 0 back to back), not when
+// the real rank starts it. A rank above them (the root, a node head) holds its result before
+// they do, so restarting them with the real rank made its period its own place's time where
+// the target's ranks, each waiting for the others' data, all run at the whole line's pace.
+// Never before the real rank's start: a real rank slower than the model sets the pace.
 //
 // The chunk size and channel count are not in the proxy's posts (a receive is posted at the
 // slot size); they come from the tuner's record of the collective (collective_log.h). An
@@ -114,8 +116,9 @@ class TreeChannel {
   struct Op {
     std::uint64_t first = 0;
     TreeOpPlan plan;
-    TimeNs start = 0;   // the real rank's first post of it
-    TimeNs leaves = 0;  // when the virtual leaves below it start it
+    TimeNs start = 0;      // the real rank's first post of it
+    TimeNs last_done = 0;  // the latest completion of its requests given so far
+    TimeNs leaves = 0;     // when the virtual leaves below it start it
     bool started = false;
   };
   [[nodiscard]] std::size_t slot(std::uint64_t u) const { return u & (kWindow - 1); }
@@ -128,6 +131,12 @@ class TreeChannel {
   [[nodiscard]] TimeNs leavesStart(const Op& op, const Op* before) const;
   // The hops of `path` for one unit of `op`, each tx + latency.
   [[nodiscard]] TimeNs pathNs(const Op& op, const std::vector<bool>& path) const;
+  // The operation of unit `u` (the oldest kept for a unit older than the window).
+  [[nodiscard]] Op& opAt(std::uint64_t u);
+  // A request of unit `u` completes at `t`; returns t.
+  TimeNs noteDone(std::uint64_t u, TimeNs t);
+  [[nodiscard]] std::optional<TimeNs> arrival(TreeRole role, std::uint64_t unit, TimeNs posted,
+                                              TimeNs now);
   // Arrival from below of every unit up to `u` (A).
   TimeNs fromBelow(std::uint64_t u);
   // The loop from ready time `ready` (the real rank's own link first): fills D[u], returns
