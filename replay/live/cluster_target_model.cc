@@ -78,6 +78,7 @@ class ClusterTargetModel final : public TargetModel {
     return c;
   }
 
+  double opOverheadUs(Algo, Proto) const override { return kLaunchUs; }
   const char* name() const override { return "cluster closed form (NcclModel not linked)"; }
 
  private:

@@ -36,6 +36,9 @@ class NcclTargetModel final : public TargetModel {
                        const model::CommShape& s) const override {
     return m_.choose(f, bytes, s);
   }
+  double opOverheadUs(model::Algo a, model::Proto p) const override {
+    return m_.opOverheadUs(a, p);
+  }
   const char* name() const override { return "NcclModel"; }
 
  private:

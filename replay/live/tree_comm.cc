@@ -24,10 +24,13 @@ TreeComm::TreeComm(const TargetModel& model, const ClusterConfig& cluster, std::
   // A single-node communicator has no NET hop; keep its figures finite anyway.
   model::CommShape net_shape = shape_;
   if (net_shape.nnodes < 2) net_shape = model::CommShape{2, 2, 1};
-  for (int p = 0; p < 3; ++p)
+  for (int p = 0; p < 3; ++p) {
+    overhead_ns_[p] = static_cast<TimeNs>(
+        model.opOverheadUs(model::Algo::Tree, static_cast<model::Proto>(p)) * 1e3 + 0.5);
     for (int ch = 1; ch <= kMaxChannels; ++ch)
       hops_[p].emplace_back(toHop(model.treeNvlStep(static_cast<model::Proto>(p), ch, shape_)),
                             toHop(model.treeNetStep(static_cast<model::Proto>(p), ch, net_shape)));
+  }
 }
 
 std::pair<TreeHop, TreeHop> TreeComm::hops(model::Proto p, int channels) const {
@@ -59,6 +62,7 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
     plan.units = 1;
     plan.unit_bytes = static_cast<double>(bytes);
     std::tie(plan.nvl, plan.net) = hops(model::Proto::Simple, real);
+    plan.overhead_ns = overhead_ns_[static_cast<int>(model::Proto::Simple)];
     return plan;
   }
   // The real NCCL runs the operation on min(target's, its own) channels; a channel then
@@ -74,6 +78,7 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
   const double stand_for = static_cast<double>(target) / used;
   plan.nvl.ns_per_byte /= stand_for;
   plan.net.ns_per_byte /= stand_for;
+  plan.overhead_ns = overhead_ns_[static_cast<int>(e->proto)];
   return plan;
 }
 

@@ -116,12 +116,19 @@ TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t by
   }
   auto it = std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
   Op& op = it != ops_.rend() ? *it : ops_.front();
+  if (!op.started) {
+    // Quiet since the proxy's last call or completion on the channel: the real rank was
+    // elsewhere (computing). Back to back its proxy keeps posting and testing. Known: a
+    // channel that ended early and waits for the others counts that wait as quiet.
+    op.idle = std::max<TimeNs>(0, now - last_seen_);
+  }
   if (!op.started || now < op.start) {
     op.start = now;
     op.started = true;
     const auto before = it != ops_.rend() ? std::next(it) : ops_.rend();
     op.leaves = leavesStart(op, before != ops_.rend() && before->started ? &*before : nullptr);
   }
+  seen(now);
   return op;
 }
 
@@ -131,11 +138,8 @@ TreeChannel::Op& TreeChannel::opAt(std::uint64_t u) {
   return it != ops_.rend() ? *it : ops_.front();
 }
 
-TimeNs TreeChannel::noteDone(std::uint64_t u, TimeNs t) {
-  if (!ops_.empty()) {
-    Op& op = opAt(u);
-    op.last_done = std::max(op.last_done, t);
-  }
+TimeNs TreeChannel::seen(TimeNs t) {
+  last_seen_ = std::max(last_seen_, t);
   return t;
 }
 
@@ -147,18 +151,18 @@ TimeNs TreeChannel::pathNs(const Op& op, const std::vector<bool>& path) const {
 
 TimeNs TreeChannel::leavesStart(const Op& op, const Op* before) const {
   if (before == nullptr) return op.start;  // a first operation: every rank starts it together
-  // The leaves finished `before` one whole line after they started it (the model's time:
-  // its hops, then one unit per share x the slowest hop's tx), then spent what the real rank
-  // spent between its last completion of `before` and its first post of `op` (about 0 back
-  // to back; a completion still to be given for `before` only shortens that).
+  // The leaves finished `before` one whole line after they started it (its hops, then one
+  // unit per share x the slowest hop's tx) and paid the operation's fixed cost (the model's
+  // time is both: a rank running operations back to back pays it each time; a real rank
+  // above them pays its own, which their early data hid), then were as long quiet as the
+  // real rank was before `op` (compute).
   TimeNs slowest = 0;
   for (bool net : pos_.line)
     slowest = std::max(slowest, hop(*before, net).tx(before->plan.unit_bytes));
   const auto units = static_cast<double>(before->plan.units - 1);
   const TimeNs line = pathNs(*before, pos_.line) +
                       static_cast<TimeNs>(units * kShare * static_cast<double>(slowest));
-  const TimeNs idle = std::max<TimeNs>(0, op.start - before->last_done);
-  return std::max(op.start, before->leaves + line + idle);
+  return std::max(op.start, before->leaves + line + before->plan.overhead_ns + op.idle);
 }
 
 TimeNs TreeChannel::fromBelow(std::uint64_t u) {
@@ -213,7 +217,7 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
   const TimeNs ready = std::max(now, fromBelow(unit));
   if (unit >= d_next_) {
     d_next_ = unit + 1;
-    return noteDone(unit, runLoop(unit, ready));
+    return seen(runLoop(unit, ready));
   }
   // The loop already ran for this unit from below (the send connection was only recognised
   // at its first transfer): only the real rank's link is taken.
@@ -221,7 +225,7 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
   const TimeNs tx = hp.tx(op.plan.unit_bytes);
   const TimeNs start = std::max(ready, default_up_free_);
   default_up_free_ = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-  return noteDone(unit, start + tx);
+  return seen(start + tx);
 }
 
 TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
@@ -232,7 +236,7 @@ TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t b
   const TimeNs tx = hp.tx(op.plan.unit_bytes);
   const TimeNs start = std::max(now, free_at);
   free_at = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-  return noteDone(unit, start + tx);
+  return seen(start + tx);
 }
 
 void TreeChannel::setSendsUp() {
@@ -248,8 +252,9 @@ void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) 
 std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                TimeNs now) {
   std::lock_guard lock(mu_);
+  seen(now);
   const std::optional<TimeNs> t = arrival(role, unit, posted, now);
-  if (t) noteDone(unit, *t);
+  if (t) seen(*t);
   return t;
 }
 

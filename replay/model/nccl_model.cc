@@ -255,6 +255,8 @@ double NcclModel::ncclEstimate(Func f, std::uint64_t bytes, const CommShape& sha
   return view(impl_->topo, impl_->opt, shape).tuning.estimate(f, a, p, bytes);
 }
 
+double NcclModel::opOverheadUs(Algo a, Proto p) const { return baseLatency(a, p, impl_->opt); }
+
 int NcclModel::commChannels(const CommShape& shape) const {
   return view(impl_->topo, impl_->opt, shape).graphs.commChannels;
 }

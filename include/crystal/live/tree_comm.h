@@ -73,6 +73,7 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // [proto][channels - 1]: NVLink and NET hop of one channel (the model is read once: the
   // plugin may replace it while connections live).
   std::vector<std::pair<TreeHop, TreeHop>> hops_[3];
+  TimeNs overhead_ns_[3] = {};  // per protocol: the model's fixed cost of a tree all-reduce
 };
 
 }  // namespace crystal::live

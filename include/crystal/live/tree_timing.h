@@ -19,9 +19,11 @@
 // whatever role NCCL's own (flat) tree gave it.
 //
 // Operations in a row: the virtual leaves below the real rank start the next operation when
-// they finished this one (one whole line, the model's time, after they started it), plus the
-// time the real rank spent between the two (from its last completion of the one to its first
-// post of the next: compute; about 0 back to back), not when
+// they finished this one (the whole line and the operation's fixed cost: the model's time,
+// after they started it), plus the
+// time the real rank was quiet on the channel before the next (no post or test of it and no
+// completion given: compute; about 0 back to back, where its proxy keeps posting and
+// testing), not when
 // the real rank starts it. A rank above them (the root, a node head) holds its result before
 // they do, so restarting them with the real rank made its period its own place's time where
 // the target's ranks, each waiting for the others' data, all run at the whole line's pace.
@@ -78,6 +80,7 @@ struct TreeOpPlan {
   std::uint64_t units = 1;  // proxy steps of this channel
   double unit_bytes = 0;    // bytes of each
   TreeHop nvl, net;
+  TimeNs overhead_ns = 0;   // the model's fixed cost of the operation (launch, base latency)
 };
 
 enum class TreeRole : std::uint8_t { FromChild, ToParent, FromParent, ToChild };
@@ -117,7 +120,7 @@ class TreeChannel {
     std::uint64_t first = 0;
     TreeOpPlan plan;
     TimeNs start = 0;      // the real rank's first post of it
-    TimeNs last_done = 0;  // the latest completion of its requests given so far
+    TimeNs idle = 0;       // the real rank's quiet time on the channel before it
     TimeNs leaves = 0;     // when the virtual leaves below it start it
     bool started = false;
   };
@@ -133,8 +136,8 @@ class TreeChannel {
   [[nodiscard]] TimeNs pathNs(const Op& op, const std::vector<bool>& path) const;
   // The operation of unit `u` (the oldest kept for a unit older than the window).
   [[nodiscard]] Op& opAt(std::uint64_t u);
-  // A request of unit `u` completes at `t`; returns t.
-  TimeNs noteDone(std::uint64_t u, TimeNs t);
+  // The proxy called at `t`, or a request completes at `t`; returns t.
+  TimeNs seen(TimeNs t);
   [[nodiscard]] std::optional<TimeNs> arrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                               TimeNs now);
   // Arrival from below of every unit up to `u` (A).
@@ -155,6 +158,7 @@ class TreeChannel {
   std::uint64_t a_next_ = 0, d_next_ = 0;
   std::vector<TimeNs> a_, d_;  // [slot]: arrival from below / down the loop
   TimeNs last_send_ = 0;
+  TimeNs last_seen_ = 0;  // the proxy's latest call on the channel, or completion given
 };
 
 }  // namespace crystal::live

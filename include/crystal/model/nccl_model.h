@@ -117,6 +117,9 @@ class NcclModel {
                                     Proto p) const;
   // Channels NCCL builds for this communicator (comm->nChannels after connect.cc).
   [[nodiscard]] int commChannels(const CommShape& shape) const;
+  // The fixed cost every operation of algorithm `a` / protocol `p` pays on top of its steps
+  // (NCCL's base latency plus the kernel launch), us: part of `time()`.
+  [[nodiscard]] double opOverheadUs(Algo a, Proto p) const;
   // Ring collective whose members arrive at different times: finish time of each class
   // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
