@@ -98,7 +98,8 @@ std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
           TreeOpPlan gone;  // the context was finalized under a live connection
           gone.unit_bytes = static_cast<double>(bytes);
           return gone;
-        });
+        },
+        quiet_);
   }
   return ch;
 }

@@ -93,11 +93,32 @@ TreePosition targetTreePosition(int rank, int nranks, int ranks_per_node, int tr
   return p;
 }
 
+void QuietClock::call(TimeNs now) {
+  std::lock_guard lock(mu_);
+  if (last_ > 0 && now - last_ > kQuietNs) {
+    gap_ = now - last_;
+    gap_end_ = now;
+  }
+  last_ = std::max(last_, now);
+}
+
+void QuietClock::until(TimeNs t) {
+  std::lock_guard lock(mu_);
+  last_ = std::max(last_, t);
+}
+
+TimeNs QuietClock::quietAfter(TimeNs since) const {
+  std::lock_guard lock(mu_);
+  return gap_end_ > since ? gap_ : 0;
+}
+
 TreeChannel::TreeChannel(TreePosition pos, bool has_parent,
-                         std::function<TreeOpPlan(std::uint64_t)> next_op)
+                         std::function<TreeOpPlan(std::uint64_t)> next_op,
+                         std::shared_ptr<QuietClock> quiet)
     : pos_(std::move(pos)),
       has_parent_(has_parent),
       next_op_(std::move(next_op)),
+      quiet_(quiet ? std::move(quiet) : std::make_shared<QuietClock>()),
       below_free_(pos_.below.size(), 0),
       loop_free_(pos_.loop.size(), 0),
       a_(kWindow, 0),
@@ -114,21 +135,18 @@ TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t by
     // Keep the operations the unit window can still ask about (each has one unit or more).
     if (ops_.size() > kWindow) ops_.pop_front();
   }
+  quiet_->call(now);
   auto it = std::find_if(ops_.rbegin(), ops_.rend(), [&](const Op& o) { return o.first <= u; });
   Op& op = it != ops_.rend() ? *it : ops_.front();
-  if (!op.started) {
-    // Quiet since the proxy's last call or completion on the channel: the real rank was
-    // elsewhere (computing). Back to back its proxy keeps posting and testing. Known: a
-    // channel that ended early and waits for the others counts that wait as quiet.
-    op.idle = std::max<TimeNs>(0, now - last_seen_);
-  }
   if (!op.started || now < op.start) {
+    const auto b = it != ops_.rend() ? std::next(it) : ops_.rend();
+    const Op* before = b != ops_.rend() && b->started ? &*b : nullptr;
+    // The program's time elsewhere since this channel's operation before (compute).
+    if (!op.started && before != nullptr) op.idle = quiet_->quietAfter(before->start);
     op.start = now;
     op.started = true;
-    const auto before = it != ops_.rend() ? std::next(it) : ops_.rend();
-    op.leaves = leavesStart(op, before != ops_.rend() && before->started ? &*before : nullptr);
+    op.leaves = leavesStart(op, before);
   }
-  seen(now);
   return op;
 }
 
@@ -139,7 +157,7 @@ TreeChannel::Op& TreeChannel::opAt(std::uint64_t u) {
 }
 
 TimeNs TreeChannel::seen(TimeNs t) {
-  last_seen_ = std::max(last_seen_, t);
+  quiet_->until(t);
   return t;
 }
 
@@ -252,7 +270,7 @@ void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) 
 std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                TimeNs now) {
   std::lock_guard lock(mu_);
-  seen(now);
+  quiet_->call(now);
   const std::optional<TimeNs> t = arrival(role, unit, posted, now);
   if (t) seen(*t);
   return t;

@@ -163,5 +163,57 @@ TEST(TreeTiming, DuplicatedChannelsMapOrdinalsToNcclsChannels) {
   EXPECT_DOUBLE_EQ(p.unit_bytes, 4096.0);
 }
 
+// The communicator's quiet time: a silence on every channel longer than kQuietNs is the
+// program elsewhere; completions already given (even ahead of the clock) and short pauses
+// are an operation running; the latest quiet period counts only after the operation before.
+TEST(QuietClock, CountsOnlyASilenceOfTheWholeCommunicator) {
+  QuietClock q;
+  q.call(1'000'000);
+  q.until(1'150'000);  // a receive's arrival given at its post, 150 us ahead
+  q.call(1'160'000);   // the next operation's first post: 10 us after that arrival
+  EXPECT_EQ(q.quietAfter(1'000'000), 0) << "back to back is not compute";
+  q.call(1'170'000);
+  q.call(2'170'000);  // 1 ms of silence: compute
+  EXPECT_EQ(q.quietAfter(1'000'000), 1'000'000);
+  EXPECT_EQ(q.quietAfter(1'160'000), 1'000'000);
+  EXPECT_EQ(q.quietAfter(2'170'000), 0) << "a gap before the operation before is not this one's";
+  q.call(2'171'000);  // a second channel's first post right after: the same gap
+  EXPECT_EQ(q.quietAfter(1'160'000), 1'000'000);
+  q.call(2'171'000 + QuietClock::kQuietNs);  // exactly the bound: still running
+  EXPECT_EQ(q.quietAfter(2'170'000), 0);
+}
+
+// Two channels of one communicator share the clock: the one that ended early waited for the
+// other (no silence of the communicator), so its leaves start its next operation one whole
+// line plus the fixed cost after the previous one, not later by that wait (with a clock of
+// its own it counted the 300 us wait as compute).
+TEST(QuietClock, AChannelWaitingForTheOthersIsNotIdle) {
+  const TreePosition pos = targetTreePosition(0, 64, 8, 0);  // the root: leaves below
+  TreeOpPlan p = plan(2, 4096);
+  p.overhead_ns = 10'000;
+  auto quiet = std::make_shared<QuietClock>();
+  TreeChannel early(pos, false, [&](std::uint64_t) { return p; }, quiet);
+  TreeChannel late(TreePosition{}, false, [&](std::uint64_t) { return p; }, quiet);
+  const TimeNs t0 = 1'000'000'000;
+  early.postRecv(0, t0, 4096);
+  early.postRecv(1, t0, 4096);
+  const TimeNs a1 = *early.recvArrival(TreeRole::FromChild, 1, t0, t0);
+  // The other channel keeps the rank busy (posts every 5 us) for 300 us after that.
+  for (TimeNs t = a1; t < a1 + 300'000; t += 5'000) late.postRecv(0, t, 4096);
+  const TimeNs next = a1 + 300'000;
+  early.postRecv(2, next, 4096);  // the next operation's first post on the early channel
+  TimeNs line = 0, slowest = 0, below = 0;
+  for (bool net : pos.line) {
+    const TreeHop& h = net ? p.net : p.nvl;
+    line += h.tx(p.unit_bytes) + h.latency_ns;
+    slowest = std::max(slowest, h.tx(p.unit_bytes));
+  }
+  line += static_cast<TimeNs>(TreeChannel::kShare * static_cast<double>(slowest));  // 1 more unit
+  for (bool net : pos.below) below += (net ? p.net : p.nvl).tx(p.unit_bytes) + (net ? p.net : p.nvl).latency_ns;
+  const TimeNs leaves = std::max(next, t0 + line + p.overhead_ns);
+  EXPECT_EQ(*early.recvArrival(TreeRole::FromChild, 2, next, next), leaves + below)
+      << "the wait for the other channel was counted as compute";
+}
+
 }  // namespace
 }  // namespace crystal::live

@@ -21,9 +21,8 @@
 // Operations in a row: the virtual leaves below the real rank start the next operation when
 // they finished this one (the whole line and the operation's fixed cost: the model's time,
 // after they started it), plus the
-// time the real rank was quiet on the channel before the next (no post or test of it and no
-// completion given: compute; about 0 back to back, where its proxy keeps posting and
-// testing), not when
+// time the real rank was quiet on the communicator before the next (QuietClock: compute;
+// 0 back to back), not when
 // the real rank starts it. A rank above them (the root, a node head) holds its result before
 // they do, so restarting them with the real rank made its period its own place's time where
 // the target's ranks, each waiting for the others' data, all run at the whole line's pace.
@@ -38,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -85,6 +85,24 @@ struct TreeOpPlan {
 
 enum class TreeRole : std::uint8_t { FromChild, ToParent, FromParent, ToChild };
 
+// The real rank's quiet time on a communicator, shared by its tree channels. While an
+// operation runs, a proxy call or a completion already given lies at most a few us back on
+// some channel (completions can lie ahead: a receive's arrival is given when it is posted);
+// a longer silence on all of them is the program doing something else (compute). One
+// channel's own silence is not: a channel done early waits for the others to end.
+class QuietClock {
+ public:
+  static constexpr TimeNs kQuietNs = 20'000;
+  void call(TimeNs now);  // the real rank's proxy called at `now`
+  void until(TimeNs t);   // a request of it completes at `t`
+  // The latest quiet period that ended after `since`: its length; 0 if none.
+  [[nodiscard]] TimeNs quietAfter(TimeNs since) const;
+
+ private:
+  mutable std::mutex mu_;
+  TimeNs last_ = 0, gap_ = 0, gap_end_ = 0;
+};
+
 class TreeChannel {
  public:
   static constexpr std::uint64_t kWindow = 1024;  // units kept (power of two)
@@ -93,9 +111,11 @@ class TreeChannel {
 
   // `next_op(bytes)`: the plan of the channel's next operation (`bytes`: the first post's
   // size, for an operation without a record). `has_parent`: NCCL's own tree gave the real
-  // rank a parent on this channel (it sends up and receives down).
+  // rank a parent on this channel (it sends up and receives down). `quiet`: the
+  // communicator's (null: this channel's own).
   TreeChannel(TreePosition pos, bool has_parent,
-              std::function<TreeOpPlan(std::uint64_t bytes)> next_op);
+              std::function<TreeOpPlan(std::uint64_t bytes)> next_op,
+              std::shared_ptr<QuietClock> quiet = nullptr);
 
   // The real rank's send of `unit` (the connection's sequence number) to its parent: returns
   // when it has left its link.
@@ -120,7 +140,7 @@ class TreeChannel {
     std::uint64_t first = 0;
     TreeOpPlan plan;
     TimeNs start = 0;      // the real rank's first post of it
-    TimeNs idle = 0;       // the real rank's quiet time on the channel before it
+    TimeNs idle = 0;       // the real rank's quiet time before it (QuietClock)
     TimeNs leaves = 0;     // when the virtual leaves below it start it
     bool started = false;
   };
@@ -136,7 +156,7 @@ class TreeChannel {
   [[nodiscard]] TimeNs pathNs(const Op& op, const std::vector<bool>& path) const;
   // The operation of unit `u` (the oldest kept for a unit older than the window).
   [[nodiscard]] Op& opAt(std::uint64_t u);
-  // The proxy called at `t`, or a request completes at `t`; returns t.
+  // A request completes at `t`; returns t.
   TimeNs seen(TimeNs t);
   [[nodiscard]] std::optional<TimeNs> arrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                               TimeNs now);
@@ -151,6 +171,7 @@ class TreeChannel {
   bool has_parent_;
   bool sends_up_ = false;
   std::function<TreeOpPlan(std::uint64_t)> next_op_;
+  std::shared_ptr<QuietClock> quiet_;
   std::deque<Op> ops_;         // recent operations, oldest first
   std::uint64_t planned_ = 0;  // units covered by ops_
   std::vector<TimeNs> below_free_, loop_free_;
@@ -158,7 +179,6 @@ class TreeChannel {
   std::uint64_t a_next_ = 0, d_next_ = 0;
   std::vector<TimeNs> a_, d_;  // [slot]: arrival from below / down the loop
   TimeNs last_send_ = 0;
-  TimeNs last_seen_ = 0;  // the proxy's latest call on the channel, or completion given
 };
 
 }  // namespace crystal::live
