@@ -65,8 +65,8 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
     if (ring_op) return ring_->postSend(now, bytes);
   } else if (bindTree()) {
     const std::uint64_t unit = tree_sends_++;
-    return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes)
-                                       : tree_->postDownSend(unit, now, bytes, tree_free_);
+    return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes, idle)
+                                       : tree_->postDownSend(unit, now, bytes, tree_free_, idle);
   }
   // A burst pays the latency once: its first send completes at delivery, the rest when they
   // left the link (NCCL's 8 slots then never wait a latency per window; the model has none).
@@ -81,6 +81,10 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
                            bool ring_op, int proto) {
+  if (!ring_) {
+    tree_post_step_ = step;
+    tree_post_alone_ = idle;
+  }
   if (ring_ && ring_op) {
     ring_->postRecv(step, now, idle, units_per_step, proto);
   } else if ((ring_ || !treeTimed()) && idle) {
@@ -99,7 +103,8 @@ std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted
   if (ring_) {
     if (ring_op) return ring_->recvArrival(step, posted, bytes, now);
   } else if (bindTree()) {
-    tree_->postRecv(step, posted, bytes);  // the first post of an operation starts it
+    // The first post of an operation starts it (one alone on the connection).
+    tree_->postRecv(step, posted, bytes, step != tree_post_step_ || tree_post_alone_);
     return tree_->recvArrival(role_, step, posted, now);
   }
   // The virtual sender streams the burst: a unit leaves after the one before it, from the

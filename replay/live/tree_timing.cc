@@ -124,7 +124,13 @@ TreeChannel::TreeChannel(TreePosition pos, bool has_parent,
       a_(kWindow, 0),
       d_(kWindow, 0) {}
 
-TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t bytes) {
+TreeChannel::Op& TreeChannel::opOf(std::uint64_t u, TimeNs now, std::uint64_t bytes,
+                                   bool alone) {
+  if (u >= planned_ && !alone && !ops_.empty()) {
+    // Posted with others outstanding: not a new operation (see postRecv); the plan was short.
+    ops_.back().plan.units += u + 1 - planned_;
+    planned_ = u + 1;
+  }
   while (u >= planned_) {
     Op op;
     op.first = planned_;
@@ -226,9 +232,9 @@ TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
   return left;
 }
 
-TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
+TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes, bool alone) {
   std::lock_guard lock(mu_);
-  const Op& op = opOf(unit, now, bytes);
+  const Op& op = opOf(unit, now, bytes, alone);
   last_send_ = now;
   sends_up_ = has_parent_;
   // The chunk leaves once it arrived from below and the real rank's proxy posted it.
@@ -247,9 +253,9 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
 }
 
 TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
-                                 TimeNs& free_at) {
+                                 TimeNs& free_at, bool alone) {
   std::lock_guard lock(mu_);
-  const Op& op = opOf(unit, now, bytes);
+  const Op& op = opOf(unit, now, bytes, alone);
   const TreeHop& hp = hop(op, pos_.child_net);
   const TimeNs tx = hp.tx(op.plan.unit_bytes);
   const TimeNs start = std::max(now, free_at);
@@ -262,9 +268,9 @@ void TreeChannel::setSendsUp() {
   sends_up_ = has_parent_;
 }
 
-void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes) {
+void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes, bool alone) {
   std::lock_guard lock(mu_);
-  opOf(unit, now, bytes);
+  opOf(unit, now, bytes, alone);
 }
 
 std::optional<TimeNs> TreeChannel::recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,

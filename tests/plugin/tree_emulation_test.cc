@@ -245,6 +245,40 @@ TEST(TreeEmulation, AfterAGapTheRootStillWaitsForItsLeaves) {
   for (std::uint64_t b : {MiB, 16 * MiB}) expectRowAtModelTime(64, 0, b, 10'000'000);
 }
 
+// hybrid_nccl's sweep: sizes one after the other on one communicator (2 warm-ups and 20
+// operations each, 2 ms of the program between sizes): every size at the model's time.
+TEST(TreeEmulation, ASweepOfSizesOnOneCommunicatorStaysAtTheModel) {
+  const int nranks = 64, self = 0;
+  static std::uint64_t cid = 0x9900;
+  const std::uint64_t comm_id = cid++;
+  const Config cfg = targetOf(nranks);
+  plugin::PluginState::get().configure(cfg);
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
+  const int channels = 16;
+  const auto log = live::collectiveLog(comm_id);
+  void* ctx = nullptr;
+  ASSERT_EQ(plugin::net::init(&ctx, comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  auto conns = connectTree(ctx, comm_id, self, nranks, channels, false);
+  live::TimeNs at = 5'000'000'000;
+  for (std::uint64_t b = KiB; b <= 64 * MiB; b *= 4) {
+    double sum = 0;
+    for (int k = 0; k < 22; ++k) {
+      log->append({Func::AllReduce, Algo::Tree, Proto::Simple, b, channels});
+      const TreeRun r = runTreeAllReduce(conns, b, channels, at);
+      if (k >= 2) sum += static_cast<double>(r.end - at) / 1e3;
+      at = r.end;
+    }
+    at += 2'000'000;  // the program between sizes
+    const double model_us = m.time(Func::AllReduce, b, shape, Algo::Tree, Proto::Simple, channels);
+    std::printf("sweep %8s: %8.1f us per operation, model %8.1f us\n", sizeName(b).c_str(),
+                sum / 20, model_us);
+    EXPECT_LE(std::abs(sum / 20 - model_us) / model_us, 0.01) << b << " B";
+  }
+  closeTree(conns);
+  EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
+}
+
 // Places in the target tree follow NCCL's rules: the deepest leaf is as deep as the model's
 // tree (ranks_per_node - 1 + log2 nodes), the root of tree 0 is rank 0.
 TEST(TreeEmulation, TargetTreePositions) {

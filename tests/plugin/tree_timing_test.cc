@@ -215,5 +215,23 @@ TEST(QuietClock, AChannelWaitingForTheOthersIsNotIdle) {
       << "the wait for the other channel was counted as compute";
 }
 
+// NCCL starts an operation on a connection only when the one before is done there, so a
+// post beyond the plan with others outstanding is the same operation (the record said fewer
+// units than NCCL runs): no new operation, no record used, no restart of the leaves.
+TEST(TreeTiming, OnlyAPostAloneOnItsConnectionStartsAnOperation) {
+  int planned = 0;
+  TreeChannel ch(targetTreePosition(0, 64, 8, 0), false, [&](std::uint64_t) {
+    ++planned;
+    return plan(2, 4096);
+  });
+  const TimeNs t0 = 1'000'000;
+  for (std::uint64_t u = 0; u < 8; ++u) ch.postRecv(u, t0 + 10 * static_cast<TimeNs>(u), 4096, u == 0);
+  EXPECT_EQ(planned, 1) << "units 2..7 were posted with others outstanding";
+  ch.postRecv(8, t0 + 1'000'000, 4096, true);  // alone: the next operation
+  EXPECT_EQ(planned, 2);
+  ch.postRecv(10, t0 + 1'000'010, 4096, true);  // alone and beyond its 2 units: the next
+  EXPECT_EQ(planned, 3);
+}
+
 }  // namespace
 }  // namespace crystal::live

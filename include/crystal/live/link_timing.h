@@ -125,6 +125,10 @@ class VirtualLink {
   TreeRole role_{};
   std::uint64_t tree_sends_ = 0;  // sequence number of the next send on a tree connection
   TimeNs tree_free_ = 0;          // a send to a child: this link's state
+  // The receive postRecv saw last and whether it was alone on the connection (TreeChannel:
+  // only such a post starts an operation); recvArrival passes it on for that step.
+  std::uint64_t tree_post_step_ = ~std::uint64_t{0};
+  bool tree_post_alone_ = true;
   // Peer-ready bursts (docs/plugin.md "Peer-ready connections").
   TimeNs send_left_ = INT64_MIN / 2;  // the previous send left the link (none yet)
   TimeNs burst_delivered_ = 0;  // delivery of the burst's first send

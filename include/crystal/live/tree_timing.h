@@ -117,14 +117,21 @@ class TreeChannel {
               std::function<TreeOpPlan(std::uint64_t bytes)> next_op,
               std::shared_ptr<QuietClock> quiet = nullptr);
 
+  // `alone`: nothing else was outstanding on the request's connection when it was posted.
+  // NCCL serves a connection's operations one after the other (the next starts when the one
+  // before is done on it), so only such a post can start an operation: a post beyond the
+  // plan with others outstanding is the same operation going on (the plan was short), and
+  // no record is used for it.
+  //
   // The real rank's send of `unit` (the connection's sequence number) to its parent: returns
   // when it has left its link.
-  [[nodiscard]] TimeNs postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes);
+  [[nodiscard]] TimeNs postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
+                                  bool alone = true);
   // Its send of `unit` to a child over a link of its own (`free_at`: that link's state).
   [[nodiscard]] TimeNs postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t bytes,
-                                    TimeNs& free_at);
+                                    TimeNs& free_at, bool alone = true);
   // A receive of `unit` was posted at `now` (the first post of an operation starts it).
-  void postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes);
+  void postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes, bool alone = true);
   // Arrival of receive `unit`; std::nullopt while it depends on a send not yet posted.
   [[nodiscard]] std::optional<TimeNs> recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                   TimeNs now);
@@ -146,7 +153,7 @@ class TreeChannel {
   };
   [[nodiscard]] std::size_t slot(std::uint64_t u) const { return u & (kWindow - 1); }
   // The operation unit `u` belongs to (planned on first sight), marking a start at `now`.
-  Op& opOf(std::uint64_t u, TimeNs now, std::uint64_t bytes);
+  Op& opOf(std::uint64_t u, TimeNs now, std::uint64_t bytes, bool alone = true);
   [[nodiscard]] const TreeHop& hop(const Op& op, bool net) const {
     return net ? op.plan.net : op.plan.nvl;
   }
