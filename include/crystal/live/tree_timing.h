@@ -19,14 +19,13 @@
 // whatever role NCCL's own (flat) tree gave it.
 //
 // Operations in a row: the virtual leaves below the real rank start the next operation when
-// they finished this one (the whole line and the operation's fixed cost: the model's time,
-// after they started it), plus the
-// time the real rank was quiet on the communicator before the next (QuietClock: compute;
-// 0 back to back), not when
-// the real rank starts it. A rank above them (the root, a node head) holds its result before
-// they do, so restarting them with the real rank made its period its own place's time where
-// the target's ranks, each waiting for the others' data, all run at the whole line's pace.
-// Never before the real rank's start: a real rank slower than the model sets the pace.
+// they finished this one (the whole line and the operation's fixed cost, the model's time,
+// after they started it) plus the time the real rank was quiet before the next (QuietClock:
+// compute; 0 back to back), not when the real rank starts it. A rank above them (the root, a
+// node head) holds its result before they do, so restarting them with the real rank made
+// its period its own place's time where the target's ranks, each waiting for the others'
+// data, all run at the whole line's pace. Never before the real rank's start: a real rank
+// slower than the model sets the pace.
 //
 // The chunk size and channel count are not in the proxy's posts (a receive is posted at the
 // slot size); they come from the tuner's record of the collective (collective_log.h). An
