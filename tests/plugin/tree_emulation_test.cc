@@ -34,6 +34,21 @@ Config targetOf(int nranks) {
   return cfg;
 }
 
+// A communicator of `nranks` on the built-in target, configured into the plugin, with an id
+// of its own (each test's connections and tuner records apart).
+struct Target {
+  explicit Target(int nranks)
+      : cfg(targetOf(nranks)), m(cfg.cluster, cfg.model), shape(live::blockShape(cfg.cluster, nranks)) {
+    static std::uint64_t next_comm = 0x7000;
+    comm_id = next_comm++;
+    plugin::PluginState::get().configure(cfg);
+  }
+  Config cfg;
+  model::NcclModel m;
+  model::CommShape shape;
+  std::uint64_t comm_id = 0;
+};
+
 // Tree all-reduce channels on the target: the model's choice where it is Tree/Simple, else
 // the communicator's channels (NCCL's count for a forced algorithm).
 int treeChannels(const model::NcclModel& m, std::uint64_t bytes, const model::CommShape& s) {
@@ -81,12 +96,11 @@ struct Outcome {
 Outcome run(int nranks, int self, std::uint64_t bytes, bool through_tuner = false,
             bool ring_shares_send = false, bool nccls_own_channels = false, int repeats = 0,
             live::TimeNs gap_ns = 0) {
-  static std::uint64_t next_comm = 0x7000;
-  const std::uint64_t comm_id = next_comm++;
-  const Config cfg = targetOf(nranks);
-  plugin::PluginState::get().configure(cfg);
-  const model::NcclModel m(cfg.cluster, cfg.model);
-  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
+  const Target t(nranks);
+  const std::uint64_t comm_id = t.comm_id;
+  const Config& cfg = t.cfg;
+  const model::NcclModel& m = t.m;
+  const model::CommShape& shape = t.shape;
   int channels = treeChannels(m, bytes, shape);
   const auto log = live::collectiveLog(comm_id);
   if (through_tuner) {
@@ -250,12 +264,10 @@ TEST(TreeEmulation, AfterAGapTheRootStillWaitsForItsLeaves) {
 // operations each, 2 ms of the program between sizes): every size at the model's time.
 TEST(TreeEmulation, ASweepOfSizesOnOneCommunicatorStaysAtTheModel) {
   const int nranks = 64, self = 0;
-  static std::uint64_t cid = 0x9900;
-  const std::uint64_t comm_id = cid++;
-  const Config cfg = targetOf(nranks);
-  plugin::PluginState::get().configure(cfg);
-  const model::NcclModel m(cfg.cluster, cfg.model);
-  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
+  const Target t(nranks);
+  const std::uint64_t comm_id = t.comm_id;
+  const model::NcclModel& m = t.m;
+  const model::CommShape& shape = t.shape;
   const int channels = 16;
   const auto log = live::collectiveLog(comm_id);
   void* ctx = nullptr;
