@@ -129,9 +129,23 @@ control::EnvList pythonEnvironment(const std::string& run_dir, bool profile, rep
 }
 
 pid_t startRank(const std::vector<std::string>& argv, const control::EnvList& env) {
+  // A child inherits forwardSignal until it execs: a SIGTERM from "stopping rank N" that
+  // came before (a rank failing at once, on a loaded machine) ran the handler in the child
+  // and was lost, and the rank then ran until its own timeout. So SIGINT/SIGTERM stay
+  // blocked across fork; the child takes the default actions back before it unblocks them
+  // (a pending one then ends it), the parent unblocks as it was.
+  sigset_t stop, was;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &stop, &was);
   const pid_t pid = ::fork();
+  if (pid != 0) ::sigprocmask(SIG_SETMASK, &was, nullptr);
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &was, nullptr);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (const auto& c : argv) args.push_back(const_cast<char*>(c.c_str()));
