@@ -147,6 +147,8 @@ void checkEmulation(const Config& c) {
       fail(c, fmt::format("'emulation.real_ranks': rank {} outside 0..{}", r,
                           c.job.world_size - 1));
   positive(c, "emulation.timeout_s", c.emulation.timeout_s);
+  positive(c, "emulation.gpu_channel_GBps", c.emulation.gpu_channel_GBps);
+  positive(c, "emulation.proxy_request_us", c.emulation.proxy_request_us);
   if (c.emulation.map_comms && c.emulation.real_ranks.empty())
     fail(c, "'emulation.map_comms' maps the program's ranks onto 'emulation.real_ranks', "
             "which is empty");

@@ -30,10 +30,12 @@ class OpSegments {
     // What the real rank receives in this operation is never read: the interposer rewrites
     // its result (data policy mirror: a reduction, or a broadcast from a virtual root). No mirroring, and no data written.
     bool bytes_free = false;
+    // The channels the collective runs on (NCCL's choice, after the tuner's); 0 = unknown.
+    int channels = 0;
   };
   // NCCL announced an operation with `transfers` requests on this connection.
   void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,
-            bool bytes_free = false);
+            bool bytes_free = false, int channels = 0);
   // The place of the next request; nullopt when no announced operation covers it (the
   // profiler is not loaded, or NCCL posted more than it announced).
   [[nodiscard]] std::optional<Place> next();
@@ -48,6 +50,7 @@ class OpSegments {
     bool ring;
     bool allgather;
     bool bytes_free;
+    int channels;
   };
   const int nranks_;
   mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller

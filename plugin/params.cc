@@ -25,6 +25,9 @@ constexpr Param kParams[] = {
     {"CRYSTAL_DATA", "",
      "Data virtual senders deliver: mirror, zero or none; overrides emulation.data (default "
      "mirror)."},
+    {"CRYSTAL_FOLD_RINGS", "",
+     "1/0: run ring collectives on fewer real channels, each standing for several of the "
+     "target's (plugin/ring_fold.h). Overrides emulation.fold_rings (default 1)."},
     {"CRYSTAL_GDR", "",
      "1: report GPU memory support (NCCL_PTR_CUDA) so NCCL keeps NET buffers in GPU memory "
      "(GDR); 0: host memory only. Overrides emulation.gdr (default: 1 only under data none)."},

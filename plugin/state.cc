@@ -214,6 +214,8 @@ void PluginState::applyLocked(const Config& cfg) {
   if (max_recvs_ < 1 || max_recvs_ > 8)
     throw InputError(fmt::format("environment CRYSTAL_MAX_RECVS={}: must be 1..8", max_recvs_));
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
+  fold_rings_ = paramString("CRYSTAL_FOLD_RINGS").empty() ? cfg.emulation.fold_rings
+                                                          : paramBool("CRYSTAL_FOLD_RINGS");
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
   emulation_id_ = static_cast<std::uint64_t>(paramInt("CRYSTAL_EMULATION_ID"));
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
@@ -288,7 +290,7 @@ std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int c
 
 void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send,
                                  std::uint64_t op, int transfers, bool ring, bool allgather,
-                                 bool rewritable) {
+                                 bool rewritable, int channels) {
   // Not under a collective: point-to-point operations run on NCCL's p2p connection to the
   // same (channel, peer), not on the ring's; they must not enter its queue.
   if (op == 0) return;
@@ -305,7 +307,7 @@ void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool
       return;
     }
   }
-  ops->push(op, transfers, ring, allgather, bytes_free);
+  ops->push(op, transfers, ring, allgather, bytes_free, channels);
 }
 
 void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {

@@ -127,6 +127,8 @@ class PluginState {
   [[nodiscard]] int maxRecvs() const { return max_recvs_; }
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
+  // Ring folding (plugin/ring_fold.h): whether on, and the emulated host's figures.
+  [[nodiscard]] bool foldRings() const { return fold_rings_; }
   [[nodiscard]] bool sharedClock() const { return shared_clock_; }
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }
   [[nodiscard]] const std::string& socketAddr() const { return socket_addr_; }
@@ -153,9 +155,10 @@ class PluginState {
   // p2p runs on another connection to the same channel and peer). Any thread.
   // `rewritable`: an all-reduce, reduce-scatter, reduce or broadcast, whose received bytes are
   // free (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's
-  // results.
+  // results. `channels`: the collective's channel count (0 = unknown).
   void proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send, std::uint64_t op,
-                      int transfers, bool ring, bool allgather = false, bool rewritable = false);
+                      int transfers, bool ring, bool allgather = false, bool rewritable = false,
+                      int channels = 0);
 
   // Data policy mirror: the interposer writes every reduction result of communicator `comm`
   // (NCCL's commHash) itself, and every broadcast's from a virtual root (plugin/
@@ -185,6 +188,7 @@ class PluginState {
   int max_recvs_ = 8;
   std::size_t max_bytes_ = std::size_t{1} << 40;
   bool tuner_ = true;
+  bool fold_rings_ = true;
   bool shared_clock_ = true;
   bool rdma_ = false;
   DataPolicy data_ = DataPolicy::Mirror;

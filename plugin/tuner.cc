@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include <fmt/core.h>
@@ -12,6 +14,7 @@
 #include "crystal/live/collective_log.h"
 #include "errors.h"
 #include "nccl_log.h"
+#include "ring_fold.h"
 #include "state.h"
 
 namespace crystal::plugin {
@@ -137,6 +140,29 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     // NCCL runs what it picks from this table, in enqueue order: the live tree timing reads
     // it when the proxy starts the operation (crystal/live/collective_log.h).
     const TunerPick run = bestEntry(table, numAlgo, numProto);
+    // A ring runs on as few real channels as keep the model's pace (ring_fold.h). The
+    // target's count for the entry NCCL runs: the model's pick's, or (NCCL_PROTO/NCCL_ALGO
+    // forced another entry) that entry's.
+    std::optional<RingFoldCost> fold;
+    int target_channels = 0;
+    if (nChannels && PluginState::get().foldRings() &&
+        run.algo == static_cast<int>(model::Algo::Ring) && run.proto >= 0 &&
+        run.proto < model::kNumProtos) {
+      target_channels = *nChannels != before
+                            ? *nChannels
+                            : PluginState::get().model().channels(
+                                  static_cast<model::Func>(f), nBytes, t->shape,
+                                  model::Algo::Ring, static_cast<model::Proto>(run.proto));
+      if (target_channels > 1) {
+        const EmulationConfig& e = PluginState::get().config().emulation;
+        const RingFoldParams params{e.gpu_channel_GBps, e.proxy_request_us};
+        const RingFoldInput in{static_cast<model::Func>(f),
+                               static_cast<model::Proto>(run.proto), nBytes, t->shape.nranks,
+                               target_channels, run.cost};
+        *nChannels = ringChannelsToRun(in, params);
+        fold = ringFoldCost(in, *nChannels, params);
+      }
+    }
     if (run.algo >= 0 && run.algo < model::kNumAlgos && run.proto >= 0 &&
         run.proto < model::kNumProtos)
       t->log->append({static_cast<model::Func>(f), static_cast<model::Algo>(run.algo),
@@ -148,9 +174,14 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     if (!t->logged.insert({static_cast<int>(f), nBytes}).second) return;
     const TunerPick pick = bestEntry(table, numAlgo, numProto);
     const int ch = nChannels ? *nChannels : 0;
-    CRYSTAL_INFO("tuner comm {:#x}: {}: {} Bytes -> Algo {} proto {} channels {}", t->comm_id,
+    CRYSTAL_INFO("tuner comm {:#x}: {}: {} Bytes -> Algo {} proto {} channels {}{}", t->comm_id,
                  ncclFuncName(static_cast<int>(f)), nBytes, ncclAlgoName(pick.algo),
-                 ncclProtoName(pick.proto), ch != before ? std::to_string(ch) : "NCCL's");
+                 ncclProtoName(pick.proto), ch != before ? std::to_string(ch) : "NCCL's",
+                 fold ? fmt::format(" of the target's {} (folded: model {:.1f} us, GPU {:.1f} us, "
+                                    "proxy {:.1f} us for {} NET requests)",
+                                    target_channels, pick.cost, fold->gpu_us, fold->proxy_us,
+                                    fold->requests)
+                      : std::string());
   });
 }
 

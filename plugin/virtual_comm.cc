@@ -111,7 +111,7 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.step = next_send_++;
   std::optional<OpSegments::Place> place;
   placeRequest(ops_.get(), counts_, r, place);
-  r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op);
+  r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op, place ? place->channels : 0);
   if (!mirror_) return;
   mirror_->noteSendPost(now);
   if (!r.ring_op) return;
@@ -232,7 +232,8 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;
   const bool one_per_step = p != proto::Proto::Simple;
   link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
-                  static_cast<int>(p));  // NCCL_PROTO_* order, as model::Proto
+                  static_cast<int>(p),  // NCCL_PROTO_* order, as model::Proto
+                  place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1);
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written

@@ -11,6 +11,8 @@
 #include "crystal/live/ring_timing.h"
 #include "crystal/live/tree_timing.h"
 #include "net_api.h"
+#include "state.h"
+#include "tuner.h"
 
 namespace {
 
@@ -160,3 +162,33 @@ BENCHMARK(BM_TreeUnitUpDown)->Args({64, 13})->Args({8192, 8191});
 }  // namespace
 
 BENCHMARK_MAIN();
+
+// The tuner's getCollInfo, once per collective on the application's thread: the model's
+// cost table for the call, plus (ring) the folded channel count (plugin/ring_fold.h), which
+// for an entry NCCL forced asks the model for that entry's channels. Arg 1: fold on, Arg 0:
+// off; both with the table NCCL_PROTO=Simple leaves (Tree/Ring x Simple usable), a 64-rank
+// 1 MiB all-gather. Target: under 10 us per call (a collective's launch costs ~5-10 us).
+void BM_TunerGetCollInfoRing(benchmark::State& state) {
+  Config cfg;
+  cfg.source = "bench";
+  cfg.cluster.nodes = 8;
+  cfg.emulation.fold_rings = state.range(0) != 0;
+  plugin::PluginState::get().configure(cfg);
+  void* ctx = nullptr;
+  if (plugin::tuner::init(&ctx, 3, 64, 64, nullptr, nullptr, nullptr) != nccl::ncclSuccess)
+    std::abort();
+  int ch = 0;
+  for (auto _ : state) {
+    float table[7][3];
+    for (int a = 0; a < 7; ++a)
+      for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
+    ch = 0;
+    benchmark::DoNotOptimize(plugin::tuner::getCollInfo(ctx, nccl::ncclFuncAllGather, 1 << 20,
+                                                        1, reinterpret_cast<float**>(table), 7,
+                                                        3, 0, &ch));
+  }
+  state.counters["channels"] = ch;
+  state.counters["target_us"] = 10;
+  (void)plugin::tuner::finalize(ctx);
+}
+BENCHMARK(BM_TunerGetCollInfoRing)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -25,6 +25,7 @@ struct ProxyOpStart {
   // An all-reduce, reduce-scatter, reduce or broadcast: the collectives whose result on the
   // real rank the interposer may rewrite under data policy mirror (plugin/mirror_result.h).
   bool rewritable = false;
+  int channels = 0;  // the channels the collective runs on (its event's nChannels); 0: unknown
 };
 
 struct ProxyOpObserver {

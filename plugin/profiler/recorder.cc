@@ -113,6 +113,7 @@ struct Event {
   bool allgather = false;  // collectives: an all-gather
   bool rewritable = false;  // collectives: see ProxyOpStart::rewritable
   bool coll = false;
+  int channels = 0;  // collectives: the channels NCCL runs it on
 };
 
 // Retired collective events (see knownColls), oldest first; guarded by g_live_mu.
@@ -222,6 +223,7 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       s.ring = parent->ring;
       s.allgather = parent->allgather;
       s.rewritable = parent->rewritable;
+      s.channels = parent->channels;
     }
   }
   if (auto started = proxyOpObserver().started) started(s);
@@ -250,6 +252,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       ev->rewritable = func == "AllReduce" || func == "ReduceScatter" || func == "Reduce" ||
                        func == "Broadcast";
       ev->coll = true;
+      ev->channels = d->coll.nChannels;
     }
     {
       std::lock_guard lock(g_live_mu);

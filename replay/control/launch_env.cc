@@ -76,7 +76,7 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   // are. NCCL_MIN_NCHANNELS makes NCCL 2.28.9 duplicate its channels up to that count
   // (graph/connect.cc ncclTopoPostset, copyChannels); the tuner then gives each collective
   // the target's choice. A value in the caller's environment is kept. Only with
-  // emulation.target_channels (see config.h for why it is not the default).
+  // emulation.target_channels (the default; config.h).
   if (config.emulation.target_channels) {
     const model::NcclModel m(config.cluster, config.model);
     const int channels = m.commChannels(live::blockShape(config.cluster, config.job.world_size));

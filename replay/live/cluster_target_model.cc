@@ -68,6 +68,11 @@ class ClusterTargetModel final : public TargetModel {
     return t;
   }
 
+  int channels(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+               Proto p) const override {
+    return chooseChannels(f, bytes, shape, {a, p});
+  }
+
   Choice choose(Func f, std::uint64_t bytes, const CommShape& shape) const override {
     auto [a, p] = bestAlgoProto(f, bytes, shape);
     Choice c;

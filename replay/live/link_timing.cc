@@ -60,9 +60,10 @@ bool VirtualLink::hostAlive(TimeNs now) {
   return host_alive_;
 }
 
-TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ring_op) {
+TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ring_op,
+                             int channels) {
   if (ring_) {
-    if (ring_op) return ring_->postSend(now, bytes);
+    if (ring_op) return ring_->postSend(now, bytes, channels);
   } else if (bindTree()) {
     const std::uint64_t unit = tree_sends_++;
     return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes, idle)
@@ -80,13 +81,13 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
-                           bool ring_op, int proto) {
+                           bool ring_op, int proto, int channels, int first) {
   if (!ring_) {
     tree_post_step_ = step;
     tree_post_alone_ = idle;
   }
   if (ring_ && ring_op) {
-    ring_->postRecv(step, now, idle, units_per_step, proto);
+    ring_->postRecv(step, now, idle, units_per_step, proto, channels, first);
   } else if ((ring_ || !treeTimed()) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;

@@ -30,8 +30,9 @@ void RingChannel::setProtocolHops(int proto, std::vector<RingHop> chain, RingHop
   ins_[static_cast<std::size_t>(proto)] = in;
 }
 
-TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes) {
+TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   std::lock_guard lock(mu_);
+  if (channels > 0) op_channels_ = channels;
   const std::uint64_t u = sends_++;
   posted_[slot(u)] = now;
   bytes_[slot(u)] = bytes;
@@ -47,7 +48,9 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                              std::uint64_t bytes) {
   const TimeNs start = std::max(ready, free_at);
   free_at = start + hop.occupancy(bytes, busy_->load(std::memory_order_relaxed),
-                                  connected_->load(std::memory_order_relaxed));
+                                  op_channels_ > 0
+                                      ? op_channels_
+                                      : connected_->load(std::memory_order_relaxed));
   return free_at + hop.latency_ns;
 }
 
@@ -59,16 +62,20 @@ void RingChannel::recvDone(bool idle) {
 }
 
 void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step,
-                           int proto) {
-  if (!idle) return;
+                           int proto, int channels, int first) {
+  if (!idle && first != 1) return;
   std::lock_guard lock(mu_);
+  if (channels > 0) op_channels_ = channels;
   if (!in_op_) busy_->fetch_add(1, std::memory_order_relaxed);
   in_op_ = true;
-  // An idle connection is a new operation once the real rank sent every unit before this one
-  // (or sent nothing in the last: a receive-only connection). Otherwise a slow real rank let
-  // its receives run dry in the middle of one (the GPU had not freed a slot yet): the chain
-  // goes on as it was.
-  if (have_op_ && sends_ < unit && op_bytes_ != 0) return;
+  // NCCL's profiler placed the receive in the middle of its operation: the chain goes on, however
+  // long the real rank left the connection without a receive.
+  if (first == 0) return;
+  // Not placed: an idle connection is a new operation once the real rank sent every unit
+  // before this one (or sent nothing in the last: a receive-only connection). Otherwise a slow
+  // real rank let its receives run dry in the middle of one (the GPU had not freed a slot
+  // yet): the chain goes on as it was.
+  if (first < 0 && have_op_ && sends_ < unit && op_bytes_ != 0) return;
   TimeNs start = now;
   std::uint64_t sent_bytes = 0;
   // The real rank's send of this unit came first (after the previous operation started):

@@ -36,6 +36,10 @@ class NcclTargetModel final : public TargetModel {
                        const model::CommShape& s) const override {
     return m_.choose(f, bytes, s);
   }
+  int channels(model::Func f, std::uint64_t bytes, const model::CommShape& s, model::Algo a,
+               model::Proto p) const override {
+    return m_.channels(f, bytes, s, a, p);
+  }
   double opOverheadUs(model::Algo a, model::Proto p) const override {
     return m_.opOverheadUs(a, p);
   }

@@ -161,6 +161,12 @@ Choice NcclModel::choose(Func f, std::uint64_t bytes, const CommShape& shape) co
   return c;
 }
 
+int NcclModel::channels(Func /*the entry and the size decide, as in choose*/,
+                        std::uint64_t bytes, const CommShape& shape, Algo a, Proto p) const {
+  const CommView v = view(impl_->topo, impl_->opt, shape);
+  return v.tuning.channels(a, p, bytes);
+}
+
 double NcclModel::time(Func f, std::uint64_t bytes, const CommShape& shape, Algo a, Proto p,
                        int channels) const {
   const CommView v = view(impl_->topo, impl_->opt, shape);

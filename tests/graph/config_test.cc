@@ -127,10 +127,13 @@ TEST(Config, CanonicalYamlRoundTrips) {
     Config back = parseConfig(toYaml(c), c.source);
     EXPECT_EQ(back, c) << f << "\n" << toYaml(c);
   }
-  // Emulation switches that are off by default survive the round trip when on.
+  // Emulation switches away from their defaults survive the round trip.
   Config c = loadConfig(std::string(CRYSTAL_SOURCE_DIR) + "/config/examples/dense-8gpu.yaml");
-  c.emulation.target_channels = true;
+  c.emulation.target_channels = false;
   c.emulation.gdr = false;
+  c.emulation.fold_rings = false;
+  c.emulation.gpu_channel_GBps = 21.5;
+  c.emulation.proxy_request_us = 0.75;
   EXPECT_EQ(parseConfig(toYaml(c), c.source), c) << toYaml(c);
 }
 

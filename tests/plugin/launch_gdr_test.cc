@@ -61,9 +61,10 @@ TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
   Config c;  // built-in H200 nodes of 8 GPUs, 8 NICs of 50 GB/s
   c.cluster.nodes = 8;
   c.job.world_size = 64;
+  c.emulation.target_channels = false;
   EXPECT_FALSE(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
-                    "NCCL_MIN_NCHANNELS"));  // off by default
-  c.emulation.target_channels = true;
+                    "NCCL_MIN_NCHANNELS"));
+  c.emulation.target_channels = true;  // the default
   const auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
   // 8 x 8 H200: 16 ring channels, as crystal simulate reports (Ring/Simple/16 at 1 GiB).
   EXPECT_EQ(find(env, "NCCL_MIN_NCHANNELS"), "16");

@@ -14,6 +14,7 @@
 #include "nccl_constants.h"
 #include "handle_table.h"
 #include "net_api.h"
+#include "ring_fold.h"
 #include "ring_proxy.h"
 #include "state.h"
 #include "tuner.h"
@@ -103,8 +104,10 @@ struct Outcome {
 // `tree_sends` > 0: before the collective, each ring channel's send connection carries that
 // many sends of a tree operation (NCCL shares the connection when the tree's chain runs
 // through the ring's next rank), announced as NCCL's profiler does (proxy_ops.h).
+// `fold` > 0: the collective runs on the first `fold` of the connected channels, announced
+// with that channel count as NCCL's profiler does when the tuner folds the ring.
 Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int exchanges = 1,
-            Turnaround turnaround = {}, int tree_sends = 0) {
+            Turnaround turnaround = {}, int tree_sends = 0, int fold = 0) {
   static std::uint64_t next_comm = 0x1000;
   const Config cfg = targetOf(k.nranks);
   plugin::PluginState::get().configure(cfg);
@@ -144,7 +147,21 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
     }
     start += 100'000'000;
   }
-  const RingRun r = runRingCollective(c.ring, k.f, k.bytes, k.nranks, start, turnaround);
+  std::vector<RingConns> running = c.ring;
+  if (fold > 0) {
+    running.resize(static_cast<std::size_t>(std::min<int>(fold, static_cast<int>(c.ring.size()))));
+    const long units = ringUnits(k.f, k.bytes, static_cast<int>(running.size()), k.nranks);
+    const std::uint64_t comm_id = next_comm - 1;
+    static std::uint64_t op = 0x9000;
+    ++op;
+    for (std::size_t ch = 0; ch < running.size(); ++ch)
+      for (const bool send : {true, false})
+        plugin::PluginState::get().proxyOpStarted(
+            comm_id, static_cast<int>(ch), (k.self + (send ? 1 : k.nranks - 1)) % k.nranks, send,
+            op, static_cast<int>(units), /*ring=*/true, k.f == Func::AllGather, false,
+            static_cast<int>(running.size()));
+  }
+  const RingRun r = runRingCollective(running, k.f, k.bytes, k.nranks, start, turnaround);
   start = r.end + 1'000'000'000;
   close(c);
   return Outcome{static_cast<double>(r.end - r.start) / 1e3 + base_us, model_us, channels,
@@ -208,6 +225,38 @@ TEST(RingEmulation, FewerRealChannelsThanTheTarget) {
       expectWithin({Func::AllReduce, b, 64}, 0.02, false, real);
 }
 
+// The tuner folds a ring onto fewer of the 16 connected channels (plugin/ring_fold.h): NCCL's
+// profiler says how many the collective runs on, and each stands for 16 / that many of the
+// target's, so the time stays the model's (the link is shared by the channels running, and
+// a NIC port caps none of them below its share). The tuner's own count for each size, and
+// 3 and 8. One channel is not enough for 1 GiB, and the tuner never asks for it: NCCL's
+// 8-slot window (4 MiB) per 14 us NET hop carries at most ~290 GB/s on one channel.
+TEST(RingEmulation, FoldedOntoFewerOfTheConnectedChannels) {
+  const Config cfg = targetOf(64);
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const plugin::RingFoldParams params{cfg.emulation.gpu_channel_GBps,
+                                      cfg.emulation.proxy_request_us};
+  for (Func f : {Func::AllGather, Func::AllReduce})
+    for (std::uint64_t b : {MiB, 64 * MiB, 1024 * MiB}) {
+      const model::CommShape shape = live::blockShape(cfg.cluster, 64);
+      const int tuner = plugin::ringChannelsToRun(
+          {f, model::Proto::Simple, b, 64, 16,
+           m.time(f, b, shape, model::Algo::Ring, model::Proto::Simple, 16)},
+          params);
+      for (int fold : {tuner, 3, 8}) {
+        const Case k{f, b, 64};
+        const Outcome o = run(k, false, 0, 1, {}, 0, fold);
+        const double diff = (o.emulated_us - o.model_us) / o.model_us;
+        std::printf("%-13s %8s folded onto %d of %d channels: emulated %9.1f us, model %9.1f us, "
+                    "%+6.2f %%\n",
+                    std::string(model::toString(f)).c_str(), sizeName(b).c_str(), fold,
+                    o.channels, o.emulated_us, o.model_us, 100 * diff);
+        EXPECT_LE(std::abs(diff), 0.02) << model::toString(f) << " " << b << " on " << fold;
+        EXPECT_EQ(o.unknown_waits, 0);
+      }
+    }
+}
+
 TEST(RingEmulation, ChannelsConnectedInTwoExchanges) {
   expectWithin({Func::AllReduce, 64 * MiB, 64}, 0.02, false, 16, /*exchanges=*/2);
   expectWithin({Func::AllGather, MiB, 64, 5}, 0.02, true, 8, /*exchanges=*/2);
@@ -234,6 +283,28 @@ TEST(RingEmulation, SlowRealRankAddsOneTurnaroundNotOnePerStep) {
     EXPECT_LE(std::abs(diff), 0.03) << model::toString(f);
     EXPECT_EQ(o.unknown_waits, 0);
   }
+}
+
+// A real rank slow to give its receive slots back (the GPU consumed a slice, the proxy saw
+// the credit: 6 us here, 32 us between a receive's completion and its slot's next post on
+// the H200 with one channel) lets its connection run dry in the middle of an operation.
+// With NCCL's profiler placing each receive in its operation, that is no new operation: the
+// chain goes on and the time stays the model's (restarting it there doubled the 1 MiB
+// all-gather: 628 vs 314 us, the H200 showed 670).
+TEST(RingEmulation, ReceivesRunningDryMidOperationDoNotRestartTheChain) {
+  constexpr live::TimeNs kConsumeNs = 6'000;
+  for (int fold : {1, 16})
+    for (Func f : {Func::AllGather, Func::AllReduce}) {
+      const Case k{f, MiB, 64};
+      const Outcome o = run(k, false, 0, 1, Turnaround{1'000, kConsumeNs}, 0, fold);
+      const double diff = (o.emulated_us - o.model_us) / o.model_us;
+      std::printf("%-13s 1 MiB on %2d channels, slots back %.0f us after use: emulated %7.1f us, "
+                  "model %7.1f us, %+6.2f %%\n",
+                  std::string(model::toString(f)).c_str(), fold, kConsumeNs / 1e3, o.emulated_us,
+                  o.model_us, 100 * diff);
+      EXPECT_LE(std::abs(diff), 0.02) << model::toString(f) << " on " << fold;
+      EXPECT_EQ(o.unknown_waits, 0);
+    }
 }
 
 // NCCL shares a ring channel's connection with a tree whose chain runs through the ring's next

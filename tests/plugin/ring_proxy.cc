@@ -126,6 +126,14 @@ void advanceClock(live::TimeNs& now, live::TimeNs next, long& unknown_waits) {
   }
 }
 
+long ringUnits(model::Func f, std::uint64_t bytes, int nch, int nranks) {
+  const double per_channel = static_cast<double>(bytes) / nch;
+  const long loops =
+      std::max<long>(1, static_cast<long>(std::ceil(per_channel / (nranks * kChunkBytes))));
+  const int steps = f == model::Func::AllReduce ? 2 * (nranks - 1) : nranks - 1;
+  return loops * steps * kSlicesPerStep;
+}
+
 RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uint64_t bytes,
                           int nranks, live::TimeNs start, Turnaround turnaround) {
   const int nch = static_cast<int>(conns.size());

@@ -70,6 +70,10 @@ struct Turnaround {
 // only a timing fallback can resolve that).
 void advanceClock(live::TimeNs& now, live::TimeNs next, long& unknown_waits);
 
+// Requests per connection of one ring collective on `nch` channels (runRingCollective's
+// chunking): what NCCL's profiler announces per proxy operation.
+[[nodiscard]] long ringUnits(model::Func f, std::uint64_t bytes, int nch, int nranks);
+
 // Runs one ring collective (AllReduce, AllGather or ReduceScatter) of `bytes` over the
 // channels in `conns` starting at virtual time `start`.
 [[nodiscard]] RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f,

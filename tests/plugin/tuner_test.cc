@@ -87,5 +87,44 @@ TEST(PluginTuner, SwitchTurnsItOff) {
   EXPECT_TRUE(PluginState::get().tunerEnabled());
 }
 
+// NCCL_PROTO=Simple leaves only Simple entries usable, so the model's pick at 1 MiB (LL) is
+// not: the target's count is Ring/Simple's own (16), and the tuner folds the ring onto the
+// channels ring_fold.h asks for (one at 1 MiB, all 16 for the GPU-bound 1 GiB).
+// CRYSTAL_FOLD_RINGS=0 leaves the count to NCCL there (the model's pick was not usable).
+TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.cluster.nodes = 8;
+  auto channelsFor = [&](std::size_t bytes) {
+    void* ctx = nullptr;
+    EXPECT_EQ(tuner::init(&ctx, 2, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+    float table[7][3];
+    for (int a = 0; a < 7; ++a)
+      for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
+    int ch = 0;
+    EXPECT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllGather, bytes, 1,
+                                 reinterpret_cast<float**>(table), 7, 3, 0, &ch),
+              nccl::ncclSuccess);
+    EXPECT_GE(table[1][2], 0.0f);  // NCCL runs Ring/Simple
+    EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+    return ch;
+  };
+  PluginState::get().configure(cfg);
+  const int target = PluginState::get().model().channels(
+      model::Func::AllGather, 1 << 20, {64, 8, 8}, model::Algo::Ring, model::Proto::Simple);
+  EXPECT_EQ(target, 16);
+  EXPECT_EQ(channelsFor(1 << 20), 1);
+  EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
+  setenv("CRYSTAL_FOLD_RINGS", "0", 1);
+  PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(1 << 20), 0);
+  unsetenv("CRYSTAL_FOLD_RINGS");
+  cfg.emulation.fold_rings = false;
+  PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(1 << 20), 0);
+  cfg.emulation.fold_rings = true;
+  PluginState::get().configure(cfg);
+}
+
 }  // namespace
 }  // namespace crystal::plugin

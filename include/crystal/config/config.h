@@ -129,11 +129,20 @@ struct EmulationConfig {
   // communicator it creates with that many ranks becomes the target's world_size-rank one,
   // its rank i being real_ranks[i] (plugin/interpose/rank_map.h, docs/nccl-tests.md).
   bool map_comms = false;
-  // Real ranks get NCCL_MIN_NCHANNELS = the target's channel count (docs/emulate.md). Off by
-  // default: on the H200 (2026-12-03, full sweeps complete) it brought 1 GiB all-gather from
-  // 4.2x to ~1.5x the model and all-reduce is better at every size, but LL128 rings at 4-64
-  // MiB run 2.5-4x slower than on NCCL's own 4 channels.
-  bool target_channels = false;
+  // Real ranks get NCCL_MIN_NCHANNELS = the target's channel count (docs/emulate.md). On the
+  // H200 (2026-12-03) it brought 1 GiB all-gather from 4.2x to ~1.3x the model; with rings
+  // folded (fold_rings) no size measured runs more than 5 % slower than on NCCL's own 4
+  // channels (LL128 rings at 4-64 MiB ran 2.5-4x slower before folding).
+  bool target_channels = true;
+  // Ring collectives run on as few of the real rank's channels as keep its GPU at the model's
+  // pace, each standing for target / used of the target's (plugin/ring_fold.h): NCCL's proxy
+  // on an emulated host reaches both ring neighbours of every channel through NET, several
+  // times a target rank's proxy work. The two figures are the real machine's, measured on the
+  // H200 (2026-12-03, docs/emulate.md): one channel's ring pace (bus bytes) and NCCL's proxy
+  // time per NET request.
+  bool fold_rings = true;
+  double gpu_channel_GBps = 17.0;
+  double proxy_request_us = 0.5;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
 

@@ -81,15 +81,17 @@ class VirtualLink {
   // Send step posted at `now`: returns its completion time. `idle`: no other send was
   // outstanding on the connection (a burst starts). `ring_op` false: the transfer belongs to
   // another operation than the ring's (ring connections only; see the ring constructor).
+  // `channels`: the ring channels the operation runs on (NCCL's profiler), 0 = unknown.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true,
-                                bool ring_op = true);
+                                bool ring_op = true, int channels = 0);
   // Receive `step` (0-based sequence number on this connection among the receives of its
   // kind: ring operations' or the others') posted at `now`; `idle`: no other receive was
   // outstanding on the connection. `units_per_step`: requests per ring step of its protocol
   // (LL/LL128 1, Simple 2), 0 = unknown; `proto`: that protocol (model::Proto index), -1 =
-  // unknown (Simple's hops).
+  // unknown (Simple's hops); `channels`: as postSend's; `first`: whether the receive is its
+  // operation's first on the connection (1/0, NCCL's profiler), -1 = unknown.
   void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
-                bool ring_op = true, int proto = -1);
+                bool ring_op = true, int proto = -1, int channels = 0, int first = -1);
   // A receive completed; `idle`: none is outstanding any more.
   void recvDone(bool idle, bool ring_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see

@@ -49,17 +49,19 @@ namespace crystal::live {
 // One link a ring member sends over. A channel gets an equal share of it while `busy`
 // channels of the ring are in an operation, never more than `one_ns_per_byte` allows (one
 // channel drives one NIC): the model's per-channel bandwidth min(link / channels, cap).
-// A ring the real NCCL built with fewer channels (`connected`) than the link has ports
-// (`ports`, the NICs) lets each channel stand for ports / connected of them: the target's
-// NCCL would have used more channels, and the link, not one port, is what it has.
+// An operation the real NCCL runs on fewer channels (`running`: the collective's own count,
+// or the channels connected when that is unknown) than the link has ports (`ports`, the
+// NICs) lets each channel stand for ports / running of them: the target's NCCL would have
+// used more channels (the tuner folds a ring onto fewer, plugin/ring_fold.h, or NCCL alone
+// connected fewer), and the link, not one port, is what it has.
 struct RingHop {
   TimeNs latency_ns = 0;
   double link_ns_per_byte = 0;  // whole link (NVLink of a GPU, the NICs a node's members drive)
   double one_ns_per_byte = 0;   // one channel's cap (a NIC port), 0 = none
   int ports = 1;                // ports the link is made of
-  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int connected = 0) const noexcept {
+  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int running = 0) const noexcept {
     const double stand_for =
-        connected > 0 ? std::max(1.0, static_cast<double>(ports) / connected) : 1.0;
+        running > 0 ? std::max(1.0, static_cast<double>(ports) / running) : 1.0;
     const double per_byte =
         std::max(link_ns_per_byte * std::max(1, busy), one_ns_per_byte / stand_for);
     return static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
@@ -89,14 +91,17 @@ class RingChannel {
   void setProtocolHops(int proto, std::vector<RingHop> chain, RingHop in);
 
   // The real rank posts its send unit (sequence number = the count so far); returns its
-  // delivery time at the next member.
-  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes);
+  // delivery time at the next member. `channels`: the ring channels its operation runs on
+  // (NCCL's profiler), 0 = unknown (the channels connected).
+  [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
   // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol
-  // (model::Proto index), -1 = Simple.
+  // (model::Proto index), -1 = Simple. `channels`: as postSend's. `first`: 1 = the first
+  // receive of its operation on this connection, 0 = a later one (NCCL's profiler placed it),
+  // -1 = unknown (an idle post starts an operation, see the header comment).
   void postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_per_step = 0,
-                int proto = -1);
+                int proto = -1, int channels = 0, int first = -1);
   // A receive completed; `idle`: none is outstanding any more (the operation ended here).
   void recvDone(bool idle);
   // Arrival of receive `unit` (posted at `posted`, `bytes` capacity) once known.
@@ -129,6 +134,7 @@ class RingChannel {
   std::size_t op_proto_ = kSimple;  // the operation's protocol
   std::shared_ptr<std::atomic<int>> busy_;
   std::shared_ptr<std::atomic<int>> connected_;
+  int op_channels_ = 0;  // channels the operation runs on (0: unknown, the connected ones)
   bool in_op_ = false;
   // The real rank's sends: its own link share, count, and per unit post time and size.
   TimeNs real_free_ = 0;

@@ -35,6 +35,11 @@ class TargetModel {
                                                    const model::CommShape& shape) const = 0;
   [[nodiscard]] virtual model::Choice choose(model::Func f, std::uint64_t bytes,
                                              const model::CommShape& shape) const = 0;
+  // The channels the target's NCCL runs (a, p) on for this call (choose's when they are its
+  // pick; NCCL_ALGO/NCCL_PROTO may force another entry).
+  [[nodiscard]] virtual int channels(model::Func f, std::uint64_t bytes,
+                                     const model::CommShape& shape, model::Algo a,
+                                     model::Proto p) const = 0;
   // The fixed cost of one operation on top of its steps (launch, NCCL's base latency), us:
   // what a virtual rank spends between two operations it runs back to back.
   [[nodiscard]] virtual double opOverheadUs(model::Algo a, model::Proto p) const = 0;

@@ -93,6 +93,8 @@ class NcclModel {
 
   // NCCL's choice for this call on the target (what the tuner reports).
   Choice choose(Func f, std::uint64_t bytes, const CommShape& shape) const;
+  // The channels NCCL runs (a, p) on for this call (choose's when (a, p) is its pick).
+  int channels(Func f, std::uint64_t bytes, const CommShape& shape, Algo a, Proto p) const;
   // Time of a call with a forced algorithm/protocol/channel count. Negative if the
   // combination is not supported/modelled for this call (NCCL would not pick it).
   double time(Func f, std::uint64_t bytes, const CommShape& shape, Algo a, Proto p,

@@ -1,0 +1,56 @@
+// Folding a ring collective onto fewer real channels.
+//
+// On an emulated host NCCL's proxy reaches both ring neighbours of every channel through NET:
+// the real rank's proxy posts and tests 2 x steps x slices requests per channel and operation
+// (8064 for a 64-rank Simple all-reduce on 16 channels), where a target rank does that only
+// on the channels whose ring leaves or enters its node (2 of 16 each way on 8 x 8 H200) and
+// NVLink carries the rest with no proxy work. Measured on the H200 (2026-12-03), that proxy
+// work alone held 64-rank ring collectives of 1-256 MiB at 1.6-2.1 ms (model 313-683 us).
+//
+// So the tuner asks NCCL for fewer ring channels than the target's, and the ring timing lets
+// each stand for target / used of them (crystal/live/ring_timing.h RingHop: the link, not one
+// NIC port, is shared by the channels running). The count is the smallest that the real
+// machine can keep at the model's pace: its GPU moves `gpu_channel_GBps` of bus bytes per
+// channel, its proxy takes `proxy_request_us` per NET request; both are the emulated host's
+// figures (emulation.gpu_channel_GBps / proxy_request_us). What stays unfaithful: the real
+// rank's kernel runs on fewer SMs than a target rank's (compute it overlaps sees less
+// contention).
+#pragma once
+
+#include <cstdint>
+
+#include "crystal/model/nccl_model.h"
+
+namespace crystal::plugin {
+
+struct RingFoldInput {
+  model::Func func = model::Func::AllReduce;
+  model::Proto proto = model::Proto::Simple;
+  std::uint64_t bytes = 0;  // NCCL's size for the tuner (all ranks' data for gathers)
+  int nranks = 1;
+  int target_channels = 1;  // the target's ring channels for this operation
+  double model_us = 0;      // the model's time for it
+};
+
+struct RingFoldParams {
+  double gpu_channel_GBps = 17.0;
+  double proxy_request_us = 0.5;
+};
+
+// What the real machine needs to run the operation on `channels` channels.
+struct RingFoldCost {
+  double gpu_us = 0;      // the GPU moving the bus bytes
+  double proxy_us = 0;    // NCCL's proxy serving the NET requests
+  long requests = 0;      // NET requests of the operation (both directions, every channel)
+};
+[[nodiscard]] RingFoldCost ringFoldCost(const RingFoldInput& in, int channels,
+                                        const RingFoldParams& p);
+
+// The channels to run the operation on, 1..target_channels: the fewest with which neither the
+// GPU nor the proxy (with a 25 % margin: their costs overlap, not perfectly) exceeds the
+// model's time, else the count where the slower of the two is fastest. Broadcast and reduce
+// (chains: one step per chunk) keep the target's count: folded onto one channel a 1 MiB
+// broadcast's root took 24.1 us instead of 17.7 on the H200 (model 14.2).
+[[nodiscard]] int ringChannelsToRun(const RingFoldInput& in, const RingFoldParams& p);
+
+}  // namespace crystal::plugin

@@ -1,0 +1,99 @@
+// The tuner's choice of real ring channels (plugin/ring_fold.h) on the 64-rank target of
+// tests/gpu/hybrid/hybrid64.yaml, with the figures measured on the H200.
+#include <gtest/gtest.h>
+
+#include "crystal/model/nccl_model.h"
+#include "ring_fold.h"
+
+namespace crystal::test {
+namespace {
+
+using model::Func;
+using model::Proto;
+using plugin::RingFoldInput;
+using plugin::RingFoldParams;
+
+constexpr std::uint64_t MiB = 1u << 20;
+
+// The model's ring/Simple time of the 64-rank target (8 x 8 H200, 16 channels).
+RingFoldInput target(Func f, std::uint64_t bytes) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const model::CommShape shape{64, 8, 8};
+  return {f, Proto::Simple, bytes, 64, 16,
+          m.time(f, bytes, shape, model::Algo::Ring, Proto::Simple, 16)};
+}
+
+TEST(RingFold, RequestsCountNcclsSlicesPerStepAndLoop) {
+  const RingFoldParams p{17.0, 0.5};
+  // 64-rank all-gather, 1 MiB: 63 steps x 2 slices, one loop, both directions.
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllGather, MiB), 16, p).requests, 16 * 2 * 63 * 2);
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllReduce, MiB), 1, p).requests, 2 * 126 * 2);
+  // 1 GiB on one channel: 16 MiB per rank and step > the 2 MiB chunk: 8 loops.
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllGather, 1024 * MiB), 1, p).requests,
+            2 * 63 * 2 * 8);
+  // The GPU's share: 1 GiB all-gather moves 63/64 GiB of bus bytes; 16 channels at 17 GB/s.
+  EXPECT_NEAR(plugin::ringFoldCost(target(Func::AllGather, 1024 * MiB), 16, p).gpu_us,
+              1024.0 * MiB * 63 / 64 / (16 * 17e3), 1e-6);
+  EXPECT_NEAR(plugin::ringFoldCost(target(Func::AllGather, MiB), 4, p).proxy_us,
+              4 * 2 * 63 * 2 * 0.5, 1e-9);
+}
+
+TEST(RingFold, SmallRingsRunOnOneChannel) {
+  const RingFoldParams p{17.0, 0.5};
+  for (std::uint64_t b : {1024ul, 64 * 1024ul, MiB, 4 * MiB}) {
+    EXPECT_EQ(plugin::ringChannelsToRun(target(Func::AllGather, b), p), 1) << b;
+    EXPECT_EQ(plugin::ringChannelsToRun(target(Func::ReduceScatter, b), p), 1) << b;
+  }
+}
+
+// The fewest channels whose GPU and proxy costs stay (with the margin) under the model.
+TEST(RingFold, MidSizesTakeTheFewestChannelsThatKeepTheModelsPace) {
+  const RingFoldParams p{17.0, 0.5};
+  // An 8 MiB all-reduce: the model's ring takes ~640 us, the GPU ~970 us on one channel.
+  const RingFoldInput in = target(Func::AllReduce, 8 * MiB);
+  const int c = plugin::ringChannelsToRun(in, p);
+  EXPECT_GT(c, 1);
+  EXPECT_LT(c, 16);
+  const auto fits = [&](int k) {
+    const auto cost = plugin::ringFoldCost(in, k, p);
+    return 1.25 * std::max(cost.gpu_us, cost.proxy_us) <= in.model_us;
+  };
+  EXPECT_TRUE(fits(c));
+  EXPECT_FALSE(fits(c - 1));
+}
+
+// When no count fits, the one where the slower of GPU and proxy is fastest: 64 MiB sits
+// between a GPU-bound few and a proxy-bound many; 1 GiB is GPU-bound: all 16.
+TEST(RingFold, WhenNothingFitsTheBalanceOfGpuAndProxy) {
+  const RingFoldParams p{17.0, 0.5};
+  const RingFoldInput mid = target(Func::AllGather, 64 * MiB);
+  const int c = plugin::ringChannelsToRun(mid, p);
+  const auto worst = [&](int k) {
+    const auto cost = plugin::ringFoldCost(mid, k, p);
+    return std::max(cost.gpu_us, cost.proxy_us);
+  };
+  for (int k = 1; k <= 16; ++k) EXPECT_LE(worst(c), worst(k)) << k;
+  EXPECT_GT(c, 1);
+  EXPECT_LT(c, 16);
+  EXPECT_EQ(plugin::ringChannelsToRun(target(Func::AllGather, 1024 * MiB), p), 16);
+  // A faster GPU needs fewer channels for the same size.
+  EXPECT_LT(plugin::ringChannelsToRun(target(Func::AllGather, 1024 * MiB), {200.0, 0.5}), 16);
+}
+
+TEST(RingFold, ChainsAreNotFolded) {
+  for (std::uint64_t b : {1024ul, MiB, 1024 * MiB})
+    EXPECT_EQ(plugin::ringChannelsToRun(target(Func::Broadcast, b), {17.0, 0.5}), 16) << b;
+}
+
+TEST(RingFold, NeverMoreThanTheTargetsChannels) {
+  RingFoldInput in = target(Func::AllReduce, 1024 * MiB);
+  in.target_channels = 4;
+  EXPECT_EQ(plugin::ringChannelsToRun(in, {17.0, 0.5}), 4);
+  in.target_channels = 0;
+  EXPECT_EQ(plugin::ringChannelsToRun(in, {17.0, 0.5}), 1);
+}
+
+}  // namespace
+}  // namespace crystal::test
