@@ -85,11 +85,19 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
 std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
   auto& ch = channels_[{tree, ordinal}];
   if (!ch) {
-    // Runtime connect makes a channel when the operation that first needs it is enqueued:
-    // its record is the newest tree all-reduce (none yet when NCCL connects at init).
-    auto cursor = std::make_shared<std::uint64_t>(log_->newest([](const CollectiveEntry& e) {
-      return e.algo == model::Algo::Tree && e.func == model::Func::AllReduce;
-    }));
+    // Runtime connect makes a channel when the operation that first needs it is enqueued,
+    // but the proxy makes the connection later: a program that enqueues operations back to
+    // back (NCCL-tests, hybrid_nccl) may have enqueued many more by then (rank 5 of 64 on
+    // the H200: all 14 of its 1 KiB all-reduces; starting at the newest record left 13 of
+    // them without one, timed at the 512 KiB slot size: 441 instead of 150 us). So the
+    // channel starts where the channel furthest behind is (the first operation one of them
+    // has not started), or at the log's start when it is the first: records of operations
+    // that do not include it are skipped by nextOp.
+    std::uint64_t start = 0;
+    for (std::size_t i = 0; i < cursors_.size(); ++i)
+      start = i == 0 ? *cursors_[i] : std::min(start, *cursors_[i]);
+    auto cursor = std::make_shared<std::uint64_t>(start);
+    cursors_.push_back(cursor);
     ch = std::make_shared<TreeChannel>(
         targetTreePosition(self_, nranks_, shape_.ranks_per_node, tree),
         doubleBinaryTree(nranks_, self_, tree).up >= 0,

@@ -52,16 +52,6 @@ class CollectiveLog {
     return std::nullopt;
   }
   [[nodiscard]] std::uint64_t appended() const;
-  // Index of the newest entry for which `want` holds, else appended(): where a consumer that
-  // joins now starts (NCCL connects channels at enqueue, after the tuner saw the operation
-  // that needs them).
-  template <typename Pred>
-  [[nodiscard]] std::uint64_t newest(Pred want) const {
-    std::lock_guard lock(mu_);
-    for (std::size_t i = entries_.size(); i-- > 0;)
-      if (want(entries_[i])) return first_ + i;
-    return first_ + entries_.size();
-  }
 
  private:
   mutable std::mutex mu_;

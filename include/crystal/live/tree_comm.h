@@ -69,6 +69,8 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // NCCL's channel index of the k-th channel of `tree` (under mu_).
   [[nodiscard]] int channelIndex(int tree, int k) const;
   std::map<std::pair<int, int>, std::shared_ptr<TreeChannel>> channels_;  // (tree, ordinal)
+  // Each channel's place in the log (the next record it has not used), under mu_.
+  std::vector<std::shared_ptr<std::uint64_t>> cursors_;
   std::shared_ptr<QuietClock> quiet_ = std::make_shared<QuietClock>();   // shared by them
   std::map<std::pair<bool, int>, int> both_;  // (send, peer) in both trees: ordinals seen
   // [proto][channels - 1]: NVLink and NET hop of one channel (the model is read once: the
