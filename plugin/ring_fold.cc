@@ -10,12 +10,13 @@ namespace {
 // moves per ring step and loop, and requests per step. Simple: 4 MiB buffer / NCCL_STEPS 8
 // = 512 KiB per step slot; all-reduce/all-gather/reduce-scatter chunks of 4 slots sent as
 // 2 slices, broadcast/reduce chunks of 1 slot in 1. LL: 512 KiB of 16-byte lines / 8 = 64 KiB
-// per slot, half of it data. LL128: 120 of every 128 bytes are data.
+// per slot, half of it data. LL128: 120 x 640 x 8 x 8 bytes / 8 per slot, 120 of every 128
+// of them data.
 double chunkBytes(model::Func f, model::Proto p) {
   constexpr double kSlot = 512.0 * 1024;
   switch (p) {
     case model::Proto::LL: return kSlot / 8 / 2;
-    case model::Proto::LL128: return 4.5 * 1024 * 1024 / 8 * 120.0 / 128.0;
+    case model::Proto::LL128: return 120.0 * 640 * 8 * 8 / 8 * 120.0 / 128.0;
     default: break;
   }
   return f == model::Func::Broadcast || f == model::Func::Reduce ? kSlot : 4 * kSlot;
@@ -26,7 +27,7 @@ int slicesPerStep(model::Func f, model::Proto p) {
   return f == model::Func::Broadcast || f == model::Func::Reduce ? 1 : 2;
 }
 
-// Ring steps of one loop and the bytes the loop's step carries per channel.
+// Ring steps of one loop.
 int ringSteps(model::Func f, int n) {
   switch (f) {
     case model::Func::AllReduce: return 2 * (n - 1);
