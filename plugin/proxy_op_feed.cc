@@ -21,8 +21,7 @@ bool wanted() {
 
 void started(const profiler::ProxyOpStart& s) {
   try {
-    PluginState::get().proxyOpStarted(s.comm, s.channel, s.peer, s.send, s.op, s.transfers, s.ring,
-                                      s.allgather, s.rewritable, s.channels);
+    PluginState::get().proxyOpStarted(s);
   } catch (...) {  // a lost event only costs the pairing of one operation
   }
 }

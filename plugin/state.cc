@@ -288,18 +288,16 @@ std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int c
   return ops;
 }
 
-void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send,
-                                 std::uint64_t op, int transfers, bool ring, bool allgather,
-                                 bool rewritable, int channels) {
+void PluginState::proxyOpStarted(const profiler::ProxyOpStart& s) {
   // Not under a collective: point-to-point operations run on NCCL's p2p connection to the
   // same (channel, peer), not on the ring's; they must not enter its queue.
-  if (op == 0) return;
+  if (s.op == 0) return;
   std::shared_ptr<OpSegments> ops;
   bool bytes_free = false;
   {
     std::lock_guard lock(ops_mu_);
-    bytes_free = rewritable && rewritten_.count(comm) != 0;
-    const auto it = op_segments_.find({comm, channel, peer, send});
+    bytes_free = s.rewritable && rewritten_.count(s.comm) != 0;
+    const auto it = op_segments_.find({s.comm, s.channel, s.peer, s.send});
     if (it == op_segments_.end()) return;
     ops = it->second.lock();
     if (!ops) {
@@ -307,7 +305,7 @@ void PluginState::proxyOpStarted(std::uint64_t comm, int channel, int peer, bool
       return;
     }
   }
-  ops->push(op, transfers, ring, allgather, bytes_free, channels);
+  ops->push(s.op, s.transfers, s.ring, s.allgather, bytes_free, s.channels);
 }
 
 void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {

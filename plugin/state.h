@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "profiler/proxy_ops.h"
+
 #include "crystal/config/config.h"
 #include "crystal/live/handle.h"
 #include "crystal/live/link_timing.h"
@@ -127,7 +129,7 @@ class PluginState {
   [[nodiscard]] int maxRecvs() const { return max_recvs_; }
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
-  // Ring folding (plugin/ring_fold.h): whether on, and the emulated host's figures.
+  // Ring folding (plugin/ring_fold.h): whether on (its figures: config().emulation).
   [[nodiscard]] bool foldRings() const { return fold_rings_; }
   [[nodiscard]] bool sharedClock() const { return shared_clock_; }
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }
@@ -155,10 +157,8 @@ class PluginState {
   // p2p runs on another connection to the same channel and peer). Any thread.
   // `rewritable`: an all-reduce, reduce-scatter, reduce or broadcast, whose received bytes are
   // free (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's
-  // results. `channels`: the collective's channel count (0 = unknown).
-  void proxyOpStarted(std::uint64_t comm, int channel, int peer, bool send, std::uint64_t op,
-                      int transfers, bool ring, bool allgather = false, bool rewritable = false,
-                      int channels = 0);
+  // results; `channels`: the collective's channel count (0 = unknown).
+  void proxyOpStarted(const profiler::ProxyOpStart& s);
 
   // Data policy mirror: the interposer writes every reduction result of communicator `comm`
   // (NCCL's commHash) itself, and every broadcast's from a virtual root (plugin/

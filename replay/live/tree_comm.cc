@@ -70,7 +70,7 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
   const int target = e->channels > 0 ? e->channels : real;  // 0: NCCL's own count
   const int used = std::min(target, real);
   const double per_channel = static_cast<double>(e->bytes) / used;
-  const double chunk = kChunkBytes[static_cast<int>(e->proto)];
+  const double chunk = kSlotDataBytes[static_cast<int>(e->proto)];
   plan.units =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(per_channel / chunk)));
   plan.unit_bytes = per_channel / static_cast<double>(plan.units);

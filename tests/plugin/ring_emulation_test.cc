@@ -130,9 +130,13 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
     const std::uint64_t comm_id = next_comm - 1;
     static char byte;
     for (std::size_t ch = 0; ch < c.ring.size(); ++ch) {
-      plugin::PluginState::get().proxyOpStarted(comm_id, static_cast<int>(ch),
-                                                (k.self + 1) % k.nranks, true, 0x7000 + ch,
-                                                tree_sends, /*ring=*/false);
+      plugin::PluginState::get().proxyOpStarted({.comm = comm_id,
+                                                 .channel = static_cast<int>(ch),
+                                                 .peer = (k.self + 1) % k.nranks,
+                                                 .send = true,
+                                                 .transfers = tree_sends,
+                                                 .op = 0x7000 + ch,
+                                                 .ring = false});
       auto& send = static_cast<plugin::DataComm&>(
           *plugin::HandleTable::instance().find(c.ring[ch].send));
       for (int i = 0; i < tree_sends; ++i) {
@@ -157,9 +161,15 @@ Outcome run(const Case& k, bool interleave = false, int real_channels = 0, int e
     for (std::size_t ch = 0; ch < running.size(); ++ch)
       for (const bool send : {true, false})
         plugin::PluginState::get().proxyOpStarted(
-            comm_id, static_cast<int>(ch), (k.self + (send ? 1 : k.nranks - 1)) % k.nranks, send,
-            op, static_cast<int>(units), /*ring=*/true, k.f == Func::AllGather, false,
-            static_cast<int>(running.size()));
+            {.comm = comm_id,
+             .channel = static_cast<int>(ch),
+             .peer = (k.self + (send ? 1 : k.nranks - 1)) % k.nranks,
+             .send = send,
+             .transfers = static_cast<int>(units),
+             .op = op,
+             .ring = true,
+             .allgather = k.f == Func::AllGather,
+             .channels = static_cast<int>(running.size())});
   }
   const RingRun r = runRingCollective(running, k.f, k.bytes, k.nranks, start, turnaround);
   start = r.end + 1'000'000'000;

@@ -117,10 +117,15 @@ Stats runMirror(bool allgather, std::size_t chunk, int nch, live::TimeNs turnaro
   auto loopOf = [&](long v) { return v / per_loop; };
   for (int c = 0; c < nch; ++c) {
     for (bool send : {true, false})
-      plugin::PluginState::get().proxyOpStarted(comm_id, c, send ? kSelf + 1 : kSelf - 1, send,
-                                                0x100 + comm_id, static_cast<int>(units),
-                                                /*ring=*/true, allgather,
-                                                /*rewritable=*/!allgather);
+      plugin::PluginState::get().proxyOpStarted({.comm = comm_id,
+                                                 .channel = c,
+                                                 .peer = send ? kSelf + 1 : kSelf - 1,
+                                                 .send = send,
+                                                 .transfers = static_cast<int>(units),
+                                                 .op = 0x100 + comm_id,
+                                                 .ring = true,
+                                                 .allgather = allgather,
+                                                 .rewritable = !allgather});
   }
   // When the GPU may post send v (kUnknown: not yet known).
   auto readyAt = [&](const Channel& k, long v) -> live::TimeNs {

@@ -126,27 +126,39 @@ void advanceClock(live::TimeNs& now, live::TimeNs next, long& unknown_waits) {
   }
 }
 
-long ringUnits(model::Func f, std::uint64_t bytes, int nch, int nranks) {
+namespace {
+// calcCollChunking as the model reads it (replay/model/steps.cc ringRun): loops of nranks
+// chunks of at most 4 steps per channel, 2 slices per chunk.
+struct RingChunking {
+  long loops;
+  double chunk;   // data bytes of one ring step per channel
+  int steps;      // ring steps per loop
+  long per_loop;  // requests per loop
+};
+RingChunking ringChunking(model::Func f, std::uint64_t bytes, int nch, int nranks) {
   const double per_channel = static_cast<double>(bytes) / nch;
   const long loops =
       std::max<long>(1, static_cast<long>(std::ceil(per_channel / (nranks * kChunkBytes))));
   const int steps = f == model::Func::AllReduce ? 2 * (nranks - 1) : nranks - 1;
-  return loops * steps * kSlicesPerStep;
+  return {loops, per_channel / (static_cast<double>(nranks) * loops), steps,
+          static_cast<long>(steps) * kSlicesPerStep};
+}
+}  // namespace
+
+long ringUnits(model::Func f, std::uint64_t bytes, int nch, int nranks) {
+  const RingChunking k = ringChunking(f, bytes, nch, nranks);
+  return k.loops * k.per_loop;
 }
 
 RingRun runRingCollective(std::vector<RingConns>& conns, model::Func f, std::uint64_t bytes,
                           int nranks, live::TimeNs start, Turnaround turnaround) {
   const int nch = static_cast<int>(conns.size());
-  // calcCollChunking as the model reads it (replay/model/steps.cc ringRun): loops of
-  // nranks chunks of at most 4 steps per channel, 2 slices per chunk.
-  const double per_channel = static_cast<double>(bytes) / nch;
-  const long loops =
-      std::max<long>(1, static_cast<long>(std::ceil(per_channel / (nranks * kChunkBytes))));
-  const double chunk = per_channel / (static_cast<double>(nranks) * loops);
-  const auto slice = static_cast<std::size_t>(std::max(1.0, std::round(chunk / kSlicesPerStep)));
-  const int steps = f == model::Func::AllReduce ? 2 * (nranks - 1) : nranks - 1;
-  const long per_loop = static_cast<long>(steps) * kSlicesPerStep;
-  const long units = loops * per_loop;
+  const RingChunking k = ringChunking(f, bytes, nch, nranks);
+  const auto slice =
+      static_cast<std::size_t>(std::max(1.0, std::round(k.chunk / kSlicesPerStep)));
+  const int steps = k.steps;
+  const long per_loop = k.per_loop;
+  const long units = k.loops * per_loop;
   auto stepOf = [&](long u) { return (u % per_loop) / kSlicesPerStep; };
 
   static char buffer[8];  // the plugin never touches data for virtual peers without regMr

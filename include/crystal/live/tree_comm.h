@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "crystal/live/collective_log.h"
+#include "crystal/live/nccl_slots.h"
 #include "crystal/live/target_model.h"
 #include "crystal/live/tree_timing.h"
 
@@ -27,10 +28,7 @@ namespace crystal::live {
 class TreeComm : public std::enable_shared_from_this<TreeComm> {
  public:
   // Create through std::make_shared: its channels ask it (weakly) for their operations.
-  // Default NCCL buffer sizes (NCCL_BUFFSIZE etc. unset): a tree step's data bytes per
-  // protocol (enqueue.cc calcCollChunking: chunkSteps 1; LL carries half, LL128 15/16).
-  static constexpr double kChunkBytes[3] = {
-      8.0 * 512 * 8 * 16 / 8 / 2, 120.0 * 640 * 8 * 8 / 8 / 16 * 15, 4.0 * 1024 * 1024 / 8};
+  // A tree step is one slot (enqueue.cc calcCollChunking: chunkSteps 1): kSlotDataBytes.
 
   TreeComm(const TargetModel& model, const ClusterConfig& cluster, std::uint64_t comm_id, int self,
            int nranks);
