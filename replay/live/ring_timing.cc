@@ -37,7 +37,11 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   posted_[slot(u)] = now;
   bytes_[slot(u)] = bytes;
   if (have_op_ && u >= op_first_) op_bytes_ = bytes;
-  const RingHop& out = chain()[0];
+  // A send outside any receive of an operation is a chain root's (broadcast, reduce): its
+  // pace is the chain's slowest link, as NCCL's send window lets it run at most 8 slots ahead
+  // of the slowest hop downstream (on 8 x 8 H200 the NET, 400 GB/s, not NVLink's 450). In a
+  // ring the receives carry that pace, and the real rank's sends follow its own link.
+  const RingHop& out = in_op_ ? chain()[0] : slowest();
   const TimeNs d = transmit(out, real_free_, now, bytes);
   // Done once the data left the real rank's share of the link: the model has no send window,
   // so NCCL's 8-step credit (freed by this completion) must not wait for the hop latency.
@@ -47,7 +51,11 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                              std::uint64_t bytes) {
   const TimeNs start = std::max(ready, free_at);
-  free_at = start + hop.occupancy(bytes, busy_->load(std::memory_order_relaxed),
+  // The link is shared by the channels running the operation: those with receives
+  // outstanding, and at least the collective's own count when NCCL's profiler gave it (a
+  // broadcast root only sends, and has no receive to count).
+  const int busy = std::max(busy_->load(std::memory_order_relaxed), op_channels_);
+  free_at = start + hop.occupancy(bytes, busy,
                                   op_channels_ > 0
                                       ? op_channels_
                                       : connected_->load(std::memory_order_relaxed));

@@ -157,6 +157,26 @@ TEST(RingTiming, ChannelsShareTheLinkWhileBusy) {
   EXPECT_EQ(b.postSend(0, 50'000), 1000);  // alone again: the whole link
 }
 
+// A broadcast root only sends: no receive marks its channels busy. The collective's own
+// channel count (NCCL's profiler) shares the link all the same, so 32 channels carry what
+// 16 would, not twice as much (on the H200 the root ran 30 % under the model on 32).
+TEST(RingTiming, SendOnlyChannelsShareTheLinkByTheCollectivesCount) {
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  for (int running : {1, 2, 4}) {
+    RingChannel root({kHop}, kHop, 2, busy);
+    EXPECT_EQ(root.postSend(0, 50'000, running), 1000 * running) << running << " running";
+  }
+  RingChannel unknown({kHop}, kHop, 2, busy);
+  EXPECT_EQ(unknown.postSend(0, 50'000), 1000) << "count unknown: the whole link";
+  // The root's pace is the chain's slowest link (NCCL's window keeps it near the slowest hop
+  // downstream); once it receives in an operation (a ring), its own link's.
+  constexpr RingHop kSlow{1000, 0.04, 0.0};
+  RingChannel chain({kHop, kHop, kSlow}, kHop, 2, busy);
+  EXPECT_EQ(chain.postSend(0, 50'000, 1), 2000) << "root: the slow hop's 50 kB";
+  chain.postRecv(0, 10'000, true);
+  EXPECT_EQ(chain.postSend(10'000, 50'000, 1), 11'000) << "in a ring: its own link";
+}
+
 TEST(RingTiming, ReceiveWithoutAnySendIsBoundedByTheStallRule) {
   // A chain broadcast's end only receives: no send says a unit's size. It waits for one
   // kStallSteps steps + slack from the operation's start, then takes its own size.

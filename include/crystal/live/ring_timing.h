@@ -124,6 +124,14 @@ class RingChannel {
 
   [[nodiscard]] const std::vector<RingHop>& chain() const { return chains_[op_proto_]; }
   [[nodiscard]] const RingHop& in() const { return ins_[op_proto_]; }
+  // The chain's hop with the least bandwidth per channel (the link a send-only root is paced
+  // by); `in` as well for a one-member period.
+  [[nodiscard]] const RingHop& slowest() const {
+    const RingHop* s = &in();
+    for (const RingHop& h : chain())
+      if (h.link_ns_per_byte > s->link_ns_per_byte) s = &h;
+    return *s;
+  }
 
   std::mutex mu_;
   int period_;
