@@ -152,6 +152,7 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
   }
   f.read("map_comms", e.map_comms);
   f.read("target_channels", e.target_channels);
+  f.read("real_channels", e.real_channels);
   f.read("fold_rings", e.fold_rings);
   f.read("gpu_channel_GBps", e.gpu_channel_GBps);
   f.read("proxy_request_us", e.proxy_request_us);

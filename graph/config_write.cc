@@ -107,6 +107,7 @@ void emulation(YAML::Emitter& e, const EmulationConfig& m) {
   if (m.gdr) kv(e, "gdr", *m.gdr);  // unset: the default rule (config.h gdrEnabled)
   kv(e, "map_comms", m.map_comms);
   kv(e, "target_channels", m.target_channels);
+  kv(e, "real_channels", m.real_channels);
   kv(e, "fold_rings", m.fold_rings);
   kv(e, "gpu_channel_GBps", m.gpu_channel_GBps);
   kv(e, "proxy_request_us", m.proxy_request_us);

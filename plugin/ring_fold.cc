@@ -59,13 +59,18 @@ RingFoldCost ringFoldCost(const RingFoldInput& in, int channels, const RingFoldP
 }
 
 int ringChannelsToRun(const RingFoldInput& in, const RingFoldParams& p) {
-  const int most = std::max(1, in.target_channels);
+  const int target = std::max(1, in.target_channels);
   // A chain does one step per chunk (little proxy work to save), and on fewer channels the
-  // root's sends queue behind each other: unfolded.
-  if (isChain(in.func)) return most;
-  int best = most;
+  // root's sends queue behind each other: never below the target's count, but above it when
+  // the real rank has more channels. A ring never goes above: on the H200 (2026-12-04) 32
+  // real channels made 1 GiB rings 1.4-1.7x slower than 16 (the proxy's NET requests grow
+  // with the count), where a 1 GiB broadcast went from +14 % to +2 % of the model.
+  const bool chain = isChain(in.func);
+  const int most = chain ? std::max(target, std::min(in.real_channels, 64)) : target;
+  const int fewest = chain ? target : 1;
+  int best = target;
   double best_us = -1;
-  for (int c = 1; c <= most; ++c) {
+  for (int c = fewest; c <= most; ++c) {
     const RingFoldCost k = ringFoldCost(in, c, p);
     const double need_us = kMargin * std::max(k.gpu_us, k.proxy_us);
     if (need_us <= in.model_us) return c;

@@ -29,6 +29,10 @@ struct RingFoldInput {
   std::uint64_t bytes = 0;  // NCCL's size for the tuner (all ranks' data for gathers)
   int nranks = 1;
   int target_channels = 1;  // the target's ring channels for this operation
+  // The real rank's ring channels (NCCL_MIN_NCHANNELS; 0 = the target's): a broadcast or
+  // reduce the real GPU cannot carry at the model's pace on the target's count may use up to
+  // these.
+  int real_channels = 0;
   double model_us = 0;      // the model's time for it
 };
 
@@ -46,11 +50,14 @@ struct RingFoldCost {
 [[nodiscard]] RingFoldCost ringFoldCost(const RingFoldInput& in, int channels,
                                         const RingFoldParams& p);
 
-// The channels to run the operation on, 1..target_channels: the fewest with which neither the
-// GPU nor the proxy (with a 25 % margin: their costs overlap, not perfectly) exceeds the
-// model's time, else the count where the slower of the two is fastest. Broadcast and reduce
-// (chains: one step per chunk) keep the target's count: folded onto one channel a 1 MiB
-// broadcast's root took 24.1 us instead of 17.7 on the H200 (model 14.2).
+// The channels to run the operation on: the fewest with which neither the GPU nor the proxy
+// (with a 25 % margin: their costs overlap, not perfectly) exceeds the model's time, else the
+// count where the slower of the two is fastest. A ring runs on 1..target_channels. Broadcast
+// and reduce (chains: one step per chunk) run on target_channels..max(target_channels,
+// real_channels): folded onto one channel a 1 MiB broadcast's root took 24.1 us instead of
+// 17.7 on the H200 (model 14.2), and one real channel moves ~17-22 GB/s through NET where a
+// target channel moves its share of NVLink, so a large broadcast needs more than the target's
+// (1 GiB root: +14 % on 16, +2 % on 32 with emulation.real_channels).
 [[nodiscard]] int ringChannelsToRun(const RingFoldInput& in, const RingFoldParams& p);
 
 }  // namespace crystal::plugin

@@ -216,6 +216,8 @@ void PluginState::applyLocked(const Config& cfg) {
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
   fold_rings_ = paramString("CRYSTAL_FOLD_RINGS").empty() ? cfg.emulation.fold_rings
                                                           : paramBool("CRYSTAL_FOLD_RINGS");
+  if (const char* min = std::getenv("NCCL_MIN_NCHANNELS"); min != nullptr)
+    nccl_min_channels_ = std::clamp(std::atoi(min), 0, 64);  // NCCL 2.28.9 caps at MAXCHANNELS
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
   emulation_id_ = static_cast<std::uint64_t>(paramInt("CRYSTAL_EMULATION_ID"));
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");

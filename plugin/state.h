@@ -131,6 +131,9 @@ class PluginState {
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
   // Ring folding (plugin/ring_fold.h): whether on (its figures: config().emulation).
   [[nodiscard]] bool foldRings() const { return fold_rings_; }
+  // NCCL_MIN_NCHANNELS as NCCL reads it (0 = unset): the ring channels the real rank's NCCL
+  // builds at least, up to which the tuner may run a large ring or broadcast (ring_fold.h).
+  [[nodiscard]] int ncclMinChannels() const { return nccl_min_channels_; }
   [[nodiscard]] bool sharedClock() const { return shared_clock_; }
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }
   [[nodiscard]] const std::string& socketAddr() const { return socket_addr_; }
@@ -189,6 +192,7 @@ class PluginState {
   std::size_t max_bytes_ = std::size_t{1} << 40;
   bool tuner_ = true;
   bool fold_rings_ = true;
+  int nccl_min_channels_ = 0;
   bool shared_clock_ = true;
   bool rdma_ = false;
   DataPolicy data_ = DataPolicy::Mirror;

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -60,11 +61,12 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   // Set unless GDR is off by config: whether the plugin turns it on also depends on the data
   // policy in effect (CRYSTAL_DATA may override), and without NCCL_PTR_CUDA from the plugin
   // these variables change nothing.
+  // A default only: a value in the caller's environment is kept.
+  auto byDefault = [&](const char* var, const std::string& value) {
+    const char* mine = std::getenv(var);
+    env.emplace_back(var, (mine != nullptr && *mine != '\0') ? std::string(mine) : value);
+  };
   if (config.emulation.gdr.value_or(true)) {
-    auto byDefault = [&](const char* var, const char* value) {
-      const char* mine = std::getenv(var);
-      env.emplace_back(var, (mine != nullptr && *mine != '\0') ? std::string(mine) : value);
-    };
     byDefault("NCCL_NET_GDR_LEVEL", "SYS");
     byDefault("NCCL_NET_GDR_READ", "1");
   }
@@ -76,14 +78,16 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   // are. NCCL_MIN_NCHANNELS makes NCCL 2.28.9 duplicate its channels up to that count
   // (graph/connect.cc ncclTopoPostset, copyChannels); the tuner then gives each collective
   // the target's choice. A value in the caller's environment is kept. Only with
-  // emulation.target_channels (the default; config.h).
+  // emulation.target_channels (the default; config.h). emulation.real_channels asks for more
+  // than the target's, for large rings and broadcasts (the tuner runs them on up to that
+  // many, plugin/ring_fold.h); p2p then keeps the target's count, as NCCL would spread
+  // send/recv over every channel up to NCCL_MAX_P2P_NCHANNELS.
   if (config.emulation.target_channels) {
     const model::NcclModel m(config.cluster, config.model);
-    const int channels = m.commChannels(live::blockShape(config.cluster, config.job.world_size));
-    const char* mine = std::getenv("NCCL_MIN_NCHANNELS");
-    env.emplace_back("NCCL_MIN_NCHANNELS", (mine != nullptr && *mine != '\0')
-                                               ? std::string(mine)
-                                               : std::to_string(channels));
+    const int target = m.commChannels(live::blockShape(config.cluster, config.job.world_size));
+    const int channels = std::max(target, config.emulation.real_channels);
+    byDefault("NCCL_MIN_NCHANNELS", std::to_string(channels));
+    if (channels > target) byDefault("NCCL_MAX_P2P_NCHANNELS", std::to_string(target));
   }
   // emulation.map_comms: the program's k-rank communicators become the target's (the
   // interposer's plugin/interpose/rank_map.h reads "N:r0,r1,...").

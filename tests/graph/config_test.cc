@@ -84,6 +84,10 @@ TEST(Config, WrongTypesAndNegativeSizes) {
               HasSubstr("'emulation.real_ranks': rank 99 outside 0..15"));
   EXPECT_THAT(errorOf(std::string(kSmall) + "emulation: {data: maybe}"),
               HasSubstr("'emulation.data' must be mirror, zero or none"));
+  EXPECT_THAT(errorOf(std::string(kSmall) + "emulation: {real_channels: 65}"),
+              HasSubstr("'emulation.real_channels': 65 outside 0..64"));
+  EXPECT_THAT(errorOf(std::string(kSmall) + "emulation: {real_channels: -1}"),
+              HasSubstr("'emulation.real_channels': -1 outside 0..64"));
 }
 
 TEST(Config, LayoutMustDivideWorld) {
@@ -134,6 +138,7 @@ TEST(Config, CanonicalYamlRoundTrips) {
   c.emulation.fold_rings = false;
   c.emulation.gpu_channel_GBps = 21.5;
   c.emulation.proxy_request_us = 0.75;
+  c.emulation.real_channels = 32;
   EXPECT_EQ(parseConfig(toYaml(c), c.source), c) << toYaml(c);
 }
 

@@ -65,9 +65,21 @@ TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
   EXPECT_FALSE(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
                     "NCCL_MIN_NCHANNELS"));
   c.emulation.target_channels = true;  // the default
+  c.emulation.real_channels = 0;
   const auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
   // 8 x 8 H200: 16 ring channels, as crystal simulate reports (Ring/Simple/16 at 1 GiB).
   EXPECT_EQ(find(env, "NCCL_MIN_NCHANNELS"), "16");
+  EXPECT_FALSE(find(env, "NCCL_MAX_P2P_NCHANNELS"));
+  // More real channels than the target's (emulation.real_channels): p2p keeps the target's 16.
+  c.emulation.real_channels = 32;
+  const auto more = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
+  EXPECT_EQ(find(more, "NCCL_MIN_NCHANNELS"), "32");
+  EXPECT_EQ(find(more, "NCCL_MAX_P2P_NCHANNELS"), "16");
+  // Fewer than the target's: the target's.
+  c.emulation.real_channels = 8;
+  const auto fewer = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
+  EXPECT_EQ(find(fewer, "NCCL_MIN_NCHANNELS"), "16");
+  EXPECT_FALSE(find(fewer, "NCCL_MAX_P2P_NCHANNELS"));
   ::setenv("NCCL_MIN_NCHANNELS", "2", 1);
   EXPECT_EQ(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
                  "NCCL_MIN_NCHANNELS"),

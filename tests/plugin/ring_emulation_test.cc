@@ -241,30 +241,39 @@ TEST(RingEmulation, FewerRealChannelsThanTheTarget) {
 // a NIC port caps none of them below its share). The tuner's own count for each size, and
 // 3 and 8. One channel is not enough for 1 GiB, and the tuner never asks for it: NCCL's
 // 8-slot window (4 MiB) per 14 us NET hop carries at most ~290 GB/s on one channel.
+// With 32 connected (emulation.real_channels) a ring still runs on at most the target's 16,
+// and 32 running channels would share the links as 16 do: still the model's time.
 TEST(RingEmulation, FoldedOntoFewerOfTheConnectedChannels) {
   const Config cfg = targetOf(64);
   const model::NcclModel m(cfg.cluster, cfg.model);
   const plugin::RingFoldParams params{cfg.emulation.gpu_channel_GBps,
                                       cfg.emulation.proxy_request_us};
-  for (Func f : {Func::AllGather, Func::AllReduce})
-    for (std::uint64_t b : {MiB, 64 * MiB, 1024 * MiB}) {
-      const model::CommShape shape = live::blockShape(cfg.cluster, 64);
-      const int tuner = plugin::ringChannelsToRun(
-          {f, model::Proto::Simple, b, 64, 16,
-           m.time(f, b, shape, model::Algo::Ring, model::Proto::Simple, 16)},
-          params);
-      for (int fold : {tuner, 3, 8}) {
-        const Case k{f, b, 64};
-        const Outcome o = run(k, false, 0, 1, {}, 0, fold);
-        const double diff = (o.emulated_us - o.model_us) / o.model_us;
-        std::printf("%-13s %8s folded onto %d of %d channels: emulated %9.1f us, model %9.1f us, "
-                    "%+6.2f %%\n",
-                    std::string(model::toString(f)).c_str(), sizeName(b).c_str(), fold,
-                    o.channels, o.emulated_us, o.model_us, 100 * diff);
-        EXPECT_LE(std::abs(diff), 0.02) << model::toString(f) << " " << b << " on " << fold;
-        EXPECT_EQ(o.unknown_waits, 0);
+  for (int connected : {16, 32})
+    for (Func f : {Func::AllGather, Func::AllReduce})
+      for (std::uint64_t b : {MiB, 64 * MiB, 1024 * MiB}) {
+        const model::CommShape shape = live::blockShape(cfg.cluster, 64);
+        plugin::RingFoldInput in;
+        in.func = f;
+        in.bytes = b;
+        in.nranks = 64;
+        in.target_channels = 16;
+        in.real_channels = connected;
+        in.model_us = m.time(f, b, shape, model::Algo::Ring, model::Proto::Simple, 16);
+        const int tuner = plugin::ringChannelsToRun(in, params);
+        std::vector<int> folds{tuner, 3, 8};
+        if (connected == 32) folds = {tuner, 32};
+        for (int fold : folds) {
+          const Case k{f, b, 64};
+          const Outcome o = run(k, false, connected, 1, {}, 0, fold);
+          const double diff = (o.emulated_us - o.model_us) / o.model_us;
+          std::printf("%-13s %8s on %d channels (target %d): emulated %9.1f us, model %9.1f "
+                      "us, %+6.2f %%\n",
+                      std::string(model::toString(f)).c_str(), sizeName(b).c_str(), fold,
+                      o.channels, o.emulated_us, o.model_us, 100 * diff);
+          EXPECT_LE(std::abs(diff), 0.02) << model::toString(f) << " " << b << " on " << fold;
+          EXPECT_EQ(o.unknown_waits, 0);
+        }
       }
-    }
 }
 
 TEST(RingEmulation, ChannelsConnectedInTwoExchanges) {

@@ -21,8 +21,14 @@ RingFoldInput target(Func f, std::uint64_t bytes) {
   cfg.cluster.nodes = 8;
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape{64, 8, 8};
-  return {f, Proto::Simple, bytes, 64, 16,
-          m.time(f, bytes, shape, model::Algo::Ring, Proto::Simple, 16)};
+  RingFoldInput in;
+  in.func = f;
+  in.proto = Proto::Simple;
+  in.bytes = bytes;
+  in.nranks = 64;
+  in.target_channels = 16;
+  in.model_us = m.time(f, bytes, shape, model::Algo::Ring, Proto::Simple, 16);
+  return in;
 }
 
 TEST(RingFold, RequestsCountNcclsSlicesPerStepAndLoop) {
@@ -87,12 +93,41 @@ TEST(RingFold, ChainsAreNotFolded) {
     EXPECT_EQ(plugin::ringChannelsToRun(target(Func::Broadcast, b), {17.0, 0.5}), 16) << b;
 }
 
-TEST(RingFold, NeverMoreThanTheTargetsChannels) {
+TEST(RingFold, NeverMoreThanTheTargetsChannelsUnlessTheRealRankHasMore) {
   RingFoldInput in = target(Func::AllReduce, 1024 * MiB);
   in.target_channels = 4;
   EXPECT_EQ(plugin::ringChannelsToRun(in, {17.0, 0.5}), 4);
+  in.real_channels = 2;  // fewer than the target's: the target's count bounds
+  EXPECT_EQ(plugin::ringChannelsToRun(in, {17.0, 0.5}), 4);
+  in.real_channels = 0;
   in.target_channels = 0;
   EXPECT_EQ(plugin::ringChannelsToRun(in, {17.0, 0.5}), 1);
+}
+
+// With 32 real channels (emulation.real_channels): a 1 GiB broadcast (no proxy work to add)
+// runs on the fewest above the target's 16 that keep its GPU within the model's time; a ring
+// never goes above the target's (on the H200 it got slower there); small sizes are unchanged.
+TEST(RingFold, OnlyChainsUseMoreChannelsThanTheTargetsWhenTheRealRankHasThem) {
+  const RingFoldParams p{17.0, 0.5};
+  RingFoldInput ag = target(Func::AllGather, 1024 * MiB);
+  ag.real_channels = 32;
+  EXPECT_EQ(plugin::ringChannelsToRun(ag, p), 16);
+
+  RingFoldInput bc = target(Func::Broadcast, 1024 * MiB);
+  bc.real_channels = 32;
+  const int b = plugin::ringChannelsToRun(bc, p);
+  EXPECT_GT(b, 16);
+  EXPECT_LE(b, 32);
+  EXPECT_LE(1.25 * plugin::ringFoldCost(bc, b, p).gpu_us, bc.model_us);
+  EXPECT_GT(1.25 * plugin::ringFoldCost(bc, b - 1, p).gpu_us, bc.model_us) << "the fewest";
+  bc.real_channels = 0;
+  EXPECT_EQ(plugin::ringChannelsToRun(bc, p), 16) << "without more, the target's";
+
+  for (Func f : {Func::AllGather, Func::Broadcast}) {
+    RingFoldInput small = target(f, MiB);
+    small.real_channels = 32;
+    EXPECT_EQ(plugin::ringChannelsToRun(small, p), f == Func::Broadcast ? 16 : 1);
+  }
 }
 
 }  // namespace

@@ -95,14 +95,14 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   Config cfg;
   cfg.source = "test";
   cfg.cluster.nodes = 8;
-  auto channelsFor = [&](std::size_t bytes) {
+  auto channelsFor = [&](std::size_t bytes, nccl::ncclFunc_t f = nccl::ncclFuncAllGather) {
     void* ctx = nullptr;
     EXPECT_EQ(tuner::init(&ctx, 2, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
     float table[7][3];
     for (int a = 0; a < 7; ++a)
       for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
     int ch = 0;
-    EXPECT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllGather, bytes, 1,
+    EXPECT_EQ(tuner::getCollInfo(ctx, f, bytes, 1,
                                  reinterpret_cast<float**>(table), 7, 3, 0, &ch),
               nccl::ncclSuccess);
     EXPECT_GE(table[1][2], 0.0f);  // NCCL runs Ring/Simple
@@ -115,15 +115,66 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   EXPECT_EQ(target, 16);
   EXPECT_EQ(channelsFor(1 << 20), 1);
   EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
+  // Not folded: the target's count for the entry NCCL runs (the model's pick, LL, is not in
+  // the table), never left to NCCL (all the real rank's channels).
   setenv("CRYSTAL_FOLD_RINGS", "0", 1);
   PluginState::get().configure(cfg);
-  EXPECT_EQ(channelsFor(1 << 20), 0);
+  EXPECT_EQ(channelsFor(1 << 20), 16);
   unsetenv("CRYSTAL_FOLD_RINGS");
   cfg.emulation.fold_rings = false;
   PluginState::get().configure(cfg);
-  EXPECT_EQ(channelsFor(1 << 20), 0);
+  EXPECT_EQ(channelsFor(1 << 20), 16);
+  // With more real channels than the target's (NCCL_MIN_NCHANNELS=32), a 1 GiB broadcast runs
+  // on more than the target's 16 (its GPU cannot carry it at the model's pace on 16); rings
+  // keep at most the target's.
   cfg.emulation.fold_rings = true;
   PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(std::size_t{1} << 30, nccl::ncclFuncBroadcast), 16);
+  setenv("NCCL_MIN_NCHANNELS", "32", 1);
+  PluginState::get().configure(cfg);
+  EXPECT_GT(channelsFor(std::size_t{1} << 30, nccl::ncclFuncBroadcast), 16);
+  EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
+  EXPECT_EQ(channelsFor(1 << 20), 1);
+  unsetenv("NCCL_MIN_NCHANNELS");
+  cfg.emulation.fold_rings = true;
+  PluginState::get().configure(cfg);
+}
+
+// NCCL_PROTO=Simple rules out the model's pick for a 16 MiB all-reduce on 64 ranks; the entry
+// NCCL runs instead still gets the target's channel count for it, not NCCL's own count (all
+// of the real rank's channels: with 32 the tree timing's record named a 32-channel target).
+TEST(PluginTuner, ForcedProtocolGetsTheTargetsChannelsForTheEntryNcclRuns) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.cluster.nodes = 8;
+  PluginState::get().configure(cfg);
+  const std::size_t bytes = std::size_t{16} << 20;
+  const model::CommShape shape{64, 8, 8};
+  const model::Choice pick =
+      PluginState::get().model().choose(model::Func::AllReduce, bytes, shape);
+  ASSERT_NE(pick.proto, model::Proto::Simple) << "the case needs a non-Simple model pick";
+  void* ctx = nullptr;
+  ASSERT_EQ(tuner::init(&ctx, 3, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  float table[7][3];
+  for (int a = 0; a < 7; ++a)
+    for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
+  int ch = 0;
+  ASSERT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllReduce, bytes, 1,
+                               reinterpret_cast<float**>(table), 7, 3, 0, &ch),
+            nccl::ncclSuccess);
+  EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+  const TunerPick run = bestEntry(&table[0][0], 7, 3);
+  ASSERT_EQ(run.proto, 2);
+  const int target = PluginState::get().model().channels(
+      model::Func::AllReduce, bytes, shape, static_cast<model::Algo>(run.algo),
+      model::Proto::Simple);
+  EXPECT_GT(target, 0);
+  if (run.algo != static_cast<int>(model::Algo::Ring)) {
+    EXPECT_EQ(ch, target);  // a tree: never folded
+  } else {
+    EXPECT_GE(ch, 1);
+    EXPECT_LE(ch, target);
+  }
 }
 
 }  // namespace

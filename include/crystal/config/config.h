@@ -134,6 +134,16 @@ struct EmulationConfig {
   // folded (fold_rings) no size measured runs more than 5 % slower than on NCCL's own 4
   // channels (LL128 rings at 4-64 MiB ran 2.5-4x slower before folding).
   bool target_channels = true;
+  // With target_channels: the channels the real rank's NCCL builds when more than the
+  // target's (NCCL_MIN_NCHANNELS = max(target's, this); 0 = the target's). One real channel
+  // moves ~17-22 GB/s through NET on the H200 where a target channel moves its share of
+  // NVLink, so a large broadcast or reduce root cannot keep the model's pace on the target's
+  // count; the tuner runs those on up to this many (plugin/ring_fold.h); rings and trees keep
+  // at most the target's, p2p the target's count (NCCL_MAX_P2P_NCHANNELS). Off by default:
+  // measured on the H200 (2026-12-04, 32) it took the 64-rank 1 GiB broadcast root from +14 %
+  // to +2 % of the model, but rings got slower (1 GiB all-gather 5.5 vs 3.9 ms) when they ran
+  // above 16, and the 8192-rank init from 1.0-1.5 to 2.2 s.
+  int real_channels = 0;
   // Ring collectives run on as few of the real rank's channels as keep its GPU at the model's
   // pace, each standing for target / used of the target's (plugin/ring_fold.h): NCCL's proxy
   // on an emulated host reaches both ring neighbours of every channel through NET, several
