@@ -133,7 +133,9 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
   const live::CommLinks& links = l->second;
   if (links.sameNode(c.self_rank, c.peer_rank))
     return std::make_shared<live::VirtualLink>(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
-  return std::make_shared<live::VirtualLink>(links.net, c.send ? st.ownNicOut() : st.ownNicIn());
+  // A p2p channel's virtual sender is a target GPU: it writes chunks at NCCL's p2p pace.
+  return std::make_shared<live::VirtualLink>(c.graph == live::kGraphP2p ? links.net_p2p : links.net,
+                                             c.send ? st.ownNicOut() : st.ownNicIn());
 }
 
 std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {

@@ -84,6 +84,7 @@ class ClusterTargetModel final : public TargetModel {
   }
 
   double opOverheadUs(Algo, Proto) const override { return kLaunchUs; }
+  double p2pNetChannelGBps() const override { return 0.0; }  // the NIC's pace
   const char* name() const override { return "cluster closed form (NcclModel not linked)"; }
 
  private:
@@ -165,6 +166,8 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
   model::CommShape net_shape = c.shape;
   if (net_shape.nnodes < 2) net_shape = model::CommShape{2, 2, 1};
   c.net = toLink(m.netStep(Proto::Simple, 1, net_shape), cluster.fabric.nic.bandwidth_GBps);
+  c.net_p2p = c.net;
+  if (const double pace = m.p2pNetChannelGBps(); pace > 0) c.net_p2p.sender_ns_per_byte = 1.0 / pace;
   // Rail-optimised nodes: each member drives its own share of the node's NICs.
   const int gpn = std::max(1, cluster.gpus_per_node);
   const int nics = std::max(1, cluster.fabric.nics_per_node);

@@ -14,14 +14,49 @@ namespace crystal::live {
 
 TimeNs PortQueue::reserve(TimeNs ready, TimeNs occupancy) noexcept {
   std::lock_guard lock(mu_);
-  const TimeNs start = std::max(ready, free_at_);
-  free_at_ = start + occupancy;
-  return free_at_;
+  newest_ready_ = std::max(newest_ready_, ready);
+  while (head_ < busy_.size() && busy_[head_].end < newest_ready_ - kHorizonNs) ++head_;
+  if (head_ > 64 && head_ * 2 > busy_.size()) {
+    busy_.erase(busy_.begin(), busy_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  if (occupancy <= 0) return ready;
+  // Most reservations come after every other one (a burst's next unit): append or extend.
+  if (head_ == busy_.size() || ready >= busy_.back().end) {
+    if (head_ < busy_.size() && busy_.back().end == ready)
+      busy_.back().end = ready + occupancy;
+    else
+      busy_.push_back({ready, ready + occupancy});
+    return ready + occupancy;
+  }
+  // The first gap of `occupancy` at or after `ready`: from the last interval starting at or
+  // before `ready`, walk until one starts after the reservation would end.
+  const auto live = busy_.begin() + static_cast<std::ptrdiff_t>(head_);
+  auto next = std::upper_bound(live, busy_.end(), ready,
+                               [](TimeNs t, const Busy& b) { return t < b.start; });
+  TimeNs t = ready;
+  if (next != live) t = std::max(t, std::prev(next)->end);
+  while (next != busy_.end() && next->start < t + occupancy) t = std::max(t, (next++)->end);
+  const TimeNs end_at = t + occupancy;
+  // Insert [t, end_at) before `next`, merged with the intervals it touches.
+  const bool join_prev = next != live && std::prev(next)->end == t;
+  const bool join_next = next != busy_.end() && next->start == end_at;
+  if (join_prev && join_next) {
+    std::prev(next)->end = next->end;
+    busy_.erase(next);
+  } else if (join_prev) {
+    std::prev(next)->end = end_at;
+  } else if (join_next) {
+    next->start = t;
+  } else {
+    busy_.insert(next, {t, end_at});
+  }
+  return end_at;
 }
 
 TimeNs PortQueue::freeAt() const noexcept {
   std::lock_guard lock(mu_);
-  return free_at_;
+  return head_ == busy_.size() ? 0 : busy_.back().end;
 }
 
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
@@ -91,6 +126,7 @@ void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_
   } else if ((ring_ || !treeTimed()) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;
+    recv_written_ = now;
   }
 }
 
@@ -110,7 +146,14 @@ std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted
   }
   // The virtual sender streams the burst: a unit leaves after the one before it, from the
   // burst's start, at most one latency ahead of its receive's post (the credit it needs).
-  const TimeNs ready = std::max({recv_start_, recv_left_, posted - params_.latency_ns});
+  // A GPU-paced sender (NET p2p) first writes the unit, after the one before it.
+  TimeNs ready = std::max({recv_start_, recv_left_, posted - params_.latency_ns});
+  if (params_.sender_ns_per_byte > 0) {
+    recv_written_ = std::max({recv_start_, recv_written_, posted - params_.latency_ns}) +
+                    static_cast<TimeNs>(static_cast<double>(bytes) * params_.sender_ns_per_byte +
+                                        0.5);
+    ready = std::max(ready, recv_written_);
+  }
   recv_left_ = port_->reserve(ready, params_.occupancy(bytes));
   return std::max(posted, recv_left_ + params_.latency_ns);
 }

@@ -40,6 +40,7 @@ class NcclTargetModel final : public TargetModel {
                model::Proto p) const override {
     return m_.channels(f, bytes, s, a, p);
   }
+  double p2pNetChannelGBps() const override { return m_.p2pNetChannelGBps(); }
   double opOverheadUs(model::Algo a, model::Proto p) const override {
     return m_.opOverheadUs(a, p);
   }

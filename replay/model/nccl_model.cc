@@ -263,6 +263,8 @@ double NcclModel::ncclEstimate(Func f, std::uint64_t bytes, const CommShape& sha
 
 double NcclModel::opOverheadUs(Algo a, Proto p) const { return baseLatency(a, p, impl_->opt); }
 
+double NcclModel::p2pNetChannelGBps() const { return impl_->opt.step.p2p_net_channel_GBps; }
+
 int NcclModel::commChannels(const CommShape& shape) const {
   return view(impl_->topo, impl_->opt, shape).graphs.commChannels;
 }

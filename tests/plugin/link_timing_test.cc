@@ -21,6 +21,33 @@ TEST(LinkTiming, SendsSerialiseOnThePortAndOverlapLatency) {
   EXPECT_EQ(l.postSend(10'000, 0), 10'000 + 1000);  // idle port: latency only
 }
 
+// Reservations fill the first gap at or after their ready time, and touching ones merge.
+TEST(LinkTiming, PortReservationsFillGaps) {
+  PortQueue port;
+  EXPECT_EQ(port.reserve(0, 10), 10);
+  EXPECT_EQ(port.reserve(100, 10), 110);
+  EXPECT_EQ(port.reserve(20, 10), 30) << "between the two";
+  EXPECT_EQ(port.reserve(5, 100), 210) << "no gap of 100 before 110";
+  EXPECT_EQ(port.reserve(30, 70), 100) << "exactly the gap [30, 100)";
+  EXPECT_EQ(port.reserve(0, 5), 15) << "first gap: [10, 20)";
+  EXPECT_EQ(port.freeAt(), 210);
+  EXPECT_EQ(port.reserve(0, 0), 0);
+}
+
+// A p2p connection's virtual sender writes a unit per chunk / pace (its GPU), then the unit
+// crosses the port and the latency: 10 kB at 0.1 ns/B written every 1000 ns, 200 ns on the
+// wire, 1000 ns latency.
+TEST(LinkTiming, GpuPacedSenderWritesEachUnitAfterTheOneBefore) {
+  LinkParams p{1000, 0.02};
+  p.sender_ns_per_byte = 0.1;
+  VirtualLink link(p, std::make_shared<PortQueue>());
+  for (std::uint64_t k = 0; k < 4; ++k) link.postRecv(k, 0, k == 0, 0, false);
+  for (std::uint64_t k = 0; k < 4; ++k)
+    EXPECT_EQ(link.recvArrival(k, 0, 10'000, 0, false),
+              static_cast<TimeNs>(1000 * (k + 1) + 200 + 1000))
+        << k;
+}
+
 TEST(LinkTiming, SendBurstPaysTheLatencyOnce) {
   // 1 us latency, 1000 ns per unit: the burst's first send completes at delivery, the next
   // ones when they left the link (never before the first's delivery), serial on the port.

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -37,21 +38,40 @@ namespace crystal::live {
 struct LinkParams {
   TimeNs latency_ns = 0;
   double ns_per_byte = 0;  // 1 / bandwidth
+  // A peer-ready receive's virtual sender writes its units no faster than this (its GPU's
+  // pace on a NET p2p channel); 0 = as fast as the link takes them.
+  double sender_ns_per_byte = 0;
   [[nodiscard]] TimeNs occupancy(std::uint64_t bytes) const noexcept {
     return static_cast<TimeNs>(static_cast<double>(bytes) * ns_per_byte + 0.5);
   }
 };
 
 // One direction of one NIC port; shared by every connection on that device.
+// Reservations fill the earliest gap at or after their ready time, not only the end: a
+// GPU-paced p2p sender reserves units ahead in time (one every ~9 us per channel), and another
+// channel's units posted after them must slot in between, as a NIC interleaves them, instead
+// of queueing behind the last one (+2.8 % on two channels at 64 MiB with an end-only cursor).
 class PortQueue {
  public:
-  // Reserves the port for `bytes` from max(ready, free); returns the end of occupancy.
+  // Reserves `occupancy` in the first free gap at or after `ready`; returns its end.
   [[nodiscard]] TimeNs reserve(TimeNs ready, TimeNs occupancy) noexcept;
+  // End of the latest reservation.
   [[nodiscard]] TimeNs freeAt() const noexcept;
+  // Busy intervals that end this long before the newest ready time are forgotten (a later
+  // reservation that far back finds the port free there). A paced p2p sender reserves at most
+  // its 8-slot window ahead (~75 us), other connections at their post.
+  static constexpr TimeNs kHorizonNs = 1'000'000;
 
  private:
+  struct Busy {
+    TimeNs start, end;
+  };
   mutable std::mutex mu_;
-  TimeNs free_at_ = 0;
+  // Disjoint, sorted, touching ones merged; [head_, end) live. A vector, not a map: most
+  // reservations append (no allocation on NCCL's proxy thread once it has grown).
+  std::vector<Busy> busy_;
+  std::size_t head_ = 0;
+  TimeNs newest_ready_ = 0;
 };
 
 class RingChannel;  // crystal/live/ring_timing.h
@@ -136,6 +156,7 @@ class VirtualLink {
   TimeNs burst_delivered_ = 0;  // delivery of the burst's first send
   TimeNs recv_start_ = 0;       // post of the burst's first receive
   TimeNs recv_left_ = 0;        // the previous receive's unit left the virtual sender
+  TimeNs recv_written_ = 0;     // the virtual sender's GPU wrote the previous unit
   int host_fd_ = -1;
   TimeNs next_check_ = 0;
   bool host_alive_ = true;

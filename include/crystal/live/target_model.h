@@ -43,6 +43,9 @@ class TargetModel {
   // The fixed cost of one operation on top of its steps (launch, NCCL's base latency), us:
   // what a virtual rank spends between two operations it runs back to back.
   [[nodiscard]] virtual double opOverheadUs(model::Algo a, model::Proto p) const = 0;
+  // A virtual sender's GPU pace per channel of a NET p2p connection, GB/s (0 = none: the
+  // NIC's): NCCL's p2p kernel writes and drains chunks at it (model p2p_net_channel_gbps).
+  [[nodiscard]] virtual double p2pNetChannelGBps() const = 0;
   [[nodiscard]] virtual const char* name() const = 0;
 };
 
@@ -62,6 +65,7 @@ struct CommLinks {
   model::CommShape shape;
   LinkParams nvl;     // NVLink/NVSwitch: to a member of the same node
   LinkParams net;     // one NIC port: to a member of another node
+  LinkParams net_p2p; // `net` with the virtual sender's GPU pace of a p2p channel
   int nics_used = 1;  // NICs of a node the members drive (channel c uses NIC c % nics_used)
   RingHop ring_nvl;   // a ring channel's share of the GPU's NVLink
   RingHop ring_net;   // a ring channel's share of the node's NICs (one NIC at most)

@@ -122,6 +122,9 @@ class NcclModel {
   // The fixed cost every operation of algorithm `a` / protocol `p` pays on top of its steps
   // (NCCL's base latency plus the kernel launch), us: part of `time()`.
   [[nodiscard]] double opOverheadUs(Algo a, Proto p) const;
+  // What one channel of a NET p2p transfer moves per direction (the GPU's pace), GB/s; 0 =
+  // no cap (model.overrides.p2p_net_channel_gbps).
+  [[nodiscard]] double p2pNetChannelGBps() const;
   // Ring collective whose members arrive at different times: finish time of each class
   // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
