@@ -87,26 +87,34 @@ TEST(PluginTuner, SwitchTurnsItOff) {
   EXPECT_TRUE(PluginState::get().tunerEnabled());
 }
 
+// NCCL's getCollInfo call under NCCL_PROTO=Simple (only Tree/Simple and Ring/Simple usable):
+// the channel count the tuner sets, and what NCCL then runs (`run`).
+int simpleOnlyChannels(nccl::ncclFunc_t f, std::size_t bytes, TunerPick* run = nullptr) {
+  void* ctx = nullptr;
+  EXPECT_EQ(tuner::init(&ctx, 2, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  float table[7][3];
+  for (int a = 0; a < 7; ++a)
+    for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
+  int ch = 0;
+  EXPECT_EQ(tuner::getCollInfo(ctx, f, bytes, 1, reinterpret_cast<float**>(table), 7, 3, 0, &ch),
+            nccl::ncclSuccess);
+  EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+  if (run) *run = bestEntry(&table[0][0], 7, 3);
+  return ch;
+}
+
 // NCCL_PROTO=Simple leaves only Simple entries usable, so the model's pick at 1 MiB (LL) is
 // not: the target's count is Ring/Simple's own (16), and the tuner folds the ring onto the
 // channels ring_fold.h asks for (one at 1 MiB, all 16 for the GPU-bound 1 GiB).
-// CRYSTAL_FOLD_RINGS=0 leaves the count to NCCL there (the model's pick was not usable).
+// CRYSTAL_FOLD_RINGS=0 keeps the target's count.
 TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   Config cfg;
   cfg.source = "test";
   cfg.cluster.nodes = 8;
   auto channelsFor = [&](std::size_t bytes, nccl::ncclFunc_t f = nccl::ncclFuncAllGather) {
-    void* ctx = nullptr;
-    EXPECT_EQ(tuner::init(&ctx, 2, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
-    float table[7][3];
-    for (int a = 0; a < 7; ++a)
-      for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
-    int ch = 0;
-    EXPECT_EQ(tuner::getCollInfo(ctx, f, bytes, 1,
-                                 reinterpret_cast<float**>(table), 7, 3, 0, &ch),
-              nccl::ncclSuccess);
-    EXPECT_GE(table[1][2], 0.0f);  // NCCL runs Ring/Simple
-    EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+    TunerPick run;
+    const int ch = simpleOnlyChannels(f, bytes, &run);
+    EXPECT_EQ(run.algo, 1);  // NCCL runs Ring/Simple
     return ch;
   };
   PluginState::get().configure(cfg);
@@ -153,17 +161,8 @@ TEST(PluginTuner, ForcedProtocolGetsTheTargetsChannelsForTheEntryNcclRuns) {
   const model::Choice pick =
       PluginState::get().model().choose(model::Func::AllReduce, bytes, shape);
   ASSERT_NE(pick.proto, model::Proto::Simple) << "the case needs a non-Simple model pick";
-  void* ctx = nullptr;
-  ASSERT_EQ(tuner::init(&ctx, 3, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
-  float table[7][3];
-  for (int a = 0; a < 7; ++a)
-    for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
-  int ch = 0;
-  ASSERT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllReduce, bytes, 1,
-                               reinterpret_cast<float**>(table), 7, 3, 0, &ch),
-            nccl::ncclSuccess);
-  EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
-  const TunerPick run = bestEntry(&table[0][0], 7, 3);
+  TunerPick run;
+  const int ch = simpleOnlyChannels(nccl::ncclFuncAllReduce, bytes, &run);
   ASSERT_EQ(run.proto, 2);
   const int target = PluginState::get().model().channels(
       model::Func::AllReduce, bytes, shape, static_cast<model::Algo>(run.algo),
