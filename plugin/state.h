@@ -132,7 +132,7 @@ class PluginState {
   // Ring folding (plugin/ring_fold.h): whether on (its figures: config().emulation).
   [[nodiscard]] bool foldRings() const { return fold_rings_; }
   // NCCL_MIN_NCHANNELS as NCCL reads it (0 = unset): the ring channels the real rank's NCCL
-  // builds at least, up to which the tuner may run a large ring or broadcast (ring_fold.h).
+  // builds at least, up to which the tuner may run a large broadcast or reduce (ring_fold.h).
   [[nodiscard]] int ncclMinChannels() const { return nccl_min_channels_; }
   [[nodiscard]] bool sharedClock() const { return shared_clock_; }
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }

@@ -79,7 +79,7 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   // (graph/connect.cc ncclTopoPostset, copyChannels); the tuner then gives each collective
   // the target's choice. A value in the caller's environment is kept. Only with
   // emulation.target_channels (the default; config.h). emulation.real_channels asks for more
-  // than the target's, for large rings and broadcasts (the tuner runs them on up to that
+  // than the target's, for large broadcasts and reduces (the tuner runs them on up to that
   // many, plugin/ring_fold.h); p2p then keeps the target's count, as NCCL would spread
   // send/recv over every channel up to NCCL_MAX_P2P_NCHANNELS.
   if (config.emulation.target_channels) {

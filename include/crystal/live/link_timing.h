@@ -25,10 +25,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <vector>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "crystal/live/clock.h"
 

@@ -44,7 +44,7 @@ class TargetModel {
   // what a virtual rank spends between two operations it runs back to back.
   [[nodiscard]] virtual double opOverheadUs(model::Algo a, model::Proto p) const = 0;
   // A virtual sender's GPU pace per channel of a NET p2p connection, GB/s (0 = none: the
-  // NIC's): NCCL's p2p kernel writes and drains chunks at it (model p2p_net_channel_gbps).
+  // NIC's): NCCL's p2p kernel writes chunks at it (model p2p_net_channel_gbps).
   [[nodiscard]] virtual double p2pNetChannelGBps() const = 0;
   [[nodiscard]] virtual const char* name() const = 0;
 };
