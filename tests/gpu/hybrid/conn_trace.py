@@ -18,6 +18,8 @@ on every connection; per burst and per connection class (direction x timing rule
   held        mean done - max(due, first test): the plugin kept answering "not done" after
               both (GPU copies, mirror holds)
   tests       mean test() calls per request
+Each burst line also says how long nothing was in flight before it ("idle before": the real
+rank's host enqueue, launch or GPU work outside the network), and the last line their mean.
 """
 import argparse
 import collections
@@ -108,12 +110,22 @@ def main():
         print(f"{a.trace}: no rows", file=sys.stderr)
         return 1
     base = rows[0]["posted_ns"]
+    prev_end, idles = None, []
     for i, b in enumerate(bursts(rows, int(a.gap_us * 1000))):
+        t0, t1, lines = describe(b)
+        # Nothing of the plugin in flight between two bursts: the real rank's host, launch or
+        # GPU work outside the network (an operation's own network part is the span).
+        idle = "" if prev_end is None else f", idle before {(t0 - prev_end) / 1e3:.1f} us"
+        if prev_end is not None:
+            idles.append(t0 - prev_end)
+        prev_end = t1
         if sum(r["bytes"] for r in b) < a.min_mib * 2**20:
             continue
-        t0, t1, lines = describe(b)
-        print(f"burst {i}: t={(t0 - base) / 1e6:.3f} ms, span {(t1 - t0) / 1e3:.1f} us, {len(b)} requests")
+        print(f"burst {i}: t={(t0 - base) / 1e6:.3f} ms, span {(t1 - t0) / 1e3:.1f} us, "
+              f"{len(b)} requests{idle}")
         print("\n".join(lines))
+    if idles:
+        print(f"between bursts: {len(idles)} gaps, mean idle {mean(idles) / 1e3:.1f} us")
     return 0
 
 
