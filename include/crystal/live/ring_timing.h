@@ -91,8 +91,9 @@ class RingChannel {
   void setProtocolHops(int proto, std::vector<RingHop> chain, RingHop in);
 
   // The real rank posts its send unit (sequence number = the count so far); returns its
-  // delivery time at the next member. `channels`: the ring channels its operation runs on
-  // (NCCL's profiler), 0 = unknown (the channels connected).
+  // completion: when it left the real rank's share of its link (a chain root's: of the
+  // chain's slowest link). `channels`: the ring channels its operation runs on (NCCL's
+  // profiler), 0 = unknown (the channels connected); they share the link.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
