@@ -60,9 +60,12 @@ std::size_t ConnTrace::write() {
   std::lock_guard lock(mu_);
   const std::size_t claimed = next_.load(std::memory_order_acquire);
   const std::size_t n = std::min(claimed, rows_.size());
-  std::FILE* f = std::fopen(path_.c_str(), "w");
+  // Written beside and renamed over the trace: a process killed mid-rewrite (the reason
+  // for CRYSTAL_TRACE_CONN_EVERY_S) leaves the previous complete file, never a truncated one.
+  const std::string tmp = path_ + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) {
-    std::fprintf(stderr, "crystal: cannot write the connection trace %s\n", path_.c_str());
+    std::fprintf(stderr, "crystal: cannot write the connection trace %s\n", tmp.c_str());
     return 0;
   }
   std::fputs(
@@ -85,7 +88,12 @@ std::size_t ConnTrace::write() {
                  static_cast<long long>(r.first_test), r.tests,
                  static_cast<long long>(r.conn_step), mop, midx, data);
   }
-  std::fclose(f);
+  const bool written = std::fclose(f) == 0;
+  if (!written || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    std::fprintf(stderr, "crystal: cannot write the connection trace %s\n", path_.c_str());
+    std::remove(tmp.c_str());
+    return 0;
+  }
   if (claimed > rows_.size())
     std::fprintf(stderr,
                  "crystal: connection trace %s kept %zu rows, dropped %zu "

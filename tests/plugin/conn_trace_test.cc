@@ -193,8 +193,11 @@ TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
     void* sreq = nullptr;
     if (n->isend(sc, buf.data(), 1024, 0, smr, nullptr, &sreq) != ncclSuccess) ::_exit(5);
     (void)waitDone(n, sreq);
-    ::sleep(2);  // a rewrite happens meanwhile
-    ::_exit(0);  // no atexit handlers: as if killed
+    // Waits (generously: CI machines are loaded) for a rewrite that holds the send, then
+    // exits without atexit handlers, as if killed.
+    const std::string path = prefix + "." + std::to_string(::getpid()) + ".csv";
+    for (int i = 0; i < 300 && lines(path).size() < 2; ++i) ::usleep(100'000);
+    ::_exit(0);
   }
   const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
