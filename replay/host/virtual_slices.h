@@ -39,4 +39,30 @@ struct VirtualRankContext {
 // Host hash a virtual rank reports (distinct per rank and comm; never a real rank's).
 [[nodiscard]] std::uint64_t virtualHostHash(std::uint64_t comm_hash, int rank) noexcept;
 
+// ---- same-node mode: V on the real rank R's node looks like another GPU of R's host ----
+// (research note §9.1, §9.4). `slot` = V's index in the node's member list (rank order).
+
+// busId of the virtual GPU at local index `slot` (0 <= slot < 255): (0xfffe << 20) |
+// ((slot + 1) << 12) = "fffe:0s:00.0". Round-trips NCCL's int64ToBusId/busIdToInt64, names no
+// CUDA-visible device (so p2pCanConnect skips CUDA peer checks), distinct per slot.
+[[nodiscard]] std::int64_t sameNodeBusId(int slot) noexcept;
+// NVML index (= XML dev) of the virtual GPU at `slot` when R (local index real_slot) has NVML
+// index real_dev: `slot`, except the V whose slot equals real_dev takes real_slot; thus
+// distinct, != real_dev, and < 32 for nodes of <= 32 GPUs.
+[[nodiscard]] int sameNodeDev(int slot, int real_slot, int real_dev) noexcept;
+// ncclPeerInfo of V on R's node: hostHash, shmDev, gdrSupport and GPU properties copied from
+// R's slice; own pidHash (never R's); busId/nvmlDev/cudaDev from the slot rules above.
+// Throws ProtocolError for slots outside [0, 32), slot == real_slot, or a busId equal to R's.
+[[nodiscard]] wire::PeerInfo sameNodePeerInfo(const VirtualRankContext& v,
+                                              const wire::PeerInfo& real, int slot, int real_slot);
+// allGatherInfo of V on R's node, from R's slice (R = global rank real_rank; members = the
+// node's global ranks in increasing order, R and v.rank among them). Everything is R's
+// except ring_prev/ring_next on the channels ncclTopoPreset filled (c < min(ring, tree
+// nChannels)): there V takes its neighbours on one chain per channel that every V derives
+// alike, a simple path over all members from R's ring_recv[c] to ring_send[c] through R's own
+// prev-R-next, -1 at the chain ends. Throws ProtocolError if R's slice cannot be such a node.
+[[nodiscard]] wire::AllGatherInfo sameNodeGraphInfo(const VirtualRankContext& v,
+                                                    const wire::AllGatherInfo& real, int real_rank,
+                                                    std::span<const int> members);
+
 }  // namespace crystal::host
