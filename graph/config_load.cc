@@ -154,6 +154,7 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
   f.read("target_channels", e.target_channels);
   f.read("real_channels", e.real_channels);
   f.read("fold_rings", e.fold_rings);
+  f.read("p2p_peers", e.p2p_peers);
   f.read("gpu_channel_GBps", e.gpu_channel_GBps);
   f.read("proxy_request_us", e.proxy_request_us);
   f.rejectUnknown();

@@ -109,6 +109,7 @@ void emulation(YAML::Emitter& e, const EmulationConfig& m) {
   kv(e, "target_channels", m.target_channels);
   kv(e, "real_channels", m.real_channels);
   kv(e, "fold_rings", m.fold_rings);
+  kv(e, "p2p_peers", m.p2p_peers);
   kv(e, "gpu_channel_GBps", m.gpu_channel_GBps);
   kv(e, "proxy_request_us", m.proxy_request_us);
   e << YAML::EndMap;

@@ -37,6 +37,7 @@ host::HostOptions hostOptions(const Config& config, const std::string& listen,
   o.stall_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.emulation.timeout_s * 1000.0));
   o.gpus_per_node = config.cluster.gpus_per_node;
+  o.p2p_peers = config.emulation.p2p_peers;
   return o;
 }
 }  // namespace

@@ -38,7 +38,6 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
       {"NCCL_MNNVL_ENABLE", "0"},
       {"NCCL_NVLS_ENABLE", "0"},
       {"NCCL_PXN_DISABLE", "1"},
-      {"NCCL_RUNTIME_CONNECT", "0"},
       {"NCCL_LOCAL_REGISTER", "0"},
       {"NCCL_GRAPH_REGISTER", "0"},
       // No NCCL_PROTO: LL and LL128 lines from virtual senders are written by the plugin
@@ -66,6 +65,22 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     const char* mine = std::getenv(var);
     env.emplace_back(var, (mine != nullptr && *mine != '\0') ? std::string(mine) : value);
   };
+  if (!config.emulation.p2p_peers) {
+    // Every channel connects at init, where the host is ready for it (not at the first
+    // collective, inside the measured loop).
+    env.emplace_back("NCCL_RUNTIME_CONNECT", "0");
+  } else {
+    // emulation.p2p_peers (docs/research/nccl-2.28.9-p2p-virtual-peers.md §6, §9.5):
+    // connections wait for the first collective (runtime connect, NCCL's default), where a
+    // P2P channel to a virtual node member is refused until connecting them is built; NET
+    // never replaces P2P inside the node; P2P is allowed whatever the PCI distance to the
+    // virtual GPUs (cloned under the real GPU's CPU: PHB on a machine without NVLink), and
+    // NVML's pair table is not asked about GPUs it does not have; no symmetric windows.
+    env.emplace_back("NCCL_NET_DISABLE_INTRA", "1");
+    byDefault("NCCL_P2P_LEVEL", "SYS");
+    byDefault("NCCL_IGNORE_DISABLED_P2P", "2");
+    byDefault("NCCL_WIN_ENABLE", "0");
+  }
   if (config.emulation.gdr.value_or(true)) {
     byDefault("NCCL_NET_GDR_LEVEL", "SYS");
     byDefault("NCCL_NET_GDR_READ", "1");

@@ -170,6 +170,20 @@ struct BootstrapHost::Impl {
           *comm = it->second;
           *target = aliasRank(localAddress(st.fd()));
         }
+        // The intra-node all-gather keeps its connection open for a socket ring of 2.5 MB
+        // frames (bootstrap.cc bootstrapIntraNodeAllGather): the comm takes the stream.
+        const auto ack_frame = wire::tryParseFrame(st.rx(), wire::kMaxMessageBytes, "socketAckInfo");
+        if (!ack_frame) return;
+        const auto first = wire::decodeExact<wire::SocketAck>(*ack_frame, "socketAckInfo");
+        if (first.tag == wire::kTagIntraNodeAllGather) {
+          st.consume(4 + ack_frame->size());
+          st.setWaiting(false);
+          Comm* c = *comm;  // resetting on_data destroys this lambda and its captures
+          const int to = *target;
+          st.on_data = nullptr;
+          c->onIntraNodeAccept(st.id(), first.rank, to);
+          return;
+        }
         const auto msg = wire::tryParseBootstrapMessage(st.rx());
         if (!msg) return;
         const std::vector<std::byte> payload(msg->payload.begin(), msg->payload.end());

@@ -73,6 +73,17 @@ class Comm {
   // ---- comm_p2p.cc: one complete bootstrapSend message to virtual rank `target`.
   void onP2pMessage(int target, const wire::SocketAck& ack, std::span<const std::byte> payload);
 
+  // ---- comm_intranode.cc: the virtual ranks of a real rank's node (HostOptions::p2p_peers).
+  // The real rank alone on `rank`'s target node when the host plays that node's other ranks
+  // as GPUs of the real rank's own host; -1 when `rank` is a host of its own.
+  [[nodiscard]] int nodeReal(int rank) const noexcept;
+  // Global ranks of `rank`'s target node, in rank order.
+  [[nodiscard]] std::vector<int> nodeMembers(int rank) const;
+  // Real rank `sender` dialled `target` (its next on the node) for NCCL's intra-node
+  // all-gather of topology XML (bootstrap.cc bootstrapIntraNodeAllGather); the socket
+  // acknowledgement is consumed, the slot frames follow on `stream`.
+  void onIntraNodeAccept(StreamId stream, int sender, int target);
+
  private:
   struct AllGather {
     int index = 0;
@@ -132,6 +143,7 @@ class Comm {
   void onSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
                std::span<const std::byte> payload);
   void onBarrier(int sender, int target);
+  void onIntraNodeBarrier(int sender, int target);  // comm_intranode.cc
   // Which connection of NCCL's exchange a Hello stands for (live/handle.h, wire version 2).
   struct ConnIdentity {
     int graph = 0;     // setup tag's graph byte (graph id + 1, 0 = p2p)
@@ -140,6 +152,29 @@ class Comm {
   };
   void sendHello(int sender_virtual, int real_rank, const wire::ConnectEntry& entry,
                  const ConnIdentity& id);
+
+  // intra-node all-gather (comm_intranode.cc). Side 0: the real rank's connection to its
+  // next (accepted; ring 0 in, ring 1 out); side 1: the host's to the real rank as its prev
+  // (dialled; ring 1 in, ring 0 out).
+  struct IntraSide {
+    StreamId stream = 0;
+    int rx_expected = 0, rx_frames = 0;
+    long rx_left = -1;  // bytes of the current frame still to read; -1: a size comes next
+    bool closed = false;
+  };
+  struct IntraGather {
+    int real = -1;             // the node's real rank
+    std::vector<int> members;  // the node's global ranks; the local index is the position
+    int local = 0;             // the real rank's local index
+    IntraSide side[2];
+    std::vector<std::byte> slot;  // the real rank's own serialized XML
+    bool sent = false;            // every clone queued
+  };
+  IntraGather* intraFor(StreamId stream, int& side);
+  void onIntraData(IntraGather& g, int side, Stream& s);
+  void onIntraClosed(IntraGather& g, int side, const std::string& why);
+  void sendIntraClones(IntraGather& g);
+  [[nodiscard]] const wire::PeerInfo* realPeerInfo(int rank) const;
 
   // split
   void onSplitAllGather(AllGather& ag);
@@ -170,6 +205,8 @@ class Comm {
   std::set<StreamId> streams_;             // every socket of this comm
   std::map<int, std::uint32_t> conn_seq_;  // forged handles per virtual rank
   std::map<int, long> barrier_msgs_;       // real rank -> barrier messages received
+  std::deque<IntraGather> intra_;          // intra-node all-gathers, in order of arrival
+  std::map<int, long> intra_barrier_msgs_;  // real rank -> intra-node barrier messages
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

@@ -40,10 +40,11 @@ void Comm::onP2pMessage(int target, const wire::SocketAck& ack,
       if (payload.size() != 4)
         throw ProtocolError(fmt::format("barrier message of {} bytes, expected 4", payload.size()));
       onBarrier(sender, target);
-    } else if (ack.tag == wire::kTagIntraNodeAllGather) {
-      throw ProtocolError(
-          "intra-node all-gather with a virtual rank: the real rank shares its host hash with "
-          "virtual ranks (set a unique NCCL_HOSTID per real process)");
+    } else if (payload.size() == 4 && nodeReal(sender) == sender && nodeReal(target) == sender &&
+               ack.tag == nodeMembers(sender).front()) {
+      // init.cc: bootstrapIntraNodeBarrier(..., tag = localRankToRank[0]). Its 4 bytes tell
+      // it from a setup message (entries of 256 B, or a 0-byte sync) with the same tag.
+      onIntraNodeBarrier(sender, target);
     } else if (wire::decodeSetupTag(ack.tag, nranks_, setup)) {
       onSetup(sender, target, setup, ack.tag, payload);
     } else {
@@ -107,6 +108,14 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
   if (!is_send_peer && !is_recv_peer)
     throw ProtocolError(fmt::format("setup tag distance {} does not lead from rank {} to rank {}",
                                     i, sender, target));
+  // NCCL reaches a GPU of its own host over P2P or SHM, never NET here
+  // (NCCL_NET_DISABLE_INTRA=1 with emulation.p2p_peers).
+  if (nodeReal(target) == sender)
+    throw ProtocolError(fmt::format(
+        "connection setup to rank {}, a virtual GPU of this rank's node (P2P transport): "
+        "emulation.p2p_peers reaches communicator creation only; connecting such channels is "
+        "the next milestone (docs/research/nccl-2.28.9-p2p-virtual-peers.md §8)",
+        target));
   if (tag.sync) {
     if (!payload.empty())
       throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));

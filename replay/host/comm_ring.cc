@@ -203,7 +203,18 @@ void Comm::storeSlice(AllGather& ag, int slice, std::span<const std::byte> bytes
   if (ag.kind == AllGatherKind::RingAddresses && isReal(slice)) flushPendingReplies();
 }
 
+namespace {
+std::span<const std::byte> sliceOf(const std::vector<std::byte>& data, int slice_bytes, int r) {
+  return std::span(data).subspan(
+      static_cast<std::size_t>(r) * static_cast<std::size_t>(slice_bytes),
+      static_cast<std::size_t>(slice_bytes));
+}
+}  // namespace
+
 bool Comm::ensureSlice(AllGather& ag, int slice) {
+  const auto sliceOf = [&](const AllGather& a, int r) {
+    return host::sliceOf(a.data, a.slice_bytes, r);
+  };
   if (ag.have[static_cast<std::size_t>(slice)] != 0) return true;
   if (isReal(slice)) return false;  // arrives through some real rank later
   const auto tmpl = [&]() -> std::span<const std::byte> {
@@ -221,12 +232,35 @@ bool Comm::ensureSlice(AllGather& ag, int slice) {
     }
     case AllGatherKind::PeerInfo: {
       if (ag.template_rank < 0) return false;
+      if (const int r = nodeReal(slice); r >= 0) {  // a GPU of real rank r's host
+        if (ag.have[static_cast<std::size_t>(r)] == 0) return false;
+        const auto members = nodeMembers(slice);
+        const auto local = [&](int x) {
+          return static_cast<int>(std::find(members.begin(), members.end(), x) - members.begin());
+        };
+        const auto p = sameNodePeerInfo(
+            v, wire::decodeExact<wire::PeerInfo>(sliceOf(ag, r), "ncclPeerInfo"), local(slice),
+            local(r));
+        bytes.assign(wire::bytesOf(p).begin(), wire::bytesOf(p).end());
+        break;
+      }
       const auto p = virtualPeerInfo(v, wire::decodeExact<wire::PeerInfo>(tmpl(), "ncclPeerInfo"));
       bytes.assign(wire::bytesOf(p).begin(), wire::bytesOf(p).end());
       break;
     }
     case AllGatherKind::GraphInfo: {
       if (ag.template_rank < 0) return false;
+      if (const int r = nodeReal(slice); r >= 0) {
+        if (ag.have[static_cast<std::size_t>(r)] == 0) return false;
+        const auto real = wire::decodeExact<wire::AllGatherInfo>(sliceOf(ag, r), "allGatherInfo");
+        tree_channels_ = std::clamp(std::min(real.graph_info[wire::kAlgoTree].n_channels,
+                                             real.graph_info[wire::kAlgoRing].n_channels),
+                                    0, 255);
+        const auto members = nodeMembers(slice);
+        const auto g = sameNodeGraphInfo(v, real, r, members);
+        bytes.assign(wire::bytesOf(g).begin(), wire::bytesOf(g).end());
+        break;
+      }
       const auto real = wire::decodeExact<wire::AllGatherInfo>(tmpl(), "allGatherInfo");
       // Every rank's graphs get the minimum over ranks, the virtual ones copy the real one's.
       tree_channels_ = std::clamp(std::min(real.graph_info[wire::kAlgoTree].n_channels,

@@ -139,6 +139,7 @@ TEST(Config, CanonicalYamlRoundTrips) {
   c.emulation.gpu_channel_GBps = 21.5;
   c.emulation.proxy_request_us = 0.75;
   c.emulation.real_channels = 32;
+  c.emulation.p2p_peers = true;
   EXPECT_EQ(parseConfig(toYaml(c), c.source), c) << toYaml(c);
 }
 

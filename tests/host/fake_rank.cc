@@ -182,8 +182,11 @@ void FakeRank::ringConnect(const wire::SocketAddress& next) {
   prev_ = acceptWithMagic(ring_listen_, magic_);
 }
 
-std::vector<std::vector<std::byte>> FakeRank::allGather(std::span<const std::byte> mine) {
-  const int n = nranks_, r = rank_, size = static_cast<int>(mine.size());
+namespace {
+// socketRingAllGather between `next` and `prev` as rank r of n.
+std::vector<std::vector<std::byte>> ringAllGather(const Sock& next, const Sock& prev, int r, int n,
+                                                  std::span<const std::byte> mine) {
+  const int size = static_cast<int>(mine.size());
   std::vector<std::vector<std::byte>> data(static_cast<std::size_t>(n));
   data[static_cast<std::size_t>(r)].assign(mine.begin(), mine.end());
   const int total = n / 2;
@@ -192,23 +195,60 @@ std::vector<std::vector<std::byte>> FakeRank::allGather(std::span<const std::byt
     const int s0 = (r - step + n) % n, r0 = (r - step - 1 + n) % n;
     const int s1 = (r + step) % n, r1 = (r + step + 1) % n;
     // Sizes first (socketDoubleSendRecv / socketSendRecv), then the data.
-    next_.sendValue(size);
-    if (prev_.recvValue<std::int32_t>() != size) throw std::runtime_error("fake rank: ring0 size");
+    next.sendValue(size);
+    if (prev.recvValue<std::int32_t>() != size) throw std::runtime_error("fake rank: ring0 size");
     if (!last_uni) {
-      prev_.sendValue(size);
-      if (next_.recvValue<std::int32_t>() != size)
+      prev.sendValue(size);
+      if (next.recvValue<std::int32_t>() != size)
         throw std::runtime_error("fake rank: ring1 size");
     }
-    next_.sendAll(data[static_cast<std::size_t>(s0)]);
-    if (!last_uni) prev_.sendAll(data[static_cast<std::size_t>(s1)]);
+    next.sendAll(data[static_cast<std::size_t>(s0)]);
+    if (!last_uni) prev.sendAll(data[static_cast<std::size_t>(s1)]);
     data[static_cast<std::size_t>(r0)].resize(static_cast<std::size_t>(size));
-    prev_.recvAll(data[static_cast<std::size_t>(r0)]);
+    prev.recvAll(data[static_cast<std::size_t>(r0)]);
     if (!last_uni) {
       data[static_cast<std::size_t>(r1)].resize(static_cast<std::size_t>(size));
-      next_.recvAll(data[static_cast<std::size_t>(r1)]);
+      next.recvAll(data[static_cast<std::size_t>(r1)]);
     }
   }
   return data;
+}
+}  // namespace
+
+std::vector<std::vector<std::byte>> FakeRank::allGather(std::span<const std::byte> mine) {
+  return ringAllGather(next_, prev_, rank_, nranks_, mine);
+}
+
+std::vector<std::vector<std::byte>> FakeRank::intraNodeAllGather(const std::vector<int>& members,
+                                                                 std::span<const std::byte> mine) {
+  const int n = static_cast<int>(members.size());
+  const int local =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const int next = members[static_cast<std::size_t>((local + 1) % n)];
+  const int prev = members[static_cast<std::size_t>((local - 1 + n) % n)];
+  // bootstrapIntraNodeAllGather: socketConnect(next), then socketAccept(prev), same tag.
+  Sock to_next = connectTo(ring_data.at(static_cast<std::size_t>(next)).peer_address, magic_);
+  sendFrame(to_next, wire::bytesOf(wire::SocketAck{rank_, wire::kTagIntraNodeAllGather}));
+  Sock from_prev = acceptWithMagic(p2p_listen_, magic_);
+  const auto ack = wire::decodeExact<wire::SocketAck>(recvFrame(from_prev, 8), "ack");
+  if (ack.rank != prev || ack.tag != wire::kTagIntraNodeAllGather)
+    throw std::runtime_error("fake rank: intra-node all-gather accepted rank " +
+                             std::to_string(ack.rank) + " tag " + std::to_string(ack.tag));
+  return ringAllGather(to_next, from_prev, local, n, mine);
+}
+
+void FakeRank::intraNodeBarrier(const std::vector<int>& members) {
+  const int n = static_cast<int>(members.size());
+  const int local =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const std::int32_t zero[1] = {0};
+  for (int mask = 1; mask < n; mask <<= 1) {
+    bootstrapSend(members[static_cast<std::size_t>((local + mask) % n)], members.front(),
+                  std::as_bytes(std::span(zero)));
+    const auto got = bootstrapRecv(members[static_cast<std::size_t>((local - mask + n) % n)],
+                                   members.front());
+    if (got.size() != 4) throw std::runtime_error("fake rank: intra-node barrier message size");
+  }
 }
 
 wire::PeerInfo fakePeerInfo(int rank, std::uint64_t comm_hash, int version) {
@@ -261,6 +301,11 @@ std::vector<T> decodeAll(const std::vector<std::vector<std::byte>>& slices) {
 }  // namespace
 
 void FakeRank::initAllGathers(int version) {
+  initAllGathersWith(fakeGraphInfo(rank_), version);
+}
+
+void FakeRank::initAllGathersWith(const wire::AllGatherInfo& gi, int version,
+                                  const std::function<void()>& before_graph) {
   wire::RingData mine;
   mine.peer_address = sockAddress(p2p_listen_);
   mine.peer_proxy = sockAddress(ring_listen_);
@@ -268,7 +313,7 @@ void FakeRank::initAllGathers(int version) {
   ring_data = decodeAll<wire::RingData>(allGather(wire::bytesOf(mine)));
   const auto pi = fakePeerInfo(rank_, hash_, version);
   peer_info = decodeAll<wire::PeerInfo>(allGather(wire::bytesOf(pi)));
-  const auto gi = fakeGraphInfo(rank_);
+  if (before_graph) before_graph();  // ncclTopoGetSystem runs between AllGather1 and 3
   graph_info = decodeAll<wire::AllGatherInfo>(allGather(wire::bytesOf(gi)));
 }
 

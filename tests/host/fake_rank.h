@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -66,6 +67,16 @@ class FakeRank {
   std::vector<std::vector<std::byte>> allGather(std::span<const std::byte> mine);
   // The three init all-gathers with real-looking slices; results kept below.
   void initAllGathers(int version = kSupportedNcclVersion);
+  // The same with this rank's allGatherInfo slice given, and `before_graph` run where NCCL
+  // builds its topology (between the peerInfo and allGatherInfo all-gathers).
+  void initAllGathersWith(const wire::AllGatherInfo& graph, int version = kSupportedNcclVersion,
+                          const std::function<void()>& before_graph = {});
+  // bootstrapIntraNodeAllGather over `members` (global ranks, this rank among them): every
+  // member's slice, in member order.
+  std::vector<std::vector<std::byte>> intraNodeAllGather(const std::vector<int>& members,
+                                                         std::span<const std::byte> mine);
+  // bootstrapIntraNodeBarrier over `members` (tag = members[0], as init.cc passes it).
+  void intraNodeBarrier(const std::vector<int>& members);
   // ncclTransportP2pSetup for a ring graph (id 0) over `channels` channels: peers r-1/r+1.
   // Returns what the peers replied (recv entries from sendPeer, send entries from recvPeer).
   struct SetupResult {

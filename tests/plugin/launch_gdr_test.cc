@@ -89,3 +89,33 @@ TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
 
 }  // namespace
 }  // namespace crystal::test
+
+// emulation.p2p_peers: NCCL keeps runtime connect (the P2P channels to virtual node members
+// connect at the first collective), never trades P2P for NET inside the node, and allows P2P
+// at any PCI distance; without it every channel connects at init.
+namespace crystal::test {
+namespace {
+
+TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
+  for (const char* v : {"NCCL_P2P_LEVEL", "NCCL_IGNORE_DISABLED_P2P", "NCCL_WIN_ENABLE"})
+    ::unsetenv(v);
+  Config c;
+  auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
+  EXPECT_EQ(find(env, "NCCL_RUNTIME_CONNECT"), "0");
+  EXPECT_FALSE(find(env, "NCCL_NET_DISABLE_INTRA").has_value());
+  EXPECT_FALSE(find(env, "NCCL_P2P_LEVEL").has_value());
+  c.emulation.p2p_peers = true;
+  env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
+  EXPECT_FALSE(find(env, "NCCL_RUNTIME_CONNECT").has_value());
+  EXPECT_EQ(find(env, "NCCL_NET_DISABLE_INTRA"), "1");
+  EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "SYS");
+  EXPECT_EQ(find(env, "NCCL_IGNORE_DISABLED_P2P"), "2");
+  EXPECT_EQ(find(env, "NCCL_WIN_ENABLE"), "0");
+  ::setenv("NCCL_P2P_LEVEL", "NVL", 1);  // the caller's value wins
+  env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
+  EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "NVL");
+  ::unsetenv("NCCL_P2P_LEVEL");
+}
+
+}  // namespace
+}  // namespace crystal::test

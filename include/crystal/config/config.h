@@ -151,6 +151,12 @@ struct EmulationConfig {
   // H200 (2026-12-03, docs/emulate.md): one channel's ring pace (bus bytes) and NCCL's proxy
   // time per NET request.
   bool fold_rings = true;
+  // The virtual ranks on a real rank's target node look like GPUs of its own host, so its
+  // NCCL reaches them over P2P as on the target (NVLink) instead of NET (host/
+  // bootstrap_host.h HostOptions::p2p_peers). Milestone 1 of docs/research/
+  // nccl-2.28.9-p2p-virtual-peers.md §8: communicators are created (init and destroy); the
+  // first collective that connects such a channel fails with a clear error. Off by default.
+  bool p2p_peers = false;
   double gpu_channel_GBps = 17.0;
   double proxy_request_us = 0.5;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;

@@ -61,6 +61,14 @@ struct HostOptions {
   // real rank's NCCL call returns an error instead of hanging.
   std::chrono::milliseconds stall_timeout{120000};
   int gpus_per_node = 8;  // virtual peerInfo cudaDev/nvmlDev = v % this
+  // Virtual ranks on the target node of a real rank (node = rank / gpus_per_node of a
+  // root-created comm holding exactly one real rank there) look like GPUs of the real rank's
+  // own host: its host hash, their own busId/NVML index, and the real rank's topology XML
+  // cloned for them in NCCL's intra-node all-gather, so NCCL picks its P2P transport toward
+  // them (docs/research/nccl-2.28.9-p2p-virtual-peers.md, milestone 1: communicator
+  // creation; connecting those P2P channels is refused with a clear error). Off: every
+  // virtual rank is a host of its own, reached over NET.
+  bool p2p_peers = false;
 };
 
 // One real rank's declaration, as the interposer learns it before calling NCCL.

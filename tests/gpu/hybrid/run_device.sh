@@ -6,6 +6,7 @@
 #       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast) |
 #       kill (the host is killed mid-collective: the real rank must fail with a clear NCCL
 #       error within CRYSTAL_TIMEOUT, no hang) |
+#       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; milestone 1) |
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
@@ -164,6 +165,15 @@ case "$case_name" in
          rc=$(sed -n 's/^rc=//p' "$log")
          echo "kill: program rc=${rc:-none (still running: HANG)} ${ms} ms after the host died (CRYSTAL_TIMEOUT=$CRYSTAL_TIMEOUT)"
          [ -n "$rc" ] && [ "$rc" != 0 ] ;;
+  p2p)   # emulation.p2p_peers (milestone 1, docs/research/nccl-2.28.9-p2p-virtual-peers.md
+         # §8): rank P2P_RANK (default 0) of P2P_N ranks (8 = one node, or 64) is real and its
+         # node's virtual ranks are GPUs of its host. --init-only 1 must complete; a collective
+         # must fail with the host's "virtual GPU of this rank's node" message, not hang.
+         n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml
+         sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
+           if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
+         echo "  p2p_peers: true" >>"$cfg"
+         emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@" ;;
   all)   run_all ;;
   *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac

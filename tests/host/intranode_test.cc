@@ -1,0 +1,212 @@
+// HostOptions::p2p_peers against a fake real rank: the virtual ranks of its target node come
+// back as GPUs of its own host (peerInfo), each with the real rank's topology XML cloned for
+// it in the intra-node all-gather, node-ring slices that close one cycle per channel, and
+// the intra-node barrier answered; a connection setup toward such a rank fails the comm with
+// a clear message. Nodes of 8, 3 and 2 ranks, the real rank at the head, middle and tail.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "crystal/host/bootstrap_host.h"
+#include "fake_rank.h"
+#include "topo_xml.h"
+#include "virtual_slices.h"
+
+namespace crystal::host {
+namespace {
+
+using test::FakeRank;
+
+struct NodeCase {
+  int nranks, gpus_per_node, real;
+};
+
+std::unique_ptr<BootstrapHost> p2pHost(int gpus_per_node) {
+  HostOptions o;
+  o.stall_timeout = std::chrono::milliseconds(20000);
+  o.gpus_per_node = gpus_per_node;
+  o.p2p_peers = true;
+  auto h = std::make_unique<BootstrapHost>(o);
+  h->start();
+  return h;
+}
+
+std::vector<int> membersOf(const NodeCase& c) {
+  const int base = c.real / c.gpus_per_node * c.gpus_per_node;
+  std::vector<int> m;
+  for (int r = base; r < std::min(base + c.gpus_per_node, c.nranks); ++r) m.push_back(r);
+  return m;
+}
+
+// The real rank's allGatherInfo as ncclTopoPreset leaves it on a node ring: channel 0 runs
+// the members upwards, channel 1 downwards; H/T are the ring's ends, R's prev/next its
+// neighbours (-1 at an end).
+wire::AllGatherInfo nodeGraphInfo(int real, const std::vector<int>& members) {
+  wire::AllGatherInfo g = test::fakeGraphInfo(real);
+  for (int c = 0; c < 2; ++c) {
+    std::vector<int> order = members;
+    if (c == 1) std::reverse(order.begin(), order.end());
+    const auto at = std::find(order.begin(), order.end(), real) - order.begin();
+    auto& t = g.topo_ranks;
+    t.ring_recv[c] = order.front();
+    t.ring_send[c] = order.back();
+    t.ring_prev[c] = at == 0 ? -1 : order[static_cast<std::size_t>(at - 1)];
+    t.ring_next[c] =
+        at + 1 == static_cast<long>(order.size()) ? -1 : order[static_cast<std::size_t>(at + 1)];
+    t.tree_to_parent[c] = t.tree_to_child0[c] = t.tree_to_child1[c] = order.front();
+  }
+  g.local_ranks = static_cast<int>(members.size());
+  return g;
+}
+
+bool waitDestroyed(BootstrapHost& h) {
+  for (int i = 0; i < 400; ++i) {
+    for (const auto& s : h.comms())
+      if (s.phase == CommPhase::Destroyed) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+class IntraNode : public ::testing::TestWithParam<NodeCase> {};
+
+TEST_P(IntraNode, NodeMembersBecomeGpusOfTheRealRanksHost) {
+  const NodeCase c = GetParam();
+  auto host = p2pHost(c.gpus_per_node);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {c.nranks, {c.real}, kSupportedNcclVersion, "world"});
+  const std::vector<int> members = membersOf(c);
+  const int n = static_cast<int>(members.size());
+  const int real_local =
+      static_cast<int>(std::find(members.begin(), members.end(), c.real) - members.begin());
+
+  FakeRank f(id, c.real, c.nranks);
+  (void)f.init();
+  std::vector<std::vector<std::byte>> xml;
+  const auto own_slot = topo_xml::buildSlot({.rank = c.real, .dev = 0, .bus_id = 0x18000});
+  f.initAllGathersWith(nodeGraphInfo(c.real, members), kSupportedNcclVersion,
+                       [&] { xml = f.intraNodeAllGather(members, own_slot); });
+  f.intraNodeBarrier(members);
+  f.intraNodeBarrier(members);  // a second instance (NCCL_TOPO_DUMP_FILE runs two)
+
+  const wire::PeerInfo& me = f.peer_info[static_cast<std::size_t>(c.real)];
+  std::set<int> devs{me.nvml_dev};
+  std::set<std::int64_t> buses{me.bus_id};
+  ASSERT_EQ(static_cast<int>(xml.size()), n);
+  EXPECT_EQ(xml[static_cast<std::size_t>(real_local)], own_slot);
+  for (int j = 0; j < n; ++j) {
+    const int m = members[static_cast<std::size_t>(j)];
+    if (m == c.real) continue;
+    const wire::PeerInfo& p = f.peer_info[static_cast<std::size_t>(m)];
+    EXPECT_EQ(p.host_hash, me.host_hash) << m;
+    EXPECT_EQ(p.shm_dev, me.shm_dev) << m;
+    EXPECT_NE(p.pid_hash, me.pid_hash) << m;
+    EXPECT_EQ(p.bus_id, sameNodeBusId(j)) << m;
+    devs.insert(p.nvml_dev);
+    buses.insert(p.bus_id);
+    // Its XML slot: the real one with this member's GPU in place of the real GPU.
+    const auto gpu = topo_xml::findGpu(xml[static_cast<std::size_t>(j)], m);
+    EXPECT_EQ(gpu.rank, m);
+    EXPECT_EQ(gpu.dev, p.nvml_dev) << m;
+    EXPECT_EQ(gpu.busid, topo_xml::busIdText(p.bus_id)) << m;
+    EXPECT_EQ(f.graph_info[static_cast<std::size_t>(m)].local_ranks, n) << m;
+  }
+  EXPECT_EQ(static_cast<int>(devs.size()), n) << "NVML indices must be distinct on a node";
+  EXPECT_EQ(static_cast<int>(buses.size()), n) << "busIds must be distinct on a node";
+  // Ranks of other nodes stay hosts of their own.
+  for (int r = 0; r < c.nranks; ++r) {
+    if (std::find(members.begin(), members.end(), r) == members.end()) {
+      EXPECT_NE(f.peer_info[static_cast<std::size_t>(r)].host_hash, me.host_hash) << r;
+    }
+  }
+
+  // Per channel, following ring_next from the node's first rank visits every member once
+  // and ends at its last (ncclTopoPostset's view of the node).
+  for (int ch = 0; ch < 2; ++ch) {
+    const auto& mine = f.graph_info[static_cast<std::size_t>(c.real)].topo_ranks;
+    int at = mine.ring_recv[ch], seen = 0;
+    std::set<int> visited;
+    while (at != -1 && seen <= n) {
+      visited.insert(at);
+      ++seen;
+      at = f.graph_info[static_cast<std::size_t>(at)].topo_ranks.ring_next[ch];
+    }
+    EXPECT_EQ(seen, n) << "channel " << ch;
+    EXPECT_EQ(static_cast<int>(visited.size()), n) << "channel " << ch;
+  }
+  f.close();
+  EXPECT_TRUE(waitDestroyed(*host));
+  EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Nodes, IntraNode,
+    ::testing::Values(NodeCase{8, 8, 0}, NodeCase{8, 8, 3}, NodeCase{8, 8, 7},
+                      NodeCase{64, 8, 13}, NodeCase{8, 3, 4}, NodeCase{8, 3, 7}),
+    [](const auto& param_info) {
+      const NodeCase& p = param_info.param;
+      return "n" + std::to_string(p.nranks) + "_gpn" + std::to_string(p.gpus_per_node) +
+             "_real" + std::to_string(p.real);
+    });
+
+// NCCL connects a GPU of its own host over P2P: until that is emulated, the first setup
+// message to such a rank fails the communicator with a message that says so (the real rank
+// sees its sockets close instead of waiting forever).
+TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
+  auto host = p2pHost(8);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {8, {0}, kSupportedNcclVersion, "world"});
+  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
+  FakeRank f(id, 0, 8);
+  (void)f.init();
+  f.initAllGathersWith(nodeGraphInfo(0, members), kSupportedNcclVersion, [&] {
+    (void)f.intraNodeAllGather(members, topo_xml::buildSlot({.rank = 0}));
+  });
+  const std::vector<std::byte> entry(256, std::byte{0x5a});  // a p2pConnectInfo, not crystal's
+  f.bootstrapSend(1, (1 << 8) + 1, entry);  // ring graph, distance 1
+  std::vector<HostError> errors;
+  for (int i = 0; i < 400 && errors.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    errors = host->errors();
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("virtual GPU of this rank's node"), std::string::npos)
+      << errors[0].message;
+  EXPECT_NE(errors[0].message.find("p2p_peers"), std::string::npos) << errors[0].message;
+}
+
+// A slot of the wrong size (not NCCL 2.28.9's xmlMemSize(256)) fails the comm. Sent by hand:
+// the fake rank's own ring would stop at the host's size first.
+TEST(IntraNodeFaults, WrongSlotSizeFailsTheComm) {
+  auto host = p2pHost(8);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {8, {0}, kSupportedNcclVersion, "world"});
+  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
+  FakeRank f(id, 0, 8);
+  (void)f.init();
+  std::vector<HostError> errors;
+  try {
+    f.initAllGathersWith(nodeGraphInfo(0, members), kSupportedNcclVersion, [&] {
+      test::Sock next = test::connectTo(f.ring_data[1].peer_address, f.magic());
+      const std::int32_t ack_size = 8, slot_size = 1000;
+      next.sendValue(ack_size);
+      next.sendValue(wire::SocketAck{0, wire::kTagIntraNodeAllGather});
+      next.sendValue(slot_size);
+      for (int i = 0; i < 400 && errors.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        errors = host->errors();
+      }
+    });
+  } catch (const std::exception&) {
+    // the failed comm's sockets are closed: the graph all-gather cannot complete
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("1000-byte topology slot"), std::string::npos)
+      << errors[0].message;
+}
+
+}  // namespace
+}  // namespace crystal::host
