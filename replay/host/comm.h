@@ -144,6 +144,7 @@ class Comm {
                std::span<const std::byte> payload);
   void onBarrier(int sender, int target);
   void onIntraNodeBarrier(int sender, int target);  // comm_intranode.cc
+  void refuseIntraNodeSetup(int sender, int target, std::int32_t raw_tag);
   // Which connection of NCCL's exchange a Hello stands for (live/handle.h, wire version 2).
   struct ConnIdentity {
     int graph = 0;     // setup tag's graph byte (graph id + 1, 0 = p2p)
@@ -207,6 +208,7 @@ class Comm {
   std::map<int, long> barrier_msgs_;       // real rank -> barrier messages received
   std::deque<IntraGather> intra_;          // intra-node all-gathers, in order of arrival
   std::map<int, long> intra_barrier_msgs_;  // real rank -> intra-node barrier messages
+  bool intra_setup_refused_ = false;        // the refusal's error line was written
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

@@ -152,9 +152,10 @@ INSTANTIATE_TEST_SUITE_P(
              "_real" + std::to_string(p.real);
     });
 
-// NCCL connects a GPU of its own host over P2P: until that is emulated, the first setup
-// message to such a rank fails the communicator with a message that says so (the real rank
-// sees its sockets close instead of waiting forever).
+// NCCL connects a GPU of its own host over P2P: until that is emulated, a setup message to
+// such a rank is answered with a reply longer than any connect message (NCCL's bootstrapRecv
+// then fails with "Message truncated" instead of waiting forever), and the host says why,
+// once.
 TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
   auto host = p2pHost(8);
   const UniqueId id = host->mintUniqueId();
@@ -167,6 +168,11 @@ TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
   });
   const std::vector<std::byte> entry(256, std::byte{0x5a});  // a p2pConnectInfo, not crystal's
   f.bootstrapSend(1, (1 << 8) + 1, entry);  // ring graph, distance 1
+  f.bootstrapSend(7, (1 << 8) + 1, entry);  // and to its prev
+  EXPECT_EQ(f.bootstrapRecv(1, (1 << 8) + 1).size(),
+            static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
+  EXPECT_EQ(f.bootstrapRecv(7, (1 << 8) + 1).size(),
+            static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
   std::vector<HostError> errors;
   for (int i = 0; i < 400 && errors.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
