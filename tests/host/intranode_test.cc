@@ -152,19 +152,36 @@ INSTANTIATE_TEST_SUITE_P(
              "_real" + std::to_string(p.real);
     });
 
+// An 8-rank one-node comm with rank 0 real, checked in and ring-connected; errors polled.
+struct OneNodeComm {
+  std::unique_ptr<BootstrapHost> host = p2pHost(8);
+  std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
+  std::unique_ptr<FakeRank> rank0;
+  OneNodeComm() {
+    const UniqueId id = host->mintUniqueId();
+    (void)host->declareComm(id, {8, {0}, kSupportedNcclVersion, "world"});
+    rank0 = std::make_unique<FakeRank>(id, 0, 8);
+    (void)rank0->init();
+  }
+  std::vector<HostError> waitErrors() const {
+    std::vector<HostError> errors;
+    for (int i = 0; i < 400 && errors.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      errors = host->errors();
+    }
+    return errors;
+  }
+};
+
 // NCCL connects a GPU of its own host over P2P: until that is emulated, a setup message to
 // such a rank is answered with a reply longer than any connect message (NCCL's bootstrapRecv
 // then fails with "Message truncated" instead of waiting forever), and the host says why,
 // once.
 TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
-  auto host = p2pHost(8);
-  const UniqueId id = host->mintUniqueId();
-  (void)host->declareComm(id, {8, {0}, kSupportedNcclVersion, "world"});
-  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
-  FakeRank f(id, 0, 8);
-  (void)f.init();
-  f.initAllGathersWith(nodeGraphInfo(0, members), kSupportedNcclVersion, [&] {
-    (void)f.intraNodeAllGather(members, topo_xml::buildSlot({.rank = 0}));
+  OneNodeComm c;
+  FakeRank& f = *c.rank0;
+  f.initAllGathersWith(nodeGraphInfo(0, c.members), kSupportedNcclVersion, [&] {
+    (void)f.intraNodeAllGather(c.members, topo_xml::buildSlot({.rank = 0}));
   });
   const std::vector<std::byte> entry(256, std::byte{0x5a});  // a p2pConnectInfo, not crystal's
   f.bootstrapSend(1, (1 << 8) + 1, entry);  // ring graph, distance 1
@@ -173,11 +190,7 @@ TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
             static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
   EXPECT_EQ(f.bootstrapRecv(7, (1 << 8) + 1).size(),
             static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
-  std::vector<HostError> errors;
-  for (int i = 0; i < 400 && errors.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    errors = host->errors();
-  }
+  const auto errors = c.waitErrors();
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].message.find("virtual GPU of this rank's node"), std::string::npos)
       << errors[0].message;
@@ -187,24 +200,17 @@ TEST(IntraNodeFaults, ConnectingToAVirtualNodeMemberFailsClearly) {
 // A slot of the wrong size (not NCCL 2.28.9's xmlMemSize(256)) fails the comm. Sent by hand:
 // the fake rank's own ring would stop at the host's size first.
 TEST(IntraNodeFaults, WrongSlotSizeFailsTheComm) {
-  auto host = p2pHost(8);
-  const UniqueId id = host->mintUniqueId();
-  (void)host->declareComm(id, {8, {0}, kSupportedNcclVersion, "world"});
-  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
-  FakeRank f(id, 0, 8);
-  (void)f.init();
+  OneNodeComm c;
+  FakeRank& f = *c.rank0;
   std::vector<HostError> errors;
   try {
-    f.initAllGathersWith(nodeGraphInfo(0, members), kSupportedNcclVersion, [&] {
+    f.initAllGathersWith(nodeGraphInfo(0, c.members), kSupportedNcclVersion, [&] {
       test::Sock next = test::connectTo(f.ring_data[1].peer_address, f.magic());
       const std::int32_t ack_size = 8, slot_size = 1000;
       next.sendValue(ack_size);
       next.sendValue(wire::SocketAck{0, wire::kTagIntraNodeAllGather});
       next.sendValue(slot_size);
-      for (int i = 0; i < 400 && errors.empty(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        errors = host->errors();
-      }
+      errors = c.waitErrors();
     });
   } catch (const std::exception&) {
     // the failed comm's sockets are closed: the graph all-gather cannot complete
