@@ -79,6 +79,9 @@ class Comm {
   [[nodiscard]] int nodeReal(int rank) const noexcept;
   // Global ranks of `rank`'s target node, in rank order.
   [[nodiscard]] std::vector<int> nodeMembers(int rank) const;
+  // For a virtual rank on a full node without real ranks, when some full node holds exactly
+  // one real rank R: R (the node copied, virtual_slices.h mirroredGraphInfo); else -1.
+  [[nodiscard]] int mirrorTemplate(int rank) const noexcept;
   // Real rank `sender` dialled `target` (its next on the node) for NCCL's intra-node
   // all-gather of topology XML (bootstrap.cc bootstrapIntraNodeAllGather); the socket
   // acknowledgement is consumed, the slot frames follow on `stream`.
@@ -209,6 +212,7 @@ class Comm {
   std::deque<IntraGather> intra_;          // intra-node all-gathers, in order of arrival
   std::map<int, long> intra_barrier_msgs_;  // real rank -> intra-node barrier messages
   bool intra_setup_refused_ = false;        // the refusal's error line was written
+  mutable int mirror_template_ = -2;        // mirrorTemplate's real rank; -2: not looked up
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

@@ -47,6 +47,27 @@ std::vector<int> Comm::nodeMembers(int rank) const {
   return out;
 }
 
+int Comm::mirrorTemplate(int rank) const noexcept {
+  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || root_magic_ == 0) return -1;
+  const int gpn = ctx_.options->gpus_per_node;
+  if (gpn < 2 || rank < 0 || rank >= nranks_) return -1;
+  const auto fullWithoutReal = [&](int base) {
+    if (base + gpn > nranks_) return false;
+    for (int r = base; r < base + gpn; ++r)
+      if (isReal(r)) return false;
+    return true;
+  };
+  if (!fullWithoutReal(rank / gpn * gpn)) return -1;
+  // The lowest real rank alone on a full node; real ranks are fixed once slices are made
+  // (addRealRanks refuses after the first check-in), so it is found once, not per slice.
+  if (mirror_template_ == -2) {
+    mirror_template_ = -1;
+    for (int r = 0; r < nranks_ && mirror_template_ < 0; ++r)
+      if (isReal(r) && nodeReal(r) == r && r / gpn * gpn + gpn <= nranks_) mirror_template_ = r;
+  }
+  return mirror_template_;
+}
+
 const wire::PeerInfo* Comm::realPeerInfo(int rank) const {
   for (const auto& ag : ags_) {
     if (ag.kind != AllGatherKind::PeerInfo || ag.have[static_cast<std::size_t>(rank)] == 0)

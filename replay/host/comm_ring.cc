@@ -261,6 +261,14 @@ bool Comm::ensureSlice(AllGather& ag, int slice) {
         bytes.assign(wire::bytesOf(g).begin(), wire::bytesOf(g).end());
         break;
       }
+      if (const int r = mirrorTemplate(slice); r >= 0) {  // a copy of real rank r's node
+        if (ag.have[static_cast<std::size_t>(r)] == 0) return false;
+        const auto real = wire::decodeExact<wire::AllGatherInfo>(sliceOf(ag, r), "allGatherInfo");
+        const auto members = nodeMembers(r);
+        const auto g = mirroredGraphInfo(v, real, r, members, nodeMembers(slice).front());
+        bytes.assign(wire::bytesOf(g).begin(), wire::bytesOf(g).end());
+        break;
+      }
       const auto real = wire::decodeExact<wire::AllGatherInfo>(tmpl(), "allGatherInfo");
       // Every rank's graphs get the minimum over ranks, the virtual ones copy the real one's.
       tree_channels_ = std::clamp(std::min(real.graph_info[wire::kAlgoTree].n_channels,

@@ -274,4 +274,34 @@ wire::AllGatherInfo sameNodeGraphInfo(const VirtualRankContext& v, const wire::A
   return g;
 }
 
+wire::AllGatherInfo mirroredGraphInfo(const VirtualRankContext& v, const wire::AllGatherInfo& real,
+                                      int real_rank, std::span<const int> real_members,
+                                      int node_base) {
+  if (real_members.empty())
+    throw ProtocolError("mirrored node: the real rank's node has no members");
+  const int shift = node_base - real_members.front();
+  const int local = v.rank - node_base;
+  if (shift == 0 || local < 0 || local >= static_cast<int>(real_members.size()))
+    throw ProtocolError(fmt::format("rank {} is not on a copy of the {}-rank node at {}", v.rank,
+                                    real_members.size(), real_members.front()));
+  const int as = real_members[static_cast<std::size_t>(local)];
+  VirtualRankContext twin = v;
+  twin.rank = as;
+  wire::AllGatherInfo g = as == real_rank ? real : sameNodeGraphInfo(twin, real, real_rank,
+                                                                      real_members);
+  const int n_channels = presetChannels(real);
+  auto& t = g.topo_ranks;
+  const auto move = [&](std::int32_t& r) {
+    if (r >= 0) r += shift;
+  };
+  for (int c = 0; c < n_channels; ++c) {
+    for (std::int32_t* f : {&t.ring_recv[c], &t.ring_send[c], &t.ring_prev[c], &t.ring_next[c],
+                            &t.tree_to_parent[c], &t.tree_to_child0[c], &t.tree_to_child1[c]})
+      move(*f);
+  }
+  for (int h = 0; h < std::clamp(t.nvls_head_num, 0, wire::kMaxChannels); ++h)
+    move(t.nvls_heads[h]);
+  return g;
+}
+
 }  // namespace crystal::host

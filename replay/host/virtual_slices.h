@@ -65,4 +65,14 @@ struct VirtualRankContext {
                                                     const wire::AllGatherInfo& real, int real_rank,
                                                     std::span<const int> members);
 
+// allGatherInfo of V on a node without a real rank, as a copy of R's node: V plays the member
+// at its own local index of R's node (`real_members`, a full node) and every rank in that
+// slice moves by node_base - real_members[0] (-1 stays). NCCL then sees nodes of the target's
+// size (nNodes, localRanks, inter-node rings and trees as on the target) instead of one node
+// per virtual rank; the crossNic swap of odd nodes applies to a whole copied node alike.
+[[nodiscard]] wire::AllGatherInfo mirroredGraphInfo(const VirtualRankContext& v,
+                                                    const wire::AllGatherInfo& real, int real_rank,
+                                                    std::span<const int> real_members,
+                                                    int node_base);
+
 }  // namespace crystal::host

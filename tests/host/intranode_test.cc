@@ -123,20 +123,47 @@ TEST_P(IntraNode, NodeMembersBecomeGpusOfTheRealRanksHost) {
     }
   }
 
-  // Per channel, following ring_next from the node's first rank visits every member once
-  // and ends at its last (ncclTopoPostset's view of the node).
-  for (int ch = 0; ch < 2; ++ch) {
-    const auto& mine = f.graph_info[static_cast<std::size_t>(c.real)].topo_ranks;
-    int at = mine.ring_recv[ch], seen = 0;
-    std::set<int> visited;
-    while (at != -1 && seen <= n) {
-      visited.insert(at);
-      ++seen;
-      at = f.graph_info[static_cast<std::size_t>(at)].topo_ranks.ring_next[ch];
+  // Per channel, following ring_next from a node's ring head visits each of its members once
+  // and ends at its tail (ncclTopoPostset's view): R's node, and every other full node, a
+  // copy of R's when R's node is full itself; ranks of a partial node are nodes of their own.
+  const auto& rs = f.graph_info[static_cast<std::size_t>(c.real)].topo_ranks;
+  const bool copies = n == c.gpus_per_node;
+  std::set<int> heads;
+  int expected_nodes = 0;
+  for (int base = 0; base < c.nranks; base += c.gpus_per_node) {
+    const int size = std::min(c.gpus_per_node, c.nranks - base);
+    const bool mine = c.real >= base && c.real < base + size;
+    if (!mine && !(copies && size == c.gpus_per_node)) {
+      for (int r = base; r < base + size; ++r) {
+        EXPECT_EQ(f.graph_info[static_cast<std::size_t>(r)].topo_ranks.ring_recv[0], r);
+        heads.insert(r);
+        ++expected_nodes;
+      }
+      continue;
     }
-    EXPECT_EQ(seen, n) << "channel " << ch;
-    EXPECT_EQ(static_cast<int>(visited.size()), n) << "channel " << ch;
+    const int shift = mine ? 0 : base - members.front();
+    const auto& first = f.graph_info[static_cast<std::size_t>(base)].topo_ranks;
+    heads.insert(first.ring_recv[0]);
+    ++expected_nodes;
+    for (int ch = 0; ch < 2; ++ch) {
+      EXPECT_EQ(first.ring_recv[ch], rs.ring_recv[ch] + shift) << "node " << base;
+      int at = first.ring_recv[ch], seen = 0, last = -1;
+      std::set<int> visited;
+      while (at != -1 && seen <= size) {
+        EXPECT_TRUE(at >= base && at < base + size) << at << " outside node " << base;
+        if (at < base || at >= base + size) break;
+        visited.insert(at);
+        ++seen;
+        last = at;
+        at = f.graph_info[static_cast<std::size_t>(at)].topo_ranks.ring_next[ch];
+      }
+      EXPECT_EQ(seen, size) << "node " << base << " channel " << ch;
+      EXPECT_EQ(static_cast<int>(visited.size()), size) << "node " << base << " channel " << ch;
+      EXPECT_EQ(last, rs.ring_send[ch] + shift) << "node " << base << " channel " << ch;
+    }
   }
+  // NCCL's nodes are the distinct ring heads of channel 0 (init.cc): one per node built above.
+  EXPECT_EQ(static_cast<int>(heads.size()), expected_nodes);
   f.close();
   EXPECT_TRUE(waitDestroyed(*host));
   EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;

@@ -372,5 +372,39 @@ TEST(VirtualSlicesSameNode, RandomRingsClose) {
   }
 }
 
+// A node without real ranks copies R's node: the member at the same local index, every rank
+// moved by the node distance (-1 stays), values past Preset's channels untouched; a rank off
+// such a copy is refused.
+TEST(VirtualSlicesMirror, CopiesRsNodeShifted) {
+  const std::vector<int> node = iota(24, 8);
+  const int real = 27;
+  const std::vector<Ring> rings = {{29, 31, 27, 25, 24, 26, 28, 30}, {27, 30, 24, 25, 26, 28, 29, 31}};
+  const wire::AllGatherInfo r = realSlice(real, rings, 2, 2);
+  for (int local = 0; local < 8; ++local) {
+    const VirtualRankContext v{.comm_hash = 1, .rank = 40 + local, .nranks = 64};
+    const wire::AllGatherInfo g = mirroredGraphInfo(v, r, real, node, 40);
+    const int as = 24 + local;
+    const wire::AllGatherInfo twin =
+        as == real ? r : sameNodeGraphInfo({.comm_hash = 1, .rank = as, .nranks = 64}, r, real, node);
+    for (int c = 0; c < 2; ++c) {
+      const auto moved = [](int x) { return x < 0 ? x : x + 16; };
+      EXPECT_EQ(g.topo_ranks.ring_recv[c], moved(twin.topo_ranks.ring_recv[c]));
+      EXPECT_EQ(g.topo_ranks.ring_send[c], moved(twin.topo_ranks.ring_send[c]));
+      EXPECT_EQ(g.topo_ranks.ring_prev[c], moved(twin.topo_ranks.ring_prev[c])) << local << c;
+      EXPECT_EQ(g.topo_ranks.ring_next[c], moved(twin.topo_ranks.ring_next[c])) << local << c;
+      EXPECT_EQ(g.topo_ranks.tree_to_parent[c], moved(twin.topo_ranks.tree_to_parent[c]));
+    }
+    EXPECT_EQ(g.topo_ranks.ring_recv[2], 0);  // past Preset's channels: calloc's zeros
+    EXPECT_EQ(g.topo_ranks.nvls_heads[0], 29 + 16);
+  }
+  // The copy of R itself is R's own slice, moved.
+  const VirtualRankContext v43{.comm_hash = 1, .rank = 43, .nranks = 64};
+  EXPECT_EQ(mirroredGraphInfo(v43, r, real, node, 40).topo_ranks.ring_prev[0], 31 + 16);
+  const VirtualRankContext v48{.comm_hash = 1, .rank = 48, .nranks = 64};
+  EXPECT_THROW((void)mirroredGraphInfo(v48, r, real, node, 40), ProtocolError);
+  const VirtualRankContext v25{.comm_hash = 1, .rank = 25, .nranks = 64};
+  EXPECT_THROW((void)mirroredGraphInfo(v25, r, real, node, 24), ProtocolError);
+}
+
 }  // namespace
 }  // namespace crystal::host
