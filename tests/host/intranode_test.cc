@@ -179,6 +179,37 @@ INSTANTIATE_TEST_SUITE_P(
              "_real" + std::to_string(p.real);
     });
 
+// Two real ranks on one target node: each stays a host of its own (each has its own
+// NCCL_HOSTID), so the node's virtual ranks stay flat too and no intra-node exchange happens.
+TEST(IntraNode, TwoRealRanksOnANodeKeepEveryRankAHost) {
+  auto host = p2pHost(8);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {8, {0, 1}, kSupportedNcclVersion, "world"});
+  std::vector<wire::PeerInfo> seen[2];
+  std::vector<wire::AllGatherInfo> graphs[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r)
+    t[r] = std::thread([&, r] {
+      FakeRank f(id, r, 8);
+      (void)f.init();
+      f.initAllGathers();
+      seen[r] = f.peer_info;
+      graphs[r] = f.graph_info;
+      f.close();
+    });
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(seen[r].size(), 8u);
+    std::set<std::uint64_t> hosts;
+    for (const auto& p : seen[r]) hosts.insert(p.host_hash);
+    EXPECT_EQ(hosts.size(), 8u) << "every rank its own host";
+    for (int v = 2; v < 8; ++v)
+      EXPECT_EQ(graphs[r][static_cast<std::size_t>(v)].topo_ranks.ring_recv[0], v);
+  }
+  EXPECT_TRUE(waitDestroyed(*host));
+  EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
+}
+
 // An 8-rank one-node comm with rank 0 real, checked in and ring-connected; errors polled.
 struct OneNodeComm {
   std::unique_ptr<BootstrapHost> host = p2pHost(8);
