@@ -77,6 +77,8 @@ class Comm {
   // The real rank alone on `rank`'s target node when the host plays that node's other ranks
   // as GPUs of the real rank's own host; -1 when `rank` is a host of its own.
   [[nodiscard]] int nodeReal(int rank) const noexcept;
+  // gpus_per_node when this comm plays node members as GPUs of a real rank's host, else 0.
+  [[nodiscard]] int nodeGpus() const noexcept;
   // Global ranks of `rank`'s target node, in rank order.
   [[nodiscard]] std::vector<int> nodeMembers(int rank) const;
   // For a virtual rank on a full node without real ranks, when some full node holds exactly
@@ -178,7 +180,7 @@ class Comm {
   void onIntraData(IntraGather& g, int side, Stream& s);
   void onIntraClosed(IntraGather& g, int side, const std::string& why);
   void sendIntraClones(IntraGather& g);
-  [[nodiscard]] const wire::PeerInfo* realPeerInfo(int rank) const;
+  [[nodiscard]] std::optional<wire::PeerInfo> realPeerInfo(int rank) const;
 
   // split
   void onSplitAllGather(AllGather& ag);

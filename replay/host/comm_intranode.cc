@@ -24,11 +24,15 @@
 
 namespace crystal::host {
 
-int Comm::nodeReal(int rank) const noexcept {
+int Comm::nodeGpus() const noexcept {
   // Split children keep one host per rank (their peers' host hashes differ per comm anyway).
-  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || root_magic_ == 0) return -1;
-  const int gpn = ctx_.options->gpus_per_node;
-  if (gpn < 2 || rank < 0 || rank >= nranks_) return -1;
+  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || root_magic_ == 0) return 0;
+  return ctx_.options->gpus_per_node >= 2 ? ctx_.options->gpus_per_node : 0;
+}
+
+int Comm::nodeReal(int rank) const noexcept {
+  const int gpn = nodeGpus();
+  if (gpn == 0 || rank < 0 || rank >= nranks_) return -1;
   const int base = rank / gpn * gpn;
   int real = -1;
   for (int r = base; r < std::min(base + gpn, nranks_); ++r) {
@@ -48,9 +52,8 @@ std::vector<int> Comm::nodeMembers(int rank) const {
 }
 
 int Comm::mirrorTemplate(int rank) const noexcept {
-  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || root_magic_ == 0) return -1;
-  const int gpn = ctx_.options->gpus_per_node;
-  if (gpn < 2 || rank < 0 || rank >= nranks_) return -1;
+  const int gpn = nodeGpus();
+  if (gpn == 0 || rank < 0 || rank >= nranks_) return -1;
   const auto fullWithoutReal = [&](int base) {
     if (base + gpn > nranks_) return false;
     for (int r = base; r < base + gpn; ++r)
@@ -68,14 +71,15 @@ int Comm::mirrorTemplate(int rank) const noexcept {
   return mirror_template_;
 }
 
-const wire::PeerInfo* Comm::realPeerInfo(int rank) const {
+std::optional<wire::PeerInfo> Comm::realPeerInfo(int rank) const {
   for (const auto& ag : ags_) {
     if (ag.kind != AllGatherKind::PeerInfo || ag.have[static_cast<std::size_t>(rank)] == 0)
       continue;
-    return reinterpret_cast<const wire::PeerInfo*>(
-        ag.data.data() + static_cast<std::size_t>(rank) * static_cast<std::size_t>(ag.slice_bytes));
+    const auto at = static_cast<std::size_t>(rank) * static_cast<std::size_t>(ag.slice_bytes);
+    return wire::decodeExact<wire::PeerInfo>(
+        std::span(ag.data).subspan(at, static_cast<std::size_t>(ag.slice_bytes)), "ncclPeerInfo");
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 void Comm::onIntraNodeAccept(StreamId id, int sender, int target) {
@@ -218,8 +222,8 @@ void Comm::onIntraData(IntraGather& g, int side, Stream& s) {
 }
 
 void Comm::sendIntraClones(IntraGather& g) {
-  const wire::PeerInfo* real = realPeerInfo(g.real);
-  if (real == nullptr)
+  const std::optional<wire::PeerInfo> real = realPeerInfo(g.real);
+  if (!real)
     throw ProtocolError("topology slot before the rank's peerInfo reached the host");
   (void)topo_xml::findGpu(g.slot, g.real);  // validates once, with a precise message
   const int n = static_cast<int>(g.members.size());

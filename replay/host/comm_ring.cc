@@ -374,6 +374,7 @@ void Comm::maybeDestroyed() {
   streams_.clear();
   ags_.clear();
   ags_.shrink_to_fit();
+  intra_.clear();
   CRYSTAL_INFO("comm {} ({:#x}) destroyed by its real ranks", name_, hash_);
 }
 
