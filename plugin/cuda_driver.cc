@@ -33,9 +33,9 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   if (!dl) {
     const char* why = dlerror();
     return fmt::format(
-        "cannot load {} ({}): receive buffers in GPU memory need the CUDA "
-        "driver; set CRYSTAL_GDR=0 (or emulation.gdr: false) to keep NCCL's "
-        "buffers in host memory",
+        "cannot load {} ({}): GPU memory needs the CUDA driver (NET receive buffers "
+        "under GDR: set CRYSTAL_GDR=0 or emulation.gdr: false to keep them in host memory; "
+        "CRYSTAL_P2P_POOL: unset it)",
         library, why ? why : "no reason given");
   }
   std::string missing;

@@ -76,6 +76,14 @@ void ControlClient::commInit(const CommInit& req) {
                         typeName(typeOfMessage(reply)));
 }
 
+void ControlClient::blockPool(const BlockPool& req) {
+  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
+  const Message reply = call(req);
+  if (!std::holds_alternative<Ok>(reply))
+    throw ProtocolError(std::string("emulation host answered BLOCK_POOL with ") +
+                        typeName(typeOfMessage(reply)));
+}
+
 void ControlClient::commSplit(const CommSplit& req) {
   if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
   const Message reply = call(req);

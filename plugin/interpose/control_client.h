@@ -23,6 +23,7 @@ class ControlClient {
   [[nodiscard]] control::UniqueId getUniqueId();
   void commInit(const control::CommInit& req);
   void commSplit(const control::CommSplit& req);
+  void blockPool(const control::BlockPool& req);
 
  private:
   // Sends one request and returns the reply; ERROR replies become ProtocolError.

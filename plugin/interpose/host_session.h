@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "crystal/control/protocol.h"
 #include "plugin/interpose/real_nccl.h"
 
 namespace crystal::interpose {
@@ -42,6 +43,8 @@ struct CommRecord {
 // Registers a split of `parent` about to happen; fills the parent's record (split counted).
 [[nodiscard]] int hostCommSplit(NcclComm parent, int color, int key, CommRecord& parent_after,
                                 std::uint64_t& child_hash, const char* caller) noexcept;
+// Offers the host memory this process allocated for P2P connections to virtual node members.
+[[nodiscard]] int hostBlockPool(const control::BlockPool& pool, const char* caller) noexcept;
 // Undoes the split count of a split that NCCL refused to start.
 void uncountSplit(NcclComm parent) noexcept;
 

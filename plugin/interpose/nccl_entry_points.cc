@@ -13,6 +13,7 @@
 // which cannot include virtual ranks.
 #include <exception>
 
+#include "plugin/interpose/block_pool.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
 #include "plugin/interpose/rank_map.h"
@@ -64,6 +65,9 @@ int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int ra
     ci::rememberMapped(*comm, *args.mapped);
   // Under the rank mapping a reduce-scatter's blocks are the program's: not rewritten.
   if (!args.mapped && rc == ci::kNcclSuccess) ci::mirrorCommCreated(hash);
+  // CRYSTAL_P2P_POOL: memory for the P2P connections to the virtual GPUs of this rank's node,
+  // offered before the first collective connects them (block_pool.h).
+  if (rc == ci::kNcclSuccess) return ci::offerBlockPool(hash, args.rank, name);
   return rc;
 }
 

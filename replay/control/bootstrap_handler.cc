@@ -78,6 +78,14 @@ void BootstrapHandler::commSplit(const PeerInfo& peer, const CommSplit& req) {
                req.split_seq, req.parent_hash, req.parent_rank, req.color, req.key, peer.pid);
 }
 
+void BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req) {
+  host_.addBlockPool(req.comm_hash, req.rank,
+                     {req.recv_block_bytes, req.send_block_bytes, req.recv, req.send});
+  CRYSTAL_INFO("host: comm 0x{:x} rank {} (pid {}) offers {} recv and {} send blocks for P2P "
+               "peers",
+               req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size());
+}
+
 void BootstrapHandler::peerGone(const PeerInfo& peer) {
   CRYSTAL_INFO("host: real process pid {} disconnected", peer.pid);
 }

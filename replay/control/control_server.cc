@@ -161,6 +161,10 @@ struct ControlServer::Impl {
         handler.commSplit(c.peer, *split);
         return Ok{};
       }
+      if (const auto* pool = std::get_if<BlockPool>(&req)) {
+        handler.blockPool(c.peer, *pool);
+        return Ok{};
+      }
       return Error{std::string("unexpected ") + typeName(typeOfMessage(req)) +
                    " from a real rank (that is a host -> interposer message)"};
     } catch (const std::exception& e) {

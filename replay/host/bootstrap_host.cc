@@ -310,6 +310,24 @@ void BootstrapHost::setSplitResolver(SplitResolver resolver) {
   impl_->resolver = std::move(resolver);
 }
 
+void BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool) {
+  if (!impl_->options.p2p_peers)
+    throw InputError("a block pool for P2P peers, but emulation.p2p_peers is off");
+  if (pool.recv_block_bytes < kP2pRecvBlockBytes || pool.send_block_bytes < kP2pSendBlockBytes)
+    throw InputError(fmt::format(
+        "block pool of rank {}: blocks of {} / {} bytes; NCCL 2.28.9 needs {} / {}", rank,
+        pool.recv_block_bytes, pool.send_block_bytes, kP2pRecvBlockBytes, kP2pSendBlockBytes));
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->comms.find(comm_hash);
+  if (it == impl_->comms.end())
+    throw InputError(fmt::format("block pool for comm {:#x}, which the host does not know",
+                                 comm_hash));
+  if (!it->second->isReal(rank))
+    throw InputError(fmt::format("block pool of comm {:#x} rank {}, which is not real", comm_hash,
+                                 rank));
+  it->second->addBlockPool(rank, pool);
+}
+
 void BootstrapHost::onError(std::function<void(const HostError&)> callback) {
   std::lock_guard lock(impl_->mu);
   impl_->error_cb = std::move(callback);

@@ -88,6 +88,8 @@ class Comm {
   // all-gather of topology XML (bootstrap.cc bootstrapIntraNodeAllGather); the socket
   // acknowledgement is consumed, the slot frames follow on `stream`.
   void onIntraNodeAccept(StreamId stream, int sender, int target);
+  // ---- comm_node_connect.cc: memory real rank `rank` offers for those connections.
+  void addBlockPool(int rank, const BlockPoolSpec& pool);
 
  private:
   struct AllGather {
@@ -149,7 +151,11 @@ class Comm {
                std::span<const std::byte> payload);
   void onBarrier(int sender, int target);
   void onIntraNodeBarrier(int sender, int target);  // comm_intranode.cc
-  void refuseIntraNodeSetup(int sender, int target, std::int32_t raw_tag);
+  // comm_node_connect.cc: connection setup (or its sync) from a real rank to a virtual GPU
+  // of its node, answered from the rank's block pool or refused.
+  void onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
+                   std::span<const std::byte> payload);
+  void refuseNodeSetup(int sender, int target, std::int32_t raw_tag, const std::string& why);
   // Which connection of NCCL's exchange a Hello stands for (live/handle.h, wire version 2).
   struct ConnIdentity {
     int graph = 0;     // setup tag's graph byte (graph id + 1, 0 = p2p)
@@ -213,7 +219,12 @@ class Comm {
   std::map<int, long> barrier_msgs_;       // real rank -> barrier messages received
   std::deque<IntraGather> intra_;          // intra-node all-gathers, in order of arrival
   std::map<int, long> intra_barrier_msgs_;  // real rank -> intra-node barrier messages
-  bool intra_setup_refused_ = false;        // the refusal's error line was written
+  bool node_setup_refused_ = false;         // the refusal's error line was written
+  struct BlockPoolState {
+    BlockPoolSpec spec;
+    std::size_t next_recv = 0, next_send = 0;  // blocks handed out so far
+  };
+  std::map<int, BlockPoolState> pools_;  // real rank -> its blocks for node members
   mutable int mirror_template_ = -2;        // mirrorTemplate's real rank; -2: not looked up
   long barrier_instances_started_ = 0;
   int split_count_ = 0;

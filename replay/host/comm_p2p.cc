@@ -111,7 +111,7 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
   // NCCL reaches a GPU of its own host over P2P or SHM, never NET here
   // (NCCL_NET_DISABLE_INTRA=1 with emulation.p2p_peers).
   if (nodeReal(target) == sender) {
-    refuseIntraNodeSetup(sender, target, raw_tag);
+    onNodeSetup(sender, target, tag, raw_tag, payload);  // comm_node_connect.cc
     return;
   }
   if (tag.sync) {
@@ -169,33 +169,6 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
   CRYSTAL_DEBUG("comm {}: setup tag {:#x} rank {} <-> virtual {}: {} recv, {} send entries", name_,
                 raw_tag, sender, target, nrecv, nsend);
   reply(sender, target, raw_tag, std::move(out));
-}
-
-// Connecting a P2P channel to a virtual GPU of the real rank's node is not emulated yet
-// (milestone 2 of docs/research/nccl-2.28.9-p2p-virtual-peers.md §8). The real rank waits for
-// the answer in bootstrapRecv, which no closed socket of the host would wake: every such setup
-// message gets a reply longer than any NCCL connect message (bootstrap.cc socketRecv fails
-// with "Message truncated" and the collective returns ncclInternalError), and the host logs
-// why once. The comm is not failed: the real rank may still destroy it.
-void Comm::refuseIntraNodeSetup(int sender, int target, std::int32_t raw_tag) {
-  if (!intra_setup_refused_) {
-    intra_setup_refused_ = true;
-    HostError err;
-    err.comm_hash = hash_;
-    err.rank = sender;
-    err.message = fmt::format(
-        "comm {} ({:#x}) rank {}: connection setup (tag {:#x}) to rank {}, a virtual GPU of this "
-        "rank's node (P2P transport): emulation.p2p_peers reaches communicator creation only; "
-        "connecting such channels is the next milestone "
-        "(docs/research/nccl-2.28.9-p2p-virtual-peers.md §8). Refused with an oversized reply "
-        "(NCCL: \"Message truncated\")",
-        name_, hash_, sender, raw_tag, target);
-    CRYSTAL_ERROR("{}", err.message);
-    if (ctx_.report) ctx_.report(err);
-  }
-  reply(sender, target, raw_tag,
-        std::vector<std::byte>(static_cast<std::size_t>(wire::kMaxMessageBytes) +
-                               wire::kConnectEntryBytes));
 }
 
 // A virtual sender "connects" to the real receiver's data listener and introduces itself;

@@ -2,6 +2,8 @@
 // with a ProtocolError naming the field and offset.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "crystal/control/codec.h"
 
 namespace crystal::control {
@@ -71,6 +73,34 @@ void expectRefused(std::span<const std::uint8_t> frame, const std::string& needl
   } catch (const ProtocolError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// BLOCK_POOL: addresses in order, both block sizes; more than kMaxPoolBlocks are refused.
+TEST(ControlCodec, BlockPoolRoundTripsAndIsBounded) {
+  BlockPool pool;
+  pool.comm_hash = 0xabcdef;
+  pool.rank = 13;
+  pool.recv_block_bytes = 10485760;
+  pool.send_block_bytes = 2097152;
+  pool.recv = {0x7f0000000000ull, 0x7f0000a00000ull};
+  pool.send = {0x7f0001400000ull};
+  EXPECT_EQ(encode(pool).size(), kHeaderSize + 8 + 4 + 8 + 8 + 4 + 4 + 3 * 8);
+  const auto got = std::get<BlockPool>(roundTrip(pool));
+  EXPECT_EQ(got.comm_hash, 0xabcdefu);
+  EXPECT_EQ(got.rank, 13);
+  EXPECT_EQ(got.recv_block_bytes, 10485760u);
+  EXPECT_EQ(got.send_block_bytes, 2097152u);
+  EXPECT_EQ(got.recv, pool.recv);
+  EXPECT_EQ(got.send, pool.send);
+  auto frame = encode(pool);
+  const std::uint32_t huge = 600;  // n_recv at payload offset 28
+  std::memcpy(frame.data() + kHeaderSize + 28, &huge, 4);
+  EXPECT_THROW((void)decodePayload(MsgType::BlockPool, std::span(frame).subspan(kHeaderSize)),
+               ProtocolError);
+  frame = encode(pool);
+  frame.pop_back();  // the last address cut
+  EXPECT_THROW((void)decodePayload(MsgType::BlockPool, std::span(frame).subspan(kHeaderSize)),
+               ProtocolError);
 }
 
 TEST(ControlCodec, MalformedFramesAreRefused) {

@@ -49,6 +49,41 @@ TEST(ControlServer, MintsIdsAndRegistersComms) {
   EXPECT_EQ(server.requestsServed(), 5u);
 }
 
+// BLOCK_POOL reaches the handler whole; a handler without p2p_peers refuses it by default.
+TEST(ControlServer, BlockPoolReachesTheHandler) {
+  RecordingHandler h;
+  ControlServer server(h, {});
+  ControlClient c(server.address(), 5.0, hello());
+  BlockPool pool;
+  pool.comm_hash = 42;
+  pool.rank = 3;
+  pool.recv_block_bytes = 10485760;
+  pool.send_block_bytes = 2097152;
+  pool.recv = {0x7f0000000000ull, 0x7f0000a00000ull};
+  pool.send = {0x7f0001400000ull};
+  c.blockPool(pool);
+  {
+    std::lock_guard lock(h.mu);
+    ASSERT_EQ(h.pools.size(), 1u);
+    EXPECT_EQ(h.pools[0].rank, 3);
+    EXPECT_EQ(h.pools[0].recv, pool.recv);
+    EXPECT_EQ(h.pools[0].send, pool.send);
+  }
+  struct Plain : ControlHandler {
+    UniqueId mintUniqueId(const PeerInfo&) override { return {}; }
+    void commInit(const PeerInfo&, const CommInit&) override {}
+    void commSplit(const PeerInfo&, const CommSplit&) override {}
+  } plain;
+  ControlServer plain_server(plain, {});
+  ControlClient p(plain_server.address(), 5.0, hello());
+  try {
+    p.blockPool(pool);
+    FAIL() << "a handler without p2p_peers took a block pool";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("no emulation.p2p_peers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ControlServer, RefusesOtherNcclVersionsWithAClearMessage) {
   RecordingHandler h;
   ControlServer server(h, {});

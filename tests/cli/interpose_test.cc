@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -142,6 +143,31 @@ TEST_F(Interposer, WithHostIdsComeFromTheHostAndCommsAreRegisteredFirst) {
   EXPECT_EQ(h.splits[2].split_seq, 1u);
   EXPECT_EQ(h.splits[2].parent_rank, 0);
   EXPECT_EQ(h.splits[2].parent_nranks, 8);
+}
+
+// CRYSTAL_P2P_POOL: the pool is allocated after the real init and offered to the host; a bad
+// value, or no CUDA driver (this CI machine), fails the init call with a line saying why and
+// offers nothing.
+TEST_F(Interposer, P2pPoolNeedsAValidCountAndTheCudaDriver) {
+  testing::RecordingHandler h;
+  h.event_log = &g_events;
+  ControlServer server(h, {});
+  ::setenv("CRYSTAL_HOST", server.address().c_str(), 1);
+  TestId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), 0);
+  void* comm = nullptr;
+  ::setenv("CRYSTAL_P2P_POOL", "2;1", 1);
+  EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 5);  // ncclInvalidUsage
+  if (::access("/dev/nvidiactl", F_OK) != 0) {  // no GPU driver here: allocation cannot start
+    ::setenv("CRYSTAL_P2P_POOL", "2,1", 1);
+    EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 2);  // ncclSystemError
+  }
+  ::setenv("CRYSTAL_P2P_POOL", "0,0", 1);  // nothing asked: nothing offered
+  EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 0);
+  ::unsetenv("CRYSTAL_P2P_POOL");
+  std::lock_guard lock(h.mu);
+  EXPECT_TRUE(h.pools.empty());
+  EXPECT_EQ(std::count(g_events.begin(), g_events.end(), "host:BLOCK_POOL"), 0);
 }
 
 TEST_F(Interposer, ScalableInitRegistersItsFirstId) {

@@ -34,6 +34,11 @@ class RecordingHandler : public ControlHandler {
     splits.push_back(req);
     if (event_log != nullptr) event_log->push_back("host:COMM_SPLIT");
   }
+  void blockPool(const PeerInfo&, const BlockPool& req) override {
+    std::lock_guard lock(mu);
+    pools.push_back(req);
+    if (event_log != nullptr) event_log->push_back("host:BLOCK_POOL");
+  }
   void peerGone(const PeerInfo& peer) override {
     std::lock_guard lock(mu);
     gone.push_back(peer.pid);
@@ -44,6 +49,7 @@ class RecordingHandler : public ControlHandler {
   std::vector<std::uint32_t> pids, gone;
   std::vector<CommInit> inits;
   std::vector<CommSplit> splits;
+  std::vector<BlockPool> pools;
   std::string refuse;  // non-empty: commInit throws InputError with this text
   std::vector<std::string>* event_log = nullptr;
 };

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 
+#include "crystal/base/error.h"
 #include "crystal/host/bootstrap_host.h"
 #include "fake_rank.h"
 #include "topo_xml.h"
@@ -276,6 +278,113 @@ TEST(IntraNodeFaults, WrongSlotSizeFailsTheComm) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].message.find("1000-byte topology slot"), std::string::npos)
       << errors[0].message;
+}
+
+// R's own p2pConnectInfo (rank, read, directPtr, size at 0/4/8/16 of a 256-byte entry).
+std::vector<std::byte> rEntries(const std::vector<std::uint64_t>& sizes, std::int32_t read = 0) {
+  std::vector<std::byte> out(sizes.size() * 256);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::int32_t rank = 0;
+    const std::uint64_t ptr = 0x7e0000000000ull + k * 0x1000000;
+    std::memcpy(out.data() + k * 256 + 0, &rank, 4);
+    std::memcpy(out.data() + k * 256 + 4, &read, 4);
+    std::memcpy(out.data() + k * 256 + 8, &ptr, 8);
+    std::memcpy(out.data() + k * 256 + 16, &sizes[k], 8);
+  }
+  return out;
+}
+
+struct VEntry {
+  std::int32_t rank, read;
+  std::uint64_t ptr, size;
+};
+std::vector<VEntry> vEntries(const std::vector<std::byte>& payload) {
+  std::vector<VEntry> out;
+  for (std::size_t at = 0; at + 256 <= payload.size(); at += 256) {
+    VEntry e{};
+    std::memcpy(&e.rank, payload.data() + at, 4);
+    std::memcpy(&e.read, payload.data() + at + 4, 4);
+    std::memcpy(&e.ptr, payload.data() + at + 8, 8);
+    std::memcpy(&e.size, payload.data() + at + 16, 8);
+    for (std::size_t b = 24; b < 256; ++b)
+      if (payload[at + b] != std::byte{0}) ADD_FAILURE() << "byte " << b << " of a V entry set";
+    out.push_back(e);
+  }
+  return out;
+}
+
+// With a block pool from R's process, V's entries name R as the owner of pool blocks (the
+// same-process route, research note §11.7): recv blocks for R's send connectors, send blocks
+// for its recv connectors, handed out in order; syncs are answered; a used-up pool refuses.
+TEST(NodeConnect, EntriesNameTheRealRankAndItsPoolBlocks) {
+  OneNodeComm c;
+  FakeRank& f = *c.rank0;
+  f.initAllGathersWith(nodeGraphInfo(0, c.members), kSupportedNcclVersion, [&] {
+    (void)f.intraNodeAllGather(c.members, topo_xml::buildSlot({.rank = 0}));
+  });
+  BlockPoolSpec pool{kP2pRecvBlockBytes, kP2pSendBlockBytes, {0xa0000000, 0xa1000000, 0xa2000000},
+                     {0xb0000000, 0xb1000000, 0xb2000000}};
+  c.host->addBlockPool(f.commHash(), 0, pool);
+  const int ring = (1 << 8) + 1;  // distance 1, ring graph
+  f.bootstrapSend(1, ring, rEntries({kP2pSendBlockBytes, kP2pSendBlockBytes}));  // R sends to 1
+  f.bootstrapSend(7, ring, rEntries({kP2pRecvBlockBytes, kP2pRecvBlockBytes}));  // 7 sends to R
+  const auto to1 = vEntries(f.bootstrapRecv(1, ring));
+  const auto to7 = vEntries(f.bootstrapRecv(7, ring));
+  ASSERT_EQ(to1.size(), 2u);
+  ASSERT_EQ(to7.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(to1[k].rank, 0);
+    EXPECT_EQ(to1[k].read, 0);
+    EXPECT_EQ(to1[k].ptr, pool.recv[static_cast<std::size_t>(k)]);
+    EXPECT_EQ(to1[k].size, kP2pRecvBlockBytes);
+    EXPECT_EQ(to7[k].rank, 0);
+    EXPECT_EQ(to7[k].ptr, pool.send[static_cast<std::size_t>(k)]);
+    EXPECT_EQ(to7[k].size, kP2pSendBlockBytes);
+  }
+  const int sync = (1 << 8) + (1 << 7) + 1;
+  f.bootstrapSend(1, sync, {});
+  EXPECT_TRUE(f.bootstrapRecv(1, sync).empty());
+  // sendPeer == recvPeer (distance 4 of 8): [R recv entries][R send entries] in one message;
+  // the reply is [V recv blocks for R's sends][V send blocks for R's receives].
+  const int p2p4 = (4 << 8) + 0;
+  f.bootstrapSend(4, p2p4, rEntries({kP2pRecvBlockBytes, kP2pSendBlockBytes}));
+  const auto to4 = vEntries(f.bootstrapRecv(4, p2p4));
+  ASSERT_EQ(to4.size(), 2u);
+  EXPECT_EQ(to4[0].ptr, pool.recv[2]);
+  EXPECT_EQ(to4[0].size, kP2pRecvBlockBytes);
+  EXPECT_EQ(to4[1].ptr, pool.send[2]);
+  EXPECT_TRUE(c.host->errors().empty()) << c.host->errors().front().message;
+  // The pool is used up: refused with an oversized reply and one error line.
+  f.bootstrapSend(2, (2 << 8) + 1, rEntries({kP2pSendBlockBytes}));
+  EXPECT_EQ(f.bootstrapRecv(2, (2 << 8) + 1).size(),
+            static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
+  const auto errors = c.waitErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("used up"), std::string::npos) << errors[0].message;
+}
+
+TEST(NodeConnect, PoolsAreCheckedAndReadModeRefused) {
+  OneNodeComm c;
+  FakeRank& f = *c.rank0;
+  f.initAllGathersWith(nodeGraphInfo(0, c.members), kSupportedNcclVersion, [&] {
+    (void)f.intraNodeAllGather(c.members, topo_xml::buildSlot({.rank = 0}));
+  });
+  const BlockPoolSpec ok{kP2pRecvBlockBytes, kP2pSendBlockBytes, {0xa0000000}, {0xb0000000}};
+  EXPECT_THROW(c.host->addBlockPool(f.commHash() + 1, 0, ok), InputError);  // unknown comm
+  EXPECT_THROW(c.host->addBlockPool(f.commHash(), 3, ok), InputError);      // virtual rank
+  BlockPoolSpec small = ok;
+  small.recv_block_bytes = 4096;
+  EXPECT_THROW(c.host->addBlockPool(f.commHash(), 0, small), InputError);
+  c.host->addBlockPool(f.commHash(), 0, ok);
+  f.bootstrapSend(1, (1 << 8) + 1, rEntries({kP2pSendBlockBytes}, /*read=*/1));
+  EXPECT_EQ(f.bootstrapRecv(1, (1 << 8) + 1).size(),
+            static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));
+  const auto errors = c.waitErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("read mode"), std::string::npos) << errors[0].message;
+  // A host without p2p_peers takes no pool.
+  BootstrapHost flat{HostOptions{}};
+  EXPECT_THROW(flat.addBlockPool(1, 0, ok), InputError);
 }
 
 }  // namespace

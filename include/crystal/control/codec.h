@@ -105,6 +105,16 @@ inline void putBody(Writer& w, const CommSplit& m) {
   w.put(m.parent_nranks);
   w.put(m.child_hash);
 }
+inline void putBody(Writer& w, const BlockPool& m) {
+  w.put(m.comm_hash);
+  w.put(m.rank);
+  w.put(m.recv_block_bytes);
+  w.put(m.send_block_bytes);
+  w.put(static_cast<std::uint32_t>(m.recv.size()));
+  w.put(static_cast<std::uint32_t>(m.send.size()));
+  for (auto a : m.recv) w.put(a);
+  for (auto a : m.send) w.put(a);
+}
 inline void putBody(Writer& w, const HelloOk& m) { w.put(m.emulation_id); }
 inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
@@ -135,6 +145,10 @@ constexpr MsgType typeOf<HelloOk>() {
 template <>
 constexpr MsgType typeOf<UniqueIdReply>() {
   return MsgType::UniqueIdReply;
+}
+template <>
+constexpr MsgType typeOf<BlockPool>() {
+  return MsgType::BlockPool;
 }
 template <>
 constexpr MsgType typeOf<Ok>() {
@@ -172,7 +186,7 @@ constexpr MsgType typeOf<Error>() {
 }
 
 [[nodiscard]] constexpr bool isKnownType(std::uint16_t t) {
-  return (t >= 1 && t <= 4) || (t >= 64 && t <= 66) || t == 127;
+  return (t >= 1 && t <= 5) || (t >= 64 && t <= 66) || t == 127;
 }
 
 // Checks magic, version, type and payload bound. Throws ProtocolError.
@@ -239,6 +253,23 @@ constexpr MsgType typeOf<Error>() {
       m.parent_nranks = r.get<std::int32_t>("parent_nranks");
       m.child_hash = r.get<std::uint64_t>("child_hash");
       out = m;
+      break;
+    }
+    case MsgType::BlockPool: {
+      BlockPool m;
+      m.comm_hash = r.get<std::uint64_t>("comm_hash");
+      m.rank = r.get<std::int32_t>("rank");
+      m.recv_block_bytes = r.get<std::uint64_t>("recv_block_bytes");
+      m.send_block_bytes = r.get<std::uint64_t>("send_block_bytes");
+      const auto n_recv = r.get<std::uint32_t>("n_recv");
+      const auto n_send = r.get<std::uint32_t>("n_send");
+      if (std::uint64_t{n_recv} + n_send > kMaxPoolBlocks)
+        throw ProtocolError("control frame BLOCK_POOL: " + std::to_string(n_recv) + " + " +
+                            std::to_string(n_send) + " blocks exceed " +
+                            std::to_string(kMaxPoolBlocks));
+      for (std::uint32_t i = 0; i < n_recv; ++i) m.recv.push_back(r.get<std::uint64_t>("recv"));
+      for (std::uint32_t i = 0; i < n_send; ++i) m.send.push_back(r.get<std::uint64_t>("send"));
+      out = std::move(m);
       break;
     }
     case MsgType::HelloOk:

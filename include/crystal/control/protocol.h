@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace crystal::control {
 
@@ -34,6 +35,7 @@ enum class MsgType : std::uint16_t {
   GetUniqueId = 2,  // the host is the bootstrap root: it mints the id
   CommInit = 3,     // before the real ncclCommInitRank*
   CommSplit = 4,    // before the real ncclCommSplit
+  BlockPool = 5,    // after a real ncclCommInitRank*: memory for P2P peers (emulation.p2p_peers)
   // host -> interposer
   HelloOk = 64,
   UniqueIdReply = 65,
@@ -73,6 +75,21 @@ struct CommSplit {
   std::int32_t parent_nranks = 0;
   std::uint64_t child_hash = 0;  // commHash NCCL will give the child
 };
+// CRYSTAL_P2P_POOL (emulation.p2p_peers): device memory the real rank's process allocated, zeroed,
+// for the P2P connections NCCL makes to the virtual GPUs of its node. The host answers those
+// connections' exchange with entries that name the real rank itself as the owner of these
+// blocks, so NCCL uses the addresses as they are (docs/research/
+// nccl-2.28.9-p2p-virtual-peers.md §11.7): a recv block per send connector of the real rank,
+// a send block per recv connector.
+struct BlockPool {
+  std::uint64_t comm_hash = 0;
+  std::int32_t rank = -1;
+  std::uint64_t recv_block_bytes = 0, send_block_bytes = 0;
+  std::vector<std::uint64_t> recv, send;  // device addresses in the real rank's process
+};
+// recv + send addresses of one BLOCK_POOL frame (fits kMaxPayload).
+inline constexpr std::size_t kMaxPoolBlocks = 500;
+
 struct HelloOk {
   std::uint64_t emulation_id = 0;
 };
@@ -85,7 +102,8 @@ struct Error {
 };
 
 using Message =
-    std::variant<Hello, GetUniqueId, CommInit, CommSplit, HelloOk, UniqueIdReply, Ok, Error>;
+    std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, HelloOk, UniqueIdReply, Ok,
+                 Error>;
 
 [[nodiscard]] constexpr const char* typeName(MsgType t) {
   switch (t) {
@@ -97,6 +115,8 @@ using Message =
       return "COMM_INIT";
     case MsgType::CommSplit:
       return "COMM_SPLIT";
+    case MsgType::BlockPool:
+      return "BLOCK_POOL";
     case MsgType::HelloOk:
       return "HELLO_OK";
     case MsgType::UniqueIdReply:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "crystal/base/error.h"
 #include "crystal/control/protocol.h"
 
 namespace crystal::control {
@@ -34,6 +35,11 @@ class ControlHandler {
   virtual void commInit(const PeerInfo& peer, const CommInit& req) = 0;
   // A real rank is about to call ncclCommSplit on a communicator it registered before.
   virtual void commSplit(const PeerInfo& peer, const CommSplit& req) = 0;
+  // A real rank's process offers memory for P2P connections to the virtual GPUs of its node
+  // (protocol.h BlockPool).
+  virtual void blockPool(const PeerInfo& /*peer*/, const BlockPool& /*req*/) {
+    throw ProtocolError("this host takes no BLOCK_POOL (no emulation.p2p_peers)");
+  }
   // The connection of a real process closed (it exited or crashed).
   virtual void peerGone(const PeerInfo& /*peer*/) {}
 };

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "crystal/live/nccl_slots.h"
+
 namespace crystal::host {
 
 // NCCL's ncclUniqueId: 128 bytes = {uint64 magic; ncclSocketAddress root (28 B)} + zeros.
@@ -78,6 +80,15 @@ struct CommSpec {
   int nccl_version = kSupportedNcclVersion;  // ncclGetVersion() in the real rank
   std::string name;                          // for messages ("world", "tp", ...)
 };
+
+// Blocks for P2P connectors to virtual node members (BootstrapHost::addBlockPool).
+struct BlockPoolSpec {
+  std::uint64_t recv_block_bytes = 0;  // each >= NCCL 2.28.9's recv block (ncclRecvMem + LL +
+  std::uint64_t send_block_bytes = 0;  // LL128 + SIMPLE) / send block (ncclSendMem)
+  std::vector<std::uint64_t> recv, send;
+};
+using live::kP2pRecvBlockBytes;  // NCCL 2.28.9's P2P block sizes (live/nccl_slots.h)
+using live::kP2pSendBlockBytes;
 
 // key/color of a virtual rank for a split of a communicator. `split_index` counts the
 // splits of that parent from 1 (NCCL's splitCount after increment).
@@ -133,6 +144,12 @@ class BootstrapHost {
   std::uint64_t declareComm(const UniqueId& id, const CommSpec& spec);
 
   void setSplitResolver(SplitResolver resolver);  // before the first split
+  // Memory a real rank's process allocated for the P2P connections its NCCL makes to the
+  // virtual GPUs of its node (HostOptions::p2p_peers; control/protocol.h BlockPool): the host
+  // names these blocks, owned by the real rank itself, in the connect entries it answers for
+  // those GPUs, one per connector, in order. Throws InputError for an unknown comm, a rank
+  // that is not real, p2p_peers off, or blocks smaller than NCCL 2.28.9's. Thread-safe.
+  void addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool);
   void onError(std::function<void(const HostError&)> callback);
   void onVirtualConnection(std::function<void(const VirtualConnection&)> callback);
 

@@ -1,0 +1,142 @@
+// Connection setup from a real rank R to a virtual GPU V of its node (HostOptions::p2p_peers):
+// NCCL 2.28.9 connects them with its P2P transport, exchanging one 256-byte p2pConnectInfo per
+// connector over bootstrap (transport.cc ncclTransportP2pSetup; research note §11).
+//
+// V's entries name R itself as the owner of V's blocks (§11.7): NCCL then takes the entry's
+// directPtr as a device address of its own process and never contacts V's process (no proxy
+// Init, no UDS fd exchange). The addresses come from R's process: its interposer allocated
+// them after ncclCommInitRank and offered them as a block pool (control/protocol.h
+// BlockPool). R's send connectors get V recv blocks (R writes data and tail there), its
+// recv connectors V send blocks (R writes head there).
+//
+// Without a pool (or once it is used up) the host answers with a reply longer than any
+// connect message: R's bootstrapRecv fails ("Message truncated") instead of waiting on its
+// listener, which a failed comm's closed sockets would never wake.
+#include <fmt/core.h>
+
+#include <cstring>
+
+#include "comm.h"
+#include "crystal/base/error.h"
+#include "crystal/base/log.h"
+
+namespace crystal::host {
+namespace {
+
+// transport/p2p.cc p2pConnectInfo inside a 256-byte ncclConnect (x86_64, research §11.4).
+constexpr std::size_t kInfoRank = 0, kInfoRead = 4, kInfoDirectPtr = 8, kInfoSize = 16;
+
+template <typename T>
+T field(const wire::ConnectEntry& e, std::size_t at) {
+  T v;
+  std::memcpy(&v, e.bytes + at, sizeof v);
+  return v;
+}
+
+wire::ConnectEntry ownedByReal(int real_rank, std::uint64_t address, std::uint64_t bytes) {
+  wire::ConnectEntry e{};
+  const std::int32_t rank = real_rank, read = 0;
+  std::memcpy(e.bytes + kInfoRank, &rank, sizeof rank);
+  std::memcpy(e.bytes + kInfoRead, &read, sizeof read);
+  std::memcpy(e.bytes + kInfoDirectPtr, &address, sizeof address);
+  std::memcpy(e.bytes + kInfoSize, &bytes, sizeof bytes);
+  return e;
+}
+
+}  // namespace
+
+void Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
+  if (nodeReal(rank) != rank)
+    throw InputError(fmt::format(
+        "comm {}: block pool of rank {}, which has no virtual GPUs on its node (one real rank "
+        "per node, a root-created comm)",
+        name_, rank));
+  BlockPoolState& st = pools_[rank];
+  st.spec.recv_block_bytes = pool.recv_block_bytes;
+  st.spec.send_block_bytes = pool.send_block_bytes;
+  st.spec.recv.insert(st.spec.recv.end(), pool.recv.begin(), pool.recv.end());
+  st.spec.send.insert(st.spec.send.end(), pool.send.begin(), pool.send.end());
+}
+
+void Comm::onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
+                       std::span<const std::byte> payload) {
+  auto pool = pools_.find(sender);
+  if (pool == pools_.end()) {
+    refuseNodeSetup(sender, target, raw_tag,
+                    "its process offered no memory for them (CRYSTAL_P2P_POOL unset)");
+    return;
+  }
+  if (tag.sync) {
+    if (!payload.empty())
+      throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));
+    reply(sender, target, raw_tag, {});
+    return;
+  }
+  const auto entries = wire::decodeConnectEntries(payload);
+  for (const auto& e : entries)
+    if (field<std::int32_t>(e, kInfoRead) != 0) {
+      refuseNodeSetup(sender, target, raw_tag,
+                      "the rank connects in P2P read mode (NCCL_P2P_READ_ENABLE), which the "
+                      "block pool does not lay out");
+      return;
+    }
+  const int i = tag.distance;
+  const bool to_send_peer = (sender + i) % nranks_ == target;            // R sends to V
+  const bool to_recv_peer = (sender - i + nranks_) % nranks_ == target;  // V sends to R
+  // R's message: its recv connectors' entries, then its send connectors'. Apart, all are one
+  // kind; together (sendPeer == recvPeer) a recv block is the larger one in write mode.
+  std::size_t nrecv = 0;
+  if (to_send_peer && to_recv_peer) {
+    while (nrecv < entries.size() &&
+           field<std::uint64_t>(entries[nrecv], kInfoSize) > kP2pSendBlockBytes)
+      ++nrecv;
+  } else if (to_recv_peer) {
+    nrecv = entries.size();
+  }
+  const std::size_t nsend = entries.size() - nrecv;
+  BlockPoolState& st = pool->second;
+  if (st.next_recv + nsend > st.spec.recv.size() || st.next_send + nrecv > st.spec.send.size()) {
+    refuseNodeSetup(
+        sender, target, raw_tag,
+        fmt::format("its block pool is used up ({} recv and {} send blocks offered, {} + {} "
+                    "more asked; raise CRYSTAL_P2P_POOL)",
+                    st.spec.recv.size(), st.spec.send.size(), nsend, nrecv));
+    return;
+  }
+  // Reply = V's recv entries (one per R send connector), then V's send entries (NCCL reads the
+  // first sendChannels entries as its send side).
+  std::vector<std::byte> out;
+  out.reserve(entries.size() * sizeof(wire::ConnectEntry));
+  const auto append = [&](const wire::ConnectEntry& e) {
+    const auto b = std::as_bytes(std::span(e.bytes));
+    out.insert(out.end(), b.begin(), b.end());
+  };
+  for (std::size_t k = 0; k < nsend; ++k)
+    append(ownedByReal(sender, st.spec.recv[st.next_recv++], st.spec.recv_block_bytes));
+  for (std::size_t k = 0; k < nrecv; ++k)
+    append(ownedByReal(sender, st.spec.send[st.next_send++], st.spec.send_block_bytes));
+  CRYSTAL_DEBUG("comm {}: setup tag {:#x} rank {} <-> node GPU {}: {} recv, {} send blocks",
+                name_, raw_tag, sender, target, nsend, nrecv);
+  reply(sender, target, raw_tag, std::move(out));
+}
+
+void Comm::refuseNodeSetup(int sender, int target, std::int32_t raw_tag, const std::string& why) {
+  if (!node_setup_refused_) {
+    node_setup_refused_ = true;
+    HostError err;
+    err.comm_hash = hash_;
+    err.rank = sender;
+    err.message = fmt::format(
+        "comm {} ({:#x}) rank {}: connection setup (tag {:#x}) to rank {}, a virtual GPU of this "
+        "rank's node (P2P transport, emulation.p2p_peers), refused: {}. The reply is oversized "
+        "so that NCCL fails (\"Message truncated\") instead of waiting",
+        name_, hash_, sender, raw_tag, target, why);
+    CRYSTAL_ERROR("{}", err.message);
+    if (ctx_.report) ctx_.report(err);
+  }
+  reply(sender, target, raw_tag,
+        std::vector<std::byte>(static_cast<std::size_t>(wire::kMaxMessageBytes) +
+                               wire::kConnectEntryBytes));
+}
+
+}  // namespace crystal::host
