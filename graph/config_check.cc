@@ -152,6 +152,10 @@ void checkEmulation(const Config& c) {
   if (c.emulation.real_channels < 0 || c.emulation.real_channels > 64)
     fail(c, fmt::format("'emulation.real_channels': {} outside 0..64 (NCCL 2.28.9's MAXCHANNELS)",
                         c.emulation.real_channels));
+  if (c.emulation.p2p_peers && c.cluster.gpus_per_node < 2)
+    fail(c, fmt::format("'emulation.p2p_peers' makes a real rank's node members GPUs of its "
+                        "host, but 'cluster.gpus_per_node' is {}: no node has other GPUs",
+                        c.cluster.gpus_per_node));
   if (c.emulation.map_comms && c.emulation.real_ranks.empty())
     fail(c, "'emulation.map_comms' maps the program's ranks onto 'emulation.real_ranks', "
             "which is empty");

@@ -88,6 +88,10 @@ TEST(Config, WrongTypesAndNegativeSizes) {
               HasSubstr("'emulation.real_channels': 65 outside 0..64"));
   EXPECT_THAT(errorOf(std::string(kSmall) + "emulation: {real_channels: -1}"),
               HasSubstr("'emulation.real_channels': -1 outside 0..64"));
+  EXPECT_THAT(
+      errorOf(std::string(kSmall) +
+              "cluster: {nodes: 16, gpus_per_node: 1}\nemulation: {p2p_peers: true}"),
+      HasSubstr("'cluster.gpus_per_node' is 1: no node has other GPUs"));
 }
 
 TEST(Config, LayoutMustDivideWorld) {
