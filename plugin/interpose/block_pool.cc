@@ -1,15 +1,21 @@
 #include "plugin/interpose/block_pool.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "crystal/base/error.h"
 #include "crystal/control/protocol.h"
 #include "crystal/live/nccl_slots.h"
 #include "plugin/cuda_driver.h"
+#include "plugin/interpose/control_client.h"
 #include "plugin/interpose/host_session.h"
+#include "plugin/interpose/real_nccl.h"
 
 namespace crystal::interpose {
 
@@ -63,6 +69,82 @@ void waitStream(cuda::Stream s) {
 
 }  // namespace
 
+namespace {
+
+// One thread per process polls the host for the stores its pool connections are owed and
+// makes them (8-byte copies on its own stream, in the context that created the comm). Every
+// millisecond while stores keep coming, every 10 ms after a quiet second: connections are made
+// at a communicator's first collectives, so a store waits at most that long. It stops, with
+// one line, when the host cannot be reached.
+class WritePoller {
+ public:
+  static WritePoller& get() {
+    static auto* p = new WritePoller;  // never destroyed: the thread may outlive exit handlers
+    return *p;
+  }
+  void watch(std::uint64_t comm_hash, int rank, cuda::Context ctx) {
+    std::lock_guard lock(mu_);
+    comms_.push_back({comm_hash, rank, ctx});
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { run(); }).detach();
+    }
+  }
+
+ private:
+  struct Watched {
+    std::uint64_t hash;
+    int rank;
+    cuda::Context ctx;
+  };
+  void run() {
+    try {
+      const auto addr = hostAddress();
+      if (!addr) return;
+      control::Hello hello;
+      hello.pid = static_cast<std::uint32_t>(::getpid());
+      hello.nccl_version = realNcclVersion();
+      ControlClient client(*addr, kDefaultTimeoutS, hello);
+      const cuda::DriverApi& d = cuda::driver();
+      cuda::Stream stream = nullptr;
+      auto quiet_since = std::chrono::steady_clock::now();
+      for (;;) {
+        std::vector<Watched> comms;
+        {
+          std::lock_guard lock(mu_);
+          comms = comms_;
+        }
+        bool any = false;
+        for (const auto& w : comms) {
+          const control::Writes got = client.getWrites({w.hash, w.rank});
+          if (got.writes.empty()) continue;
+          any = true;
+          cuda::check(d.ctxSetCurrent(w.ctx), "cuCtxSetCurrent (P2P pool stores)");
+          if (stream == nullptr)
+            cuda::check(d.streamCreate(&stream, cuda::kStreamNonBlocking), "cuStreamCreate");
+          for (const auto& x : got.writes)
+            cuda::check(d.memcpyHtoDAsync(x.address, &x.value, sizeof x.value, stream),
+                        "cuMemcpyHtoDAsync (P2P pool store)");
+          waitStream(stream);
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (any) quiet_since = now;
+        std::this_thread::sleep_for(now - quiet_since < std::chrono::seconds(1)
+                                        ? std::chrono::milliseconds(1)
+                                        : std::chrono::milliseconds(10));
+      }
+    } catch (const std::exception& e) {
+      (void)reportError("P2P pool stores", std::string(e.what()) + " (no more stores made)",
+                        kNcclSystemError);
+    }
+  }
+  std::mutex mu_;
+  bool started_ = false;
+  std::vector<Watched> comms_;
+};
+
+}  // namespace
+
 int offerBlockPool(std::uint64_t comm_hash, int rank, const char* caller) noexcept {
   try {
     const auto size = poolSizeFromEnv();
@@ -89,7 +171,9 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, const char* caller) noexce
     }
     (void)d.streamDestroy(s);
     // The blocks live as long as the process: NCCL never frees memory it did not allocate.
-    return hostBlockPool(pool, caller);
+    if (const int rc = hostBlockPool(pool, caller); rc != kNcclSuccess) return rc;
+    WritePoller::get().watch(comm_hash, rank, ctx);
+    return kNcclSuccess;
   } catch (const InputError& e) {
     return reportError(caller, e.what(), kNcclInvalidUsage);
   } catch (const std::exception& e) {

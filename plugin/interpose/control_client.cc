@@ -84,6 +84,14 @@ void ControlClient::blockPool(const BlockPool& req) {
                         typeName(typeOfMessage(reply)));
 }
 
+Writes ControlClient::getWrites(const GetWrites& req) {
+  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
+  Message reply = call(req);
+  if (auto* w = std::get_if<Writes>(&reply)) return std::move(*w);
+  throw ProtocolError(std::string("emulation host answered GET_WRITES with ") +
+                      typeName(typeOfMessage(reply)));
+}
+
 void ControlClient::commSplit(const CommSplit& req) {
   if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
   const Message reply = call(req);

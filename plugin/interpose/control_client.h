@@ -24,6 +24,7 @@ class ControlClient {
   void commInit(const control::CommInit& req);
   void commSplit(const control::CommSplit& req);
   void blockPool(const control::BlockPool& req);
+  [[nodiscard]] control::Writes getWrites(const control::GetWrites& req);
 
  private:
   // Sends one request and returns the reply; ERROR replies become ProtocolError.

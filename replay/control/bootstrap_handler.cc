@@ -86,6 +86,13 @@ void BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req) {
                req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size());
 }
 
+Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {
+  Writes out;
+  for (const auto& w : host_.takeDeviceWrites(req.comm_hash, req.rank, kMaxWrites))
+    out.writes.push_back({w.address, w.value});
+  return out;
+}
+
 void BootstrapHandler::peerGone(const PeerInfo& peer) {
   CRYSTAL_INFO("host: real process pid {} disconnected", peer.pid);
 }

@@ -165,6 +165,7 @@ struct ControlServer::Impl {
         handler.blockPool(c.peer, *pool);
         return Ok{};
       }
+      if (const auto* gw = std::get_if<GetWrites>(&req)) return handler.getWrites(c.peer, *gw);
       return Error{std::string("unexpected ") + typeName(typeOfMessage(req)) +
                    " from a real rank (that is a host -> interposer message)"};
     } catch (const std::exception& e) {

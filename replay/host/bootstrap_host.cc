@@ -328,6 +328,14 @@ void BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank, const BlockP
   it->second->addBlockPool(rank, pool);
 }
 
+std::vector<DeviceWrite> BootstrapHost::takeDeviceWrites(std::uint64_t comm_hash, int rank,
+                                                         std::size_t max) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->comms.find(comm_hash);
+  if (it == impl_->comms.end()) return {};
+  return it->second->takeDeviceWrites(rank, max);
+}
+
 void BootstrapHost::onError(std::function<void(const HostError&)> callback) {
   std::lock_guard lock(impl_->mu);
   impl_->error_cb = std::move(callback);

@@ -90,6 +90,7 @@ class Comm {
   void onIntraNodeAccept(StreamId stream, int sender, int target);
   // ---- comm_node_connect.cc: memory real rank `rank` offers for those connections.
   void addBlockPool(int rank, const BlockPoolSpec& pool);
+  [[nodiscard]] std::vector<DeviceWrite> takeDeviceWrites(int rank, std::size_t max);
 
  private:
   struct AllGather {
@@ -223,6 +224,7 @@ class Comm {
   struct BlockPoolState {
     BlockPoolSpec spec;
     std::size_t next_recv = 0, next_send = 0;  // blocks handed out so far
+    std::deque<DeviceWrite> writes;             // owed to the rank's GPU memory, oldest first
   };
   std::map<int, BlockPoolState> pools_;  // real rank -> its blocks for node members
   mutable int mirror_template_ = -2;        // mirrorTemplate's real rank; -2: not looked up

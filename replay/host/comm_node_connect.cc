@@ -58,6 +58,18 @@ void Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
   st.spec.send.insert(st.spec.send.end(), pool.send.begin(), pool.send.end());
 }
 
+std::vector<DeviceWrite> Comm::takeDeviceWrites(int rank, std::size_t max) {
+  std::vector<DeviceWrite> out;
+  auto it = pools_.find(rank);
+  if (it == pools_.end()) return out;
+  auto& q = it->second.writes;
+  while (!q.empty() && out.size() < max) {
+    out.push_back(q.front());
+    q.pop_front();
+  }
+  return out;
+}
+
 void Comm::onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
                        std::span<const std::byte> payload) {
   auto pool = pools_.find(sender);
@@ -115,6 +127,11 @@ void Comm::onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::i
     append(ownedByReal(sender, st.spec.recv[st.next_recv++], st.spec.recv_block_bytes));
   for (std::size_t k = 0; k < nrecv; ++k)
     append(ownedByReal(sender, st.spec.send[st.next_send++], st.spec.send_block_bytes));
+  // Free-running virtual GPU: R's send connectors never wait for V's head (ncclSendMem.head at
+  // 0 of R's send block), its recv connectors never wait for V's tail (ncclRecvMem.tail at 0 of
+  // R's recv block). Simple only: LL/LL128 receivers wait on flags inside their buffers.
+  for (std::size_t k = 0; k < entries.size(); ++k)
+    st.writes.push_back({field<std::uint64_t>(entries[k], kInfoDirectPtr), kFreeRunningStep});
   CRYSTAL_DEBUG("comm {}: setup tag {:#x} rank {} <-> node GPU {}: {} recv, {} send blocks",
                 name_, raw_tag, sender, target, nsend, nrecv);
   reply(sender, target, raw_tag, std::move(out));

@@ -103,6 +103,25 @@ TEST(ControlCodec, BlockPoolRoundTripsAndIsBounded) {
                ProtocolError);
 }
 
+TEST(ControlCodec, WritesRoundTripAndAreBounded) {
+  const auto gw = std::get<GetWrites>(roundTrip(GetWrites{0x77, 5}));
+  EXPECT_EQ(gw.comm_hash, 0x77u);
+  EXPECT_EQ(gw.rank, 5);
+  Writes w;
+  w.writes = {{0x7f00000000ull, 1ull << 62}, {0x7f00200000ull, 3}};
+  EXPECT_EQ(encode(w).size(), kHeaderSize + 4 + 2 * 16);
+  const auto got = std::get<Writes>(roundTrip(w));
+  ASSERT_EQ(got.writes.size(), 2u);
+  EXPECT_EQ(got.writes[1].address, 0x7f00200000u);
+  EXPECT_EQ(got.writes[0].value, 1ull << 62);
+  EXPECT_TRUE(std::get<Writes>(roundTrip(Writes{})).writes.empty());
+  auto frame = encode(w);
+  const std::uint32_t huge = 251;
+  std::memcpy(frame.data() + kHeaderSize, &huge, 4);
+  EXPECT_THROW((void)decodePayload(MsgType::Writes, std::span(frame).subspan(kHeaderSize)),
+               ProtocolError);
+}
+
 TEST(ControlCodec, MalformedFramesAreRefused) {
   auto frame = encode(Hello{1, 22809, "x"});
   auto bad = frame;

@@ -69,6 +69,10 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
     EXPECT_EQ(h.pools[0].recv, pool.recv);
     EXPECT_EQ(h.pools[0].send, pool.send);
   }
+  const Writes w = c.getWrites({0x1234, 9});  // the recording handler echoes the request
+  ASSERT_EQ(w.writes.size(), 1u);
+  EXPECT_EQ(w.writes[0].address, 0x1234u);
+  EXPECT_EQ(w.writes[0].value, 9u);
   struct Plain : ControlHandler {
     UniqueId mintUniqueId(const PeerInfo&) override { return {}; }
     void commInit(const PeerInfo&, const CommInit&) override {}

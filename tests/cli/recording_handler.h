@@ -39,6 +39,12 @@ class RecordingHandler : public ControlHandler {
     pools.push_back(req);
     if (event_log != nullptr) event_log->push_back("host:BLOCK_POOL");
   }
+  Writes getWrites(const PeerInfo&, const GetWrites& req) override {
+    std::lock_guard lock(mu);
+    Writes w;
+    if (req.rank >= 0) w.writes.push_back({req.comm_hash, static_cast<std::uint64_t>(req.rank)});
+    return w;
+  }
   void peerGone(const PeerInfo& peer) override {
     std::lock_guard lock(mu);
     gone.push_back(peer.pid);

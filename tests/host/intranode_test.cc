@@ -354,6 +354,17 @@ TEST(NodeConnect, EntriesNameTheRealRankAndItsPoolBlocks) {
   EXPECT_EQ(to4[0].size, kP2pRecvBlockBytes);
   EXPECT_EQ(to4[1].ptr, pool.send[2]);
   EXPECT_TRUE(c.host->errors().empty()) << c.host->errors().front().message;
+  // R's own counters of those connections, set free-running: the head of each send block and
+  // the tail of each recv block R named in its entries, in the order the entries came.
+  const auto writes = c.host->takeDeviceWrites(f.commHash(), 0, 4);
+  ASSERT_EQ(writes.size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(writes[k].address, 0x7e0000000000ull + (k % 2) * 0x1000000) << k;
+    EXPECT_EQ(writes[k].value, kFreeRunningStep);
+  }
+  EXPECT_EQ(c.host->takeDeviceWrites(f.commHash(), 0, 100).size(), 2u);  // distance 4's two
+  EXPECT_TRUE(c.host->takeDeviceWrites(f.commHash(), 0, 100).empty());
+  EXPECT_TRUE(c.host->takeDeviceWrites(f.commHash() + 1, 0, 100).empty());
   // The pool is used up: refused with an oversized reply and one error line.
   f.bootstrapSend(2, (2 << 8) + 1, rEntries({kP2pSendBlockBytes}));
   EXPECT_EQ(f.bootstrapRecv(2, (2 << 8) + 1).size(),

@@ -115,6 +115,17 @@ inline void putBody(Writer& w, const BlockPool& m) {
   for (auto a : m.recv) w.put(a);
   for (auto a : m.send) w.put(a);
 }
+inline void putBody(Writer& w, const GetWrites& m) {
+  w.put(m.comm_hash);
+  w.put(m.rank);
+}
+inline void putBody(Writer& w, const Writes& m) {
+  w.put(static_cast<std::uint32_t>(m.writes.size()));
+  for (const auto& x : m.writes) {
+    w.put(x.address);
+    w.put(x.value);
+  }
+}
 inline void putBody(Writer& w, const HelloOk& m) { w.put(m.emulation_id); }
 inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
@@ -149,6 +160,14 @@ constexpr MsgType typeOf<UniqueIdReply>() {
 template <>
 constexpr MsgType typeOf<BlockPool>() {
   return MsgType::BlockPool;
+}
+template <>
+constexpr MsgType typeOf<GetWrites>() {
+  return MsgType::GetWrites;
+}
+template <>
+constexpr MsgType typeOf<Writes>() {
+  return MsgType::Writes;
 }
 template <>
 constexpr MsgType typeOf<Ok>() {
@@ -186,7 +205,7 @@ constexpr MsgType typeOf<Error>() {
 }
 
 [[nodiscard]] constexpr bool isKnownType(std::uint16_t t) {
-  return (t >= 1 && t <= 5) || (t >= 64 && t <= 66) || t == 127;
+  return (t >= 1 && t <= 6) || (t >= 64 && t <= 67) || t == 127;
 }
 
 // Checks magic, version, type and payload bound. Throws ProtocolError.
@@ -269,6 +288,28 @@ constexpr MsgType typeOf<Error>() {
                             std::to_string(kMaxPoolBlocks));
       for (std::uint32_t i = 0; i < n_recv; ++i) m.recv.push_back(r.get<std::uint64_t>("recv"));
       for (std::uint32_t i = 0; i < n_send; ++i) m.send.push_back(r.get<std::uint64_t>("send"));
+      out = std::move(m);
+      break;
+    }
+    case MsgType::GetWrites: {
+      GetWrites m;
+      m.comm_hash = r.get<std::uint64_t>("comm_hash");
+      m.rank = r.get<std::int32_t>("rank");
+      out = m;
+      break;
+    }
+    case MsgType::Writes: {
+      Writes m;
+      const auto n = r.get<std::uint32_t>("count");
+      if (n > kMaxWrites)
+        throw ProtocolError("control frame WRITES: " + std::to_string(n) + " writes exceed " +
+                            std::to_string(kMaxWrites));
+      for (std::uint32_t i = 0; i < n; ++i) {
+        DeviceWrite x;
+        x.address = r.get<std::uint64_t>("address");
+        x.value = r.get<std::uint64_t>("value");
+        m.writes.push_back(x);
+      }
       out = std::move(m);
       break;
     }

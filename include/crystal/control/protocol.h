@@ -36,10 +36,12 @@ enum class MsgType : std::uint16_t {
   CommInit = 3,     // before the real ncclCommInitRank*
   CommSplit = 4,    // before the real ncclCommSplit
   BlockPool = 5,    // after a real ncclCommInitRank*: memory for P2P peers (emulation.p2p_peers)
+  GetWrites = 6,    // polled: 8-byte stores the host wants made in the real rank's GPU memory
   // host -> interposer
   HelloOk = 64,
   UniqueIdReply = 65,
   Ok = 66,
+  Writes = 67,
   Error = 127,
 };
 
@@ -90,6 +92,22 @@ struct BlockPool {
 // recv + send addresses of one BLOCK_POOL frame (fits kMaxPayload).
 inline constexpr std::size_t kMaxPoolBlocks = 500;
 
+// The real rank's own P2P counters that the virtual side of a pool connection would advance:
+// the head of each of its send connectors, the tail of each of its recv connectors (their
+// addresses come in NCCL's connect entries). The interposer stores `value` (8 bytes) at each
+// `address` of its GPU. Polled after BLOCK_POOL; an empty WRITES means nothing new.
+struct GetWrites {
+  std::uint64_t comm_hash = 0;
+  std::int32_t rank = -1;
+};
+struct DeviceWrite {
+  std::uint64_t address = 0, value = 0;
+};
+struct Writes {
+  std::vector<DeviceWrite> writes;
+};
+inline constexpr std::size_t kMaxWrites = 250;  // per WRITES frame (fits kMaxPayload)
+
 struct HelloOk {
   std::uint64_t emulation_id = 0;
 };
@@ -102,8 +120,8 @@ struct Error {
 };
 
 using Message =
-    std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, HelloOk, UniqueIdReply, Ok,
-                 Error>;
+    std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, GetWrites, HelloOk,
+                 UniqueIdReply, Ok, Writes, Error>;
 
 [[nodiscard]] constexpr const char* typeName(MsgType t) {
   switch (t) {
@@ -117,6 +135,10 @@ using Message =
       return "COMM_SPLIT";
     case MsgType::BlockPool:
       return "BLOCK_POOL";
+    case MsgType::GetWrites:
+      return "GET_WRITES";
+    case MsgType::Writes:
+      return "WRITES";
     case MsgType::HelloOk:
       return "HELLO_OK";
     case MsgType::UniqueIdReply:

@@ -40,6 +40,10 @@ class ControlHandler {
   virtual void blockPool(const PeerInfo& /*peer*/, const BlockPool& /*req*/) {
     throw ProtocolError("this host takes no BLOCK_POOL (no emulation.p2p_peers)");
   }
+  // Stores to make in that process's GPU memory (protocol.h GetWrites); empty: none pending.
+  [[nodiscard]] virtual Writes getWrites(const PeerInfo& /*peer*/, const GetWrites& /*req*/) {
+    throw ProtocolError("this host takes no GET_WRITES (no emulation.p2p_peers)");
+  }
   // The connection of a real process closed (it exited or crashed).
   virtual void peerGone(const PeerInfo& /*peer*/) {}
 };

@@ -81,6 +81,13 @@ struct CommSpec {
   std::string name;                          // for messages ("world", "tp", ...)
 };
 
+// An 8-byte store into a real rank's GPU memory (BootstrapHost::takeDeviceWrites).
+struct DeviceWrite {
+  std::uint64_t address = 0, value = 0;
+};
+// A P2P counter no step of NCCL's will reach (steps count from 0 by at most a few per chunk).
+inline constexpr std::uint64_t kFreeRunningStep = std::uint64_t{1} << 62;
+
 // Blocks for P2P connectors to virtual node members (BootstrapHost::addBlockPool).
 struct BlockPoolSpec {
   std::uint64_t recv_block_bytes = 0;  // each >= NCCL 2.28.9's recv block (ncclRecvMem + LL +
@@ -150,6 +157,12 @@ class BootstrapHost {
   // those GPUs, one per connector, in order. Throws InputError for an unknown comm, a rank
   // that is not real, p2p_peers off, or blocks smaller than NCCL 2.28.9's. Thread-safe.
   void addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool);
+  // The 8-byte stores that real rank `rank`'s GPU memory is owed for its pool connections
+  // (at most `max`, oldest first; removed from the queue): each pool connection's own counter
+  // of the real rank (head of a send connector, tail of a recv connector) set free-running, so
+  // the virtual GPU never makes it wait (Comm::onNodeSetup). Empty for an unknown comm.
+  [[nodiscard]] std::vector<DeviceWrite> takeDeviceWrites(std::uint64_t comm_hash, int rank,
+                                                          std::size_t max);
   void onError(std::function<void(const HostError&)> callback);
   void onVirtualConnection(std::function<void(const VirtualConnection&)> callback);
 
