@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -67,10 +68,6 @@ void waitStream(cuda::Stream s) {
   cuda::check(rc, "zeroing the P2P pool (cuEventQuery)");
 }
 
-}  // namespace
-
-namespace {
-
 // One thread per process polls the host for the stores its pool connections are owed and
 // makes them (8-byte copies on its own stream, in the context that created the comm). Every
 // millisecond while stores keep coming, every 10 ms after a quiet second: connections are made
@@ -106,7 +103,7 @@ class WritePoller {
       hello.nccl_version = realNcclVersion();
       ControlClient client(*addr, kDefaultTimeoutS, hello);
       const cuda::DriverApi& d = cuda::driver();
-      cuda::Stream stream = nullptr;
+      std::map<cuda::Context, cuda::Stream> streams;  // a stream belongs to one context
       auto quiet_since = std::chrono::steady_clock::now();
       for (;;) {
         std::vector<Watched> comms;
@@ -120,6 +117,7 @@ class WritePoller {
           if (got.writes.empty()) continue;
           any = true;
           cuda::check(d.ctxSetCurrent(w.ctx), "cuCtxSetCurrent (P2P pool stores)");
+          cuda::Stream& stream = streams[w.ctx];
           if (stream == nullptr)
             cuda::check(d.streamCreate(&stream, cuda::kStreamNonBlocking), "cuStreamCreate");
           for (const auto& x : got.writes)
