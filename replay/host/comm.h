@@ -152,8 +152,8 @@ class Comm {
                std::span<const std::byte> payload);
   void onBarrier(int sender, int target);
   void onIntraNodeBarrier(int sender, int target);  // comm_intranode.cc
-  // comm_node_connect.cc: connection setup (or its sync) from a real rank to a virtual GPU
-  // of its node, answered from the rank's block pool or refused.
+  // comm_node_connect.cc: connection setup from a real rank to a virtual GPU of its node,
+  // answered from the rank's block pool or refused (its sync is answered like any other).
   void onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::int32_t raw_tag,
                    std::span<const std::byte> payload);
   void refuseNodeSetup(int sender, int target, std::int32_t raw_tag, const std::string& why);

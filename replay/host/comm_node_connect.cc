@@ -78,12 +78,6 @@ void Comm::onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::i
                     "its process offered no memory for them (CRYSTAL_P2P_POOL unset)");
     return;
   }
-  if (tag.sync) {
-    if (!payload.empty())
-      throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));
-    reply(sender, target, raw_tag, {});
-    return;
-  }
   const auto entries = wire::decodeConnectEntries(payload);
   for (const auto& e : entries)
     if (field<std::int32_t>(e, kInfoRead) != 0) {

@@ -108,16 +108,16 @@ void Comm::onSetup(int sender, int target, const wire::SetupTag& tag, std::int32
   if (!is_send_peer && !is_recv_peer)
     throw ProtocolError(fmt::format("setup tag distance {} does not lead from rank {} to rank {}",
                                     i, sender, target));
+  if (tag.sync) {  // the same for every transport
+    if (!payload.empty())
+      throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));
+    reply(sender, target, raw_tag, {});
+    return;
+  }
   // NCCL reaches a GPU of its own host over P2P or SHM, never NET here
   // (NCCL_NET_DISABLE_INTRA=1 with emulation.p2p_peers).
   if (nodeReal(target) == sender) {
     onNodeSetup(sender, target, tag, raw_tag, payload);  // comm_node_connect.cc
-    return;
-  }
-  if (tag.sync) {
-    if (!payload.empty())
-      throw ProtocolError(fmt::format("sync message carries {} bytes, expected 0", payload.size()));
-    reply(sender, target, raw_tag, {});
     return;
   }
   const auto entries = wire::decodeConnectEntries(payload);
