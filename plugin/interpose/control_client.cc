@@ -60,44 +60,20 @@ Message ControlClient::call(const Message& req) {
   }
 }
 
-UniqueId ControlClient::getUniqueId() {
-  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
-  const Message reply = call(GetUniqueId{});
-  if (const auto* r = std::get_if<UniqueIdReply>(&reply)) return r->id;
-  throw ProtocolError(std::string("emulation host answered GET_UNIQUE_ID with ") +
-                      typeName(typeOfMessage(reply)));
-}
-
-void ControlClient::commInit(const CommInit& req) {
-  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
-  const Message reply = call(req);
-  if (!std::holds_alternative<Ok>(reply))
-    throw ProtocolError(std::string("emulation host answered COMM_INIT with ") +
-                        typeName(typeOfMessage(reply)));
-}
-
-void ControlClient::blockPool(const BlockPool& req) {
-  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
-  const Message reply = call(req);
-  if (!std::holds_alternative<Ok>(reply))
-    throw ProtocolError(std::string("emulation host answered BLOCK_POOL with ") +
-                        typeName(typeOfMessage(reply)));
-}
-
-Writes ControlClient::getWrites(const GetWrites& req) {
+// One request whose only good answer is a `Reply`; any other becomes ProtocolError.
+template <typename Reply>
+Reply ControlClient::ask(const Message& req) {
   if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
   Message reply = call(req);
-  if (auto* w = std::get_if<Writes>(&reply)) return std::move(*w);
-  throw ProtocolError(std::string("emulation host answered GET_WRITES with ") +
-                      typeName(typeOfMessage(reply)));
+  if (auto* r = std::get_if<Reply>(&reply)) return std::move(*r);
+  throw ProtocolError(std::string("emulation host answered ") + typeName(typeOfMessage(req)) +
+                      " with " + typeName(typeOfMessage(reply)));
 }
 
-void ControlClient::commSplit(const CommSplit& req) {
-  if (!fd_.valid()) throw ProtocolError("connection to the emulation host was lost earlier");
-  const Message reply = call(req);
-  if (!std::holds_alternative<Ok>(reply))
-    throw ProtocolError(std::string("emulation host answered COMM_SPLIT with ") +
-                        typeName(typeOfMessage(reply)));
-}
+UniqueId ControlClient::getUniqueId() { return ask<UniqueIdReply>(GetUniqueId{}).id; }
+void ControlClient::commInit(const CommInit& req) { (void)ask<Ok>(req); }
+void ControlClient::commSplit(const CommSplit& req) { (void)ask<Ok>(req); }
+void ControlClient::blockPool(const BlockPool& req) { (void)ask<Ok>(req); }
+Writes ControlClient::getWrites(const GetWrites& req) { return ask<Writes>(req); }
 
 }  // namespace crystal::interpose

@@ -29,6 +29,8 @@ class ControlClient {
  private:
   // Sends one request and returns the reply; ERROR replies become ProtocolError.
   [[nodiscard]] control::Message call(const control::Message& req);
+  template <typename Reply>
+  [[nodiscard]] Reply ask(const control::Message& req);
 
   std::string address_;
   double timeout_s_;
