@@ -51,27 +51,36 @@ NetContext::RingPlan& NetContext::planFor(const VirtualConn& c) {
   return p;
 }
 
-std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
-  const int ppn = p.links.shape.ranks_per_node;
-  const bool multi = p.links.shape.nnodes > 1;
+std::shared_ptr<live::RingChannel> makeRingChannel(const live::CommLinks& links, int self_rank,
+                                                   std::shared_ptr<std::atomic<int>> busy,
+                                                   std::shared_ptr<std::atomic<int>> connected) {
+  const int ppn = std::max(1, links.shape.ranks_per_node);
+  const bool multi = links.shape.nnodes > 1;
+  const int period = multi ? ppn : 1;
+  const int position = self_rank % ppn;
   // Position x of a node sends over the NET iff it is the node's last and the ring spans nodes.
   auto hopOf = [&](int x, std::size_t proto) {
-    return multi && x % ppn == ppn - 1 ? p.links.ring_net_by[proto] : p.links.ring_nvl_by[proto];
+    return multi && x % ppn == ppn - 1 ? links.ring_net_by[proto] : links.ring_nvl_by[proto];
   };
   auto chainOf = [&](std::size_t proto) {
     std::vector<live::RingHop> chain;
-    for (int j = 0; j < p.period; ++j) chain.push_back(hopOf(p.position + j, proto));
+    for (int j = 0; j < period; ++j) chain.push_back(hopOf(position + j, proto));
     return chain;
   };
   // period 1: the previous member is a copy of the real rank, over the same kind of link.
   constexpr auto kSimple = static_cast<std::size_t>(model::Proto::Simple);
-  auto ch = std::make_shared<live::RingChannel>(chainOf(kSimple), hopOf(p.position - 1 + ppn, kSimple),
-                                                kRingSlicesPerStep, p.busy, p.connected);
+  auto ch = std::make_shared<live::RingChannel>(chainOf(kSimple), hopOf(position - 1 + ppn, kSimple),
+                                                kRingSlicesPerStep, std::move(busy),
+                                                std::move(connected));
   for (const model::Proto proto : {model::Proto::LL, model::Proto::LL128}) {
     const auto i = static_cast<std::size_t>(proto);
-    ch->setProtocolHops(static_cast<int>(i), chainOf(i), hopOf(p.position - 1 + ppn, i));
+    ch->setProtocolHops(static_cast<int>(i), chainOf(i), hopOf(position - 1 + ppn, i));
   }
   return ch;
+}
+
+std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
+  return makeRingChannel(p.links, p.position, p.busy, p.connected);
 }
 
 std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c, int dev) {

@@ -49,6 +49,13 @@ struct VirtualConn {
   int tree_channels = 0;  // NCCL's channels per tree before duplication; 0 = unknown
 };
 
+// The timing of one ring channel of real rank `self_rank` in a comm of `links` (NetContext's
+// rings; P2P pacing, p2p_pacer.h): its node's ring positions from its own on. `busy` and
+// `connected` are shared by the comm's channels (crystal/live/ring_timing.h).
+[[nodiscard]] std::shared_ptr<live::RingChannel> makeRingChannel(
+    const live::CommLinks& links, int self_rank, std::shared_ptr<std::atomic<int>> busy,
+    std::shared_ptr<std::atomic<int>> connected);
+
 // Per net context (one per v11 init): the timing state shared by the connections of its
 // communicators. A ring channel's send (to next) and receive (from prev) share one
 // RingChannel, found by (comm, channel ordinal); see docs/plugin.md "Pairing".

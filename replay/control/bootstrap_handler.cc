@@ -89,7 +89,8 @@ void BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req) {
 Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {
   Writes out;
   for (const auto& w : host_.takeDeviceWrites(req.comm_hash, req.rank, kMaxWrites))
-    out.writes.push_back({w.address, w.value});
+    out.writes.push_back({w.address, w.value, w.watch, w.peer, w.nranks, w.ordinal,
+                          (w.send ? 1u : 0u) | (static_cast<std::uint32_t>(w.graph) << 8)});
   return out;
 }
 

@@ -117,15 +117,30 @@ void Comm::onNodeSetup(int sender, int target, const wire::SetupTag& tag, std::i
     const auto b = std::as_bytes(std::span(e.bytes));
     out.insert(out.end(), b.begin(), b.end());
   };
+  const std::size_t first_recv = st.next_recv, first_send = st.next_send;
   for (std::size_t k = 0; k < nsend; ++k)
     append(ownedByReal(sender, st.spec.recv[st.next_recv++], st.spec.recv_block_bytes));
   for (std::size_t k = 0; k < nrecv; ++k)
     append(ownedByReal(sender, st.spec.send[st.next_send++], st.spec.send_block_bytes));
   // Free-running virtual GPU: R's send connectors never wait for V's head (ncclSendMem.head at
   // 0 of R's send block), its recv connectors never wait for V's tail (ncclRecvMem.tail at 0 of
-  // R's recv block). Simple only: LL/LL128 receivers wait on flags inside their buffers.
-  for (std::size_t k = 0; k < entries.size(); ++k)
-    st.writes.push_back({field<std::uint64_t>(entries[k], kInfoDirectPtr), kFreeRunningStep});
+  // R's recv block). Simple only: LL/LL128 receivers wait on flags inside their buffers. Each
+  // store carries its connection, and the pool block where R's GPU moves the other counter
+  // (the tail of V's recv block, the head of V's send block): R's process may pace the store
+  // by the model instead (plugin/p2p_pacer.h).
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const bool send = k >= nrecv;
+    DeviceWrite w;
+    w.address = field<std::uint64_t>(entries[k], kInfoDirectPtr);
+    w.value = kFreeRunningStep;
+    w.watch = send ? st.spec.recv[first_recv + (k - nrecv)] : st.spec.send[first_send + k];
+    w.peer = target;
+    w.nranks = nranks_;
+    w.ordinal = static_cast<std::int32_t>(send ? k - nrecv : k);
+    w.send = send;
+    w.graph = static_cast<std::uint8_t>(tag.graph);
+    st.writes.push_back(w);
+  }
   CRYSTAL_DEBUG("comm {}: setup tag {:#x} rank {} <-> node GPU {}: {} recv, {} send blocks",
                 name_, raw_tag, sender, target, nsend, nrecv);
   reply(sender, target, raw_tag, std::move(out));

@@ -108,15 +108,24 @@ TEST(ControlCodec, WritesRoundTripAndAreBounded) {
   EXPECT_EQ(gw.comm_hash, 0x77u);
   EXPECT_EQ(gw.rank, 5);
   Writes w;
-  w.writes = {{0x7f00000000ull, 1ull << 62}, {0x7f00200000ull, 3}};
-  EXPECT_EQ(encode(w).size(), kHeaderSize + 4 + 2 * 16);
+  w.writes = {{0x7f00000000ull, 1ull << 62, 0xa0000000, 1, 8, 0, 0x101},
+              {0x7f00200000ull, 3, 0xb0000000, 7, 8, 5, 0x100}};
+  EXPECT_EQ(encode(w).size(), kHeaderSize + 4 + 2 * 40);
+  EXPECT_LE(encode(Writes{std::vector<DeviceWrite>(kMaxWrites)}).size(), kHeaderSize + kMaxPayload);
   const auto got = std::get<Writes>(roundTrip(w));
   ASSERT_EQ(got.writes.size(), 2u);
   EXPECT_EQ(got.writes[1].address, 0x7f00200000u);
   EXPECT_EQ(got.writes[0].value, 1ull << 62);
+  EXPECT_EQ(got.writes[1].watch, 0xb0000000u);
+  EXPECT_EQ(got.writes[1].peer, 7);
+  EXPECT_EQ(got.writes[1].nranks, 8);
+  EXPECT_EQ(got.writes[1].ordinal, 5);
+  EXPECT_TRUE(got.writes[0].send());
+  EXPECT_FALSE(got.writes[1].send());
+  EXPECT_EQ(got.writes[0].graph(), 1);
   EXPECT_TRUE(std::get<Writes>(roundTrip(Writes{})).writes.empty());
   auto frame = encode(w);
-  const std::uint32_t huge = 251;
+  const std::uint32_t huge = kMaxWrites + 1;
   std::memcpy(frame.data() + kHeaderSize, &huge, 4);
   EXPECT_THROW((void)decodePayload(MsgType::Writes, std::span(frame).subspan(kHeaderSize)),
                ProtocolError);

@@ -356,13 +356,28 @@ TEST(NodeConnect, EntriesNameTheRealRankAndItsPoolBlocks) {
   EXPECT_TRUE(c.host->errors().empty()) << c.host->errors().front().message;
   // R's own counters of those connections, set free-running: the head of each send block and
   // the tail of each recv block R named in its entries, in the order the entries came.
+  // Each names its connection and the pool block whose counter R's GPU moves: the tail of V's
+  // recv block for a send connector, the head of V's send block for a recv connector.
   const auto writes = c.host->takeDeviceWrites(f.commHash(), 0, 4);
   ASSERT_EQ(writes.size(), 4u);
   for (std::size_t k = 0; k < 4; ++k) {
     EXPECT_EQ(writes[k].address, 0x7e0000000000ull + (k % 2) * 0x1000000) << k;
     EXPECT_EQ(writes[k].value, kFreeRunningStep);
+    EXPECT_EQ(writes[k].send, k < 2) << k;
+    EXPECT_EQ(writes[k].peer, k < 2 ? 1 : 7) << k;
+    EXPECT_EQ(writes[k].watch, k < 2 ? pool.recv[k] : pool.send[k - 2]) << k;
+    EXPECT_EQ(writes[k].ordinal, static_cast<int>(k % 2)) << k;
+    EXPECT_EQ(writes[k].nranks, 8);
+    EXPECT_EQ(writes[k].graph, 1);
   }
-  EXPECT_EQ(c.host->takeDeviceWrites(f.commHash(), 0, 100).size(), 2u);  // distance 4's two
+  const auto both = c.host->takeDeviceWrites(f.commHash(), 0, 100);  // distance 4's two
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_FALSE(both[0].send);  // R's recv entry came first in its message
+  EXPECT_EQ(both[0].watch, pool.send[2]);
+  EXPECT_TRUE(both[1].send);
+  EXPECT_EQ(both[1].watch, pool.recv[2]);
+  EXPECT_EQ(both[1].ordinal, 0);
+  EXPECT_EQ(both[1].graph, 0);
   EXPECT_TRUE(c.host->takeDeviceWrites(f.commHash(), 0, 100).empty());
   EXPECT_TRUE(c.host->takeDeviceWrites(f.commHash() + 1, 0, 100).empty());
   // The pool is used up: refused with an oversized reply and one error line.

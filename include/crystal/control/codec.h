@@ -124,6 +124,11 @@ inline void putBody(Writer& w, const Writes& m) {
   for (const auto& x : m.writes) {
     w.put(x.address);
     w.put(x.value);
+    w.put(x.watch);
+    w.put(x.peer);
+    w.put(x.nranks);
+    w.put(x.ordinal);
+    w.put(x.flags);
   }
 }
 inline void putBody(Writer& w, const HelloOk& m) { w.put(m.emulation_id); }
@@ -308,6 +313,11 @@ constexpr MsgType typeOf<Error>() {
         DeviceWrite x;
         x.address = r.get<std::uint64_t>("address");
         x.value = r.get<std::uint64_t>("value");
+        x.watch = r.get<std::uint64_t>("watch");
+        x.peer = r.get<std::int32_t>("peer");
+        x.nranks = r.get<std::int32_t>("nranks");
+        x.ordinal = r.get<std::int32_t>("ordinal");
+        x.flags = r.get<std::uint32_t>("flags");
         m.writes.push_back(x);
       }
       out = std::move(m);

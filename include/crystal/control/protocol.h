@@ -102,11 +102,19 @@ struct GetWrites {
 };
 struct DeviceWrite {
   std::uint64_t address = 0, value = 0;
+  // The connection (host/bootstrap_host.h DeviceWrite): the pool block's counter the real rank
+  // advances, the virtual peer, the comm size, the channel ordinal, flags (bit 0: a send
+  // connector; bits 8-15: the setup tag's graph byte).
+  std::uint64_t watch = 0;
+  std::int32_t peer = -1, nranks = 0, ordinal = 0;
+  std::uint32_t flags = 0;
+  [[nodiscard]] bool send() const { return (flags & 1u) != 0; }
+  [[nodiscard]] int graph() const { return static_cast<int>((flags >> 8) & 0xffu); }
 };
 struct Writes {
   std::vector<DeviceWrite> writes;
 };
-inline constexpr std::size_t kMaxWrites = 250;  // per WRITES frame (fits kMaxPayload)
+inline constexpr std::size_t kMaxWrites = 100;  // per WRITES frame (fits kMaxPayload)
 
 struct HelloOk {
   std::uint64_t emulation_id = 0;

@@ -81,9 +81,17 @@ struct CommSpec {
   std::string name;                          // for messages ("world", "tp", ...)
 };
 
-// An 8-byte store into a real rank's GPU memory (BootstrapHost::takeDeviceWrites).
+// An 8-byte store into a real rank's GPU memory (BootstrapHost::takeDeviceWrites): one of its
+// P2P counters that the virtual GPU of a pool connection would advance, with that connection's
+// identity, so that the rank's process can pace the counter instead (plugin/p2p_pacer.h).
 struct DeviceWrite {
   std::uint64_t address = 0, value = 0;
+  std::uint64_t watch = 0;  // the pool block's counter the real rank advances (tail / head @0)
+  std::int32_t peer = -1;   // the virtual GPU
+  std::int32_t nranks = 0;
+  std::int32_t ordinal = 0;  // k-th entry of its side in the exchange = k-th connected channel
+  bool send = false;         // a send connector of the real rank (address = its head)
+  std::uint8_t graph = 0;    // setup tag's graph byte (graph id + 1: ring 1, tree 2; 0 = p2p)
 };
 // A P2P counter no step of NCCL's will reach (steps count from 0 by at most a few per chunk).
 inline constexpr std::uint64_t kFreeRunningStep = std::uint64_t{1} << 62;

@@ -1,0 +1,184 @@
+#include "p2p_pacer.h"
+
+#include <algorithm>
+
+namespace crystal::plugin {
+
+RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nranks,
+                        int connected) {
+  RingOpShape s;
+  s.unit_bytes = kP2pSimpleStepBytes;
+  if (!op || op->algo != model::Algo::Ring || nranks < 2) return s;
+  const int channels = std::max(1, op->channels > 0 ? op->channels : connected);
+  const auto n = static_cast<std::uint64_t>(nranks);
+  const std::uint64_t bytes = op->bytes;  // NCCL's nBytes: the all-gather/reduce-scatter buffer
+  std::uint64_t chunks_per_loop = 1, steps_per_loop = 1, chunk_steps = 1;
+  // Per channel: the chunks a member sends per loop (enqueue.cc's patterns) and what they carry.
+  double sent_fraction = 1;
+  switch (op->func) {
+    case model::Func::AllReduce:  // ncclPatternRingTwice
+      s.symmetric = true;
+      chunks_per_loop = n;
+      steps_per_loop = 2 * (n - 1);
+      chunk_steps = kNcclSteps / 2;  // ALLREDUCE_CHUNKSTEPS
+      s.slice_steps = kNcclSteps / 4;
+      sent_fraction = 2.0 * static_cast<double>(n - 1) / static_cast<double>(n);
+      break;
+    case model::Func::AllGather:
+    case model::Func::ReduceScatter:  // ncclPatternRing
+      s.symmetric = true;
+      chunks_per_loop = n;
+      steps_per_loop = n - 1;
+      chunk_steps = kNcclSteps / 2;
+      s.slice_steps = kNcclSteps / 4;
+      sent_fraction = static_cast<double>(n - 1) / static_cast<double>(n);
+      break;
+    case model::Func::Broadcast:
+    case model::Func::Reduce:  // ncclPatternPipelineFrom/To, 1-step chunks and slices
+      break;
+    default:
+      return s;
+  }
+  s.slices_per_step = static_cast<int>(chunk_steps) / s.slice_steps;
+  const std::uint64_t chunk = kP2pSimpleStepBytes * chunk_steps;
+  const std::uint64_t loop = static_cast<std::uint64_t>(channels) * chunks_per_loop * chunk;
+  const std::uint64_t loops = std::max<std::uint64_t>(1, (bytes + loop - 1) / loop);
+  s.units = steps_per_loop * loops * static_cast<std::uint64_t>(s.slices_per_step);
+  const double per_channel = static_cast<double>(bytes) * sent_fraction / channels;
+  s.unit_bytes = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(per_channel / static_cast<double>(s.units) + 0.5));
+  return s;
+}
+
+P2pPacer::P2pPacer(int nranks, MakeChannel make) : nranks_(nranks), make_(std::move(make)) {}
+
+int P2pPacer::add(bool send, int ordinal) {
+  const int i = static_cast<int>(conns_.size());
+  Channel& ch = channels_[ordinal];
+  if (!ch.ring) ch.ring = make_();
+  (send ? ch.send : ch.recv) = i;
+  Conn c;
+  c.send = send;
+  c.channel = ordinal;
+  conns_.push_back(std::move(c));
+  return i;
+}
+
+void P2pPacer::endOp() {
+  if (!in_op_) return;
+  in_op_ = false;
+  for (auto& [ordinal, ch] : channels_) {
+    if (ch.recv_in_op) ch.ring->recvDone(true);
+    ch.recv_in_op = false;
+  }
+}
+
+void P2pPacer::opsDone() { endOp(); }
+
+void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op) {
+  endOp();
+  in_op_ = true;
+  op_start_ = now;
+  int connected = 0;
+  for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
+  shape_ = ringOpShape(op, nranks_, connected);
+  op_channels_ = op && op->channels > 0 ? op->channels : 0;
+  for (auto& [ordinal, ch] : channels_) {
+    ch.op_send_ends.clear();
+    ch.op_send_base = ch.send >= 0 ? conns_[static_cast<std::size_t>(ch.send)].seen : 0;
+    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
+    ch.op_recv_done = 0;
+    if (ch.recv >= 0) {
+      Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
+      r.heads.clear();
+      r.head_at_op = r.seen;
+    }
+  }
+}
+
+void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
+  if (i < 0 || i >= size()) return;
+  Conn& c = conns_[static_cast<std::size_t>(i)];
+  if (value <= c.seen) return;
+  Channel& ch = channels_[c.channel];
+  if (!c.send) {  // R emptied slots: later receives may be posted
+    c.seen = value;
+    c.heads.emplace_back(value, now);
+    return;
+  }
+  // R filled slots: one unit per slice (a poll may see several at once).
+  const auto step = static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
+  while (c.seen < value) {
+    const std::uint64_t end = std::min(value, c.seen + step);
+    const live::TimeNs done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
+    c.credits.emplace_back(std::max(done, now), end);
+    ch.op_send_ends.push_back(end);
+    c.seen = end;
+  }
+}
+
+std::optional<live::TimeNs> P2pPacer::slotFree(const Conn& c, std::uint64_t end) const {
+  // R may receive into the slot of a unit ending at `end` once its head is within NCCL_STEPS.
+  const std::uint64_t need = end > kNcclSteps ? end - kNcclSteps : 0;
+  if (c.head_at_op >= need) return op_start_;
+  for (const auto& [value, t] : c.heads)
+    if (value >= need) return std::max(op_start_, t);
+  return std::nullopt;
+}
+
+live::TimeNs P2pPacer::release(live::TimeNs now,
+                               std::vector<std::pair<int, std::uint64_t>>& out) {
+  live::TimeNs next = kNever;
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    Conn& c = conns_[i];
+    std::uint64_t value = c.released;
+    if (c.send) {
+      while (!c.credits.empty() && c.credits.front().first <= now) {
+        value = std::max(value, c.credits.front().second);
+        c.credits.pop_front();
+      }
+      if (!c.credits.empty()) next = std::min(next, c.credits.front().first);
+    } else if (in_op_) {
+      Channel& ch = channels_[c.channel];
+      for (;;) {
+        std::uint64_t end = 0;
+        if (shape_.symmetric) {
+          // Receive k mirrors R's send k of the operation, and waits for it.
+          if (ch.op_recv_done >= ch.op_send_ends.size()) break;
+          end = ch.op_recv_base + (ch.op_send_ends[ch.op_recv_done] - ch.op_send_base);
+        } else {
+          // One step ahead of what R consumed, at most.
+          if (value > c.seen) break;
+          end = value + 1;
+        }
+        const auto posted = slotFree(c, end);
+        if (!posted) break;
+        const std::uint64_t unit = ch.recv_units;
+        ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
+                          static_cast<int>(model::Proto::Simple), op_channels_,
+                          ch.recv_in_op ? 0 : 1);
+        ch.recv_in_op = true;
+        const std::uint64_t bytes = shape_.unit_bytes;
+        const auto arrival = ch.ring->recvArrival(unit, *posted, bytes, now);
+        if (!arrival) {  // the model waits for R's send to size it: look again soon
+          next = std::min(next, now + 1000);
+          break;
+        }
+        if (*arrival > now) {
+          next = std::min(next, *arrival);
+          break;
+        }
+        value = std::max(value, end);
+        ++ch.recv_units;
+        ++ch.op_recv_done;
+      }
+    }
+    if (value != c.released) {
+      c.released = value;
+      out.emplace_back(static_cast<int>(i), value);
+    }
+  }
+  return next;
+}
+
+}  // namespace crystal::plugin

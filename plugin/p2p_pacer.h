@@ -1,0 +1,123 @@
+// Pacing of a real rank's P2P connections to the virtual GPUs of its node by the live ring
+// model (emulation.p2p_peers; docs/host.md "Virtual GPUs of a real rank's node").
+//
+// On such a connection NCCL's kernel in the real rank R moves two counters the virtual GPU V
+// would read: the tail of V's recv block (R filled a slot of a send connector) and the head of
+// V's send block (R emptied a slot of a recv connector). It waits on two counters V would
+// write: the head of R's own send block (credit) and the tail of R's own recv block (data).
+// The blocks of V lie in R's process (block_pool.h), so R's process sees the first two (the
+// agent kernel copies them to host memory, p2p_agent.h) and writes the other two when the
+// model says V would have: this class decides which value and when; it touches no GPU.
+//
+// Units are NCCL slices (Simple: StepPerSlice steps of the counters), as the NET path's
+// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel times them:
+// - R's send unit (tail moved by one slice): RingChannel::postSend; its completion releases
+//   R's head to the unit's end (V consumed it).
+// - R's recv unit k of an operation: "posted" once its slot is free (R's head, as R moved it
+//   in V's send block, within NCCL_STEPS of the unit's end); its arrival from
+//   RingChannel::recvArrival releases R's tail to the unit's end. In a ring all-reduce,
+//   all-gather or reduce-scatter every member sends and receives the same slices, and R's
+//   send of slice k precedes its need of receive k: receive k mirrors send k's step count
+//   and is released only after it (never beyond what the operation will use). Other
+//   operations (broadcast, reduce, or one the tuner did not log) receive one-step units, at
+//   most one ahead of what R consumed.
+//
+// Bytes per unit: the operation's per-channel traffic (collective log: function, size,
+// channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc
+// calcCollChunking: chunk = stepSize * chunkSteps, loops of channels * nranks chunks).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "crystal/live/clock.h"
+#include "crystal/live/collective_log.h"
+#include "crystal/live/ring_timing.h"
+
+namespace crystal::plugin {
+
+inline constexpr int kNcclSteps = 8;                            // NCCL_STEPS
+inline constexpr std::uint64_t kP2pSimpleStepBytes = 524'288;  // 4 MiB Simple buffer / 8
+
+// What one operation moves per ring channel, as slices of the counters.
+struct RingOpShape {
+  bool symmetric = false;     // every member sends and receives the same slices
+  int slice_steps = 1;        // counter steps per slice (StepPerSlice)
+  int slices_per_step = 1;    // slices per ring step (chunkSteps / sliceSteps)
+  std::uint64_t units = 0;    // slices each connection sends (0: unknown)
+  std::uint64_t unit_bytes = 0;
+};
+// `channels` <= 0: `connected`. Unknown functions and algorithms other than the ring give
+// the one-step, asymmetric shape with the step size as unit bytes.
+[[nodiscard]] RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nranks,
+                                      int connected);
+
+class P2pPacer {
+ public:
+  static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
+  using MakeChannel = std::function<std::shared_ptr<live::RingChannel>()>;
+
+  // `make` builds the timing of one ring channel (shared by its send and recv connection).
+  P2pPacer(int nranks, MakeChannel make);
+
+  // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
+  // k-th connected channel. Returns its index (observe/release use it).
+  int add(bool send, int ordinal);
+  [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
+
+  // R's stream reached an operation (the previous one, if any, ended): `op` is its log entry.
+  void opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op);
+  // The stream went past every operation enqueued: receives outstanding end.
+  void opsDone();
+  // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
+  // recv connector) to `value`. Values only grow; a smaller one is ignored.
+  void observe(int i, std::uint64_t value, live::TimeNs now);
+  // Appends (i, value) for each connection whose counter in R's block is due to move by
+  // `now` (R's send head, R's recv tail), the newest value only; returns when the next one is
+  // due (kNever: none pending, or pending on R).
+  live::TimeNs release(live::TimeNs now, std::vector<std::pair<int, std::uint64_t>>& out);
+
+ private:
+  struct Channel {
+    std::shared_ptr<live::RingChannel> ring;
+    int send = -1, recv = -1;  // connection indices
+    // R's sends in the current operation: end value of each slice (op-relative index).
+    std::vector<std::uint64_t> op_send_ends;
+    std::uint64_t op_send_base = 0, op_recv_base = 0;
+    std::uint64_t recv_units = 0;   // receive slices over the channel's life (RingChannel unit)
+    std::uint64_t op_recv_done = 0;  // receive slices released in the operation
+    bool recv_in_op = false;         // postRecv'd this operation
+  };
+  struct Conn {
+    bool send = false;
+    int channel = 0;
+    std::uint64_t seen = 0;      // R's counter in the pool block
+    std::uint64_t released = 0;  // the value of R's own counter, released so far
+    // send: credits (time, head value) not yet released.
+    std::deque<std::pair<live::TimeNs, std::uint64_t>> credits;
+    // recv: R's head at the operation's start, and its changes since (value, time).
+    std::uint64_t head_at_op = 0;
+    std::vector<std::pair<std::uint64_t, live::TimeNs>> heads;
+  };
+  void endOp();
+  // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
+  [[nodiscard]] std::optional<live::TimeNs> slotFree(const Conn& c, std::uint64_t end) const;
+
+  int nranks_;
+  MakeChannel make_;
+  std::vector<Conn> conns_;
+  std::map<int, Channel> channels_;  // by ordinal
+  bool in_op_ = false;
+  live::TimeNs op_start_ = 0;
+  RingOpShape shape_;
+  int op_channels_ = 0;
+};
+
+}  // namespace crystal::plugin

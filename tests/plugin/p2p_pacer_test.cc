@@ -1,0 +1,236 @@
+// P2P pacing (plugin/p2p_pacer.h): a real rank whose ring neighbours are virtual GPUs of its
+// node, driven by a stand-in for NCCL's Simple ring kernel on a virtual clock, takes the time
+// `crystal simulate`'s model predicts; its counters never run ahead of what the operation
+// uses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "crystal/model/nccl_model.h"
+#include "nccl_constants.h"
+#include "p2p_pacer.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+using live::TimeNs;
+using model::Func;
+using plugin::P2pPacer;
+
+constexpr std::uint64_t MiB = 1u << 20;
+
+Config oneNode() {
+  Config cfg;  // built-in target: H200 nodes of 8 GPUs
+  cfg.cluster.nodes = 1;
+  return cfg;
+}
+
+// One ring channel of the real rank as NCCL 2.28.9's Simple ring kernel runs it with an
+// instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
+// send head), then post both (V's recv tail, V's send head). The slice program is
+// device/all_reduce.h's (step 0 sends, 2n-3 steps receive and send, the last receives) or
+// all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives).
+struct KernelChannel {
+  int send_conn = -1, recv_conn = -1;
+  // The program: per slice, whether it receives and whether it sends.
+  std::vector<std::pair<bool, bool>> slices;
+  std::size_t next = 0;
+  std::uint64_t send_step = 0, recv_step = 0;  // R's own step counters
+  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (what the pacer wrote)
+  std::uint64_t max_tail = 0;
+};
+
+std::vector<std::pair<bool, bool>> program(Func f, int n, std::uint64_t units) {
+  // units = sends per channel; a loop has `steps` sends of 2 slices each.
+  const int sends_per_loop = f == Func::AllReduce ? 2 * (n - 1) : n - 1;
+  const std::uint64_t loops = units / (2 * static_cast<std::uint64_t>(sends_per_loop));
+  std::vector<std::pair<bool, bool>> out;
+  for (std::uint64_t l = 0; l < loops; ++l) {
+    for (int s = 0; s <= sends_per_loop; ++s)
+      for (int j = 0; j < 2; ++j) out.emplace_back(s > 0, s < sends_per_loop);
+  }
+  return out;
+}
+
+struct Result {
+  double us = 0;
+  bool stalled = false;
+  bool over_released = false;
+};
+
+Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::CollectiveEntry& e,
+             TimeNs start) {
+  constexpr int kSliceSteps = 2;
+  pacer.opStarted(start, e);
+  TimeNs now = start, end = start;
+  std::vector<std::pair<int, std::uint64_t>> out;
+  Result r;
+  for (int guard = 0; guard < 10'000'000; ++guard) {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (auto& c : chans) {
+        if (c.next >= c.slices.size()) continue;
+        const auto [recv, send] = c.slices[c.next];
+        if (recv && c.tail < c.recv_step + kSliceSteps) continue;
+        if (send && c.head + plugin::kNcclSteps < c.send_step + kSliceSteps) continue;
+        if (send) {
+          c.send_step += kSliceSteps;
+          pacer.observe(c.send_conn, c.send_step, now);
+        }
+        if (recv) {
+          c.recv_step += kSliceSteps;
+          pacer.observe(c.recv_conn, c.recv_step, now);
+        }
+        ++c.next;
+        end = now;
+        moved = true;
+      }
+      out.clear();
+      const TimeNs due = pacer.release(now, out);
+      for (const auto& [i, v] : out)
+        for (auto& c : chans) {
+          if (i == c.send_conn) c.head = v;
+          if (i == c.recv_conn) c.tail = v;
+        }
+      if (!out.empty()) moved = true;
+      if (!moved) {
+        bool done = true;
+        for (const auto& c : chans) done = done && c.next >= c.slices.size();
+        if (done) {
+          pacer.opsDone();
+          for (const auto& c : chans) r.over_released |= c.tail > c.recv_step;
+          r.us = static_cast<double>(end - start) / 1e3;
+          return r;
+        }
+        if (due == P2pPacer::kNever) {
+          r.stalled = true;
+          return r;
+        }
+        now = std::max(now + 1, due);
+      }
+    }
+  }
+  r.stalled = true;
+  return r;
+}
+
+struct Setup {
+  P2pPacer pacer;
+  std::vector<KernelChannel> chans;
+};
+
+std::unique_ptr<Setup> connect(int nranks, int channels) {
+  const Config cfg = oneNode();
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links = live::commLinks(plugin::PluginState::get().model(), cfg.cluster,
+                                                nranks);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(channels);
+  auto s = std::make_unique<Setup>(Setup{
+      P2pPacer(nranks, [=] { return plugin::makeRingChannel(links, 0, busy, connected); }), {}});
+  // NCCL's exchange: receive entries, then send entries, by channel ordinal.
+  s->chans.resize(static_cast<std::size_t>(channels));
+  for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
+  for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].send_conn = s->pacer.add(true, k);
+  return s;
+}
+
+double modelUs(Func f, std::uint64_t bytes, int nranks, int channels) {
+  const Config cfg = oneNode();
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
+  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
+                                              [static_cast<int>(model::Proto::Simple)] +
+                         cfg.model.kernel_launch_us.value_or(0.0);
+  return m.time(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels) - base_us;
+}
+
+TEST(P2pPacer, RingOpShapeFollowsNcclChunking) {
+  // 1 GiB all-reduce, 8 ranks, 28 channels: loops of 28 * 8 * 2 MiB = 448 MiB -> 3; each has
+  // 2 * 7 sends of 2 slices.
+  const auto s = plugin::ringOpShape(
+      live::CollectiveEntry{Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 1024 * MiB, 28},
+      8, 28);
+  EXPECT_TRUE(s.symmetric);
+  EXPECT_EQ(s.slice_steps, 2);
+  EXPECT_EQ(s.slices_per_step, 2);
+  EXPECT_EQ(s.units, 84u);
+  EXPECT_EQ(s.unit_bytes, static_cast<std::uint64_t>(1024.0 * MiB * 14 / 8 / 28 / 84 + 0.5));
+  const auto ag = plugin::ringOpShape(
+      live::CollectiveEntry{Func::AllGather, model::Algo::Ring, model::Proto::Simple, 64 * MiB, 0},
+      8, 16);  // channels 0: the connected ones
+  EXPECT_EQ(ag.units, 7u * 1 * 2);  // 64 MiB < one loop of 16 * 8 * 2 MiB
+  const auto bc = plugin::ringOpShape(
+      live::CollectiveEntry{Func::Broadcast, model::Algo::Ring, model::Proto::Simple, 8 * MiB, 4},
+      8, 16);
+  EXPECT_FALSE(bc.symmetric);
+  EXPECT_EQ(bc.slice_steps, 1);
+  EXPECT_EQ(bc.units, 4u);  // loops of 4 * 512 KiB
+  EXPECT_FALSE(plugin::ringOpShape(std::nullopt, 8, 16).symmetric);
+}
+
+TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
+  constexpr int n = 8, channels = 16;
+  auto s = connect(n, channels);
+  TimeNs start = 1'000'000'000;
+  for (Func f : {Func::AllReduce, Func::AllGather, Func::ReduceScatter})
+    for (std::uint64_t b = MiB; b <= 1024 * MiB; b *= 16) {
+      const live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, b, channels};
+      const auto shape = plugin::ringOpShape(e, n, channels);
+      for (auto& c : s->chans) {
+        c.slices = program(f, n, shape.units);
+        c.next = 0;
+      }
+      const Result r = runOp(s->pacer, s->chans, e, start);
+      ASSERT_FALSE(r.stalled) << model::toString(f) << " " << b;
+      EXPECT_FALSE(r.over_released) << model::toString(f) << " " << b;
+      const double want = modelUs(f, b, n, channels);
+      std::printf("%-13s %6llu MiB: paced %10.1f us, model %10.1f us, %+6.2f %%\n",
+                  std::string(model::toString(f)).c_str(),
+                  static_cast<unsigned long long>(b / MiB), r.us, want,
+                  100 * (r.us - want) / want);
+      EXPECT_NEAR(r.us, want, 0.02 * want) << model::toString(f) << " " << b;
+      start += static_cast<TimeNs>(r.us * 1e3) + 1'000'000'000;
+    }
+}
+
+// Receives are released only as the operation uses them: a receive is never ahead of the
+// send it mirrors, so the next operation's first receive still waits for the model.
+TEST(P2pPacer, ReceivesNeverRunAheadOfTheirSends) {
+  auto s = connect(8, 1);
+  s->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
+                                              model::Proto::Simple, 8 * MiB, 1});
+  std::vector<std::pair<int, std::uint64_t>> out;
+  EXPECT_EQ(s->pacer.release(1'000'000, out), P2pPacer::kNever);  // nothing sent: nothing due
+  EXPECT_TRUE(out.empty());
+  const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
+  s->pacer.observe(send, 2, 1'000'000);  // R sent its first slice, 1 ms into the operation
+  // The receive it mirrors arrived long ago in the model (the virtual sender started at the
+  // operation's start); the send's credit comes one slice time later.
+  const TimeNs due = s->pacer.release(1'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{2}));
+  EXPECT_GT(due, 1'000'000);
+  EXPECT_LT(due, 1'100'000);  // a 1 MiB slice over NVLink
+  out.clear();
+  EXPECT_EQ(s->pacer.release(due, out), P2pPacer::kNever);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], std::make_pair(send, std::uint64_t{2}));
+  // R consumed the receive: still nothing more until it sends again.
+  s->pacer.observe(recv, 2, 2'000'000);
+  out.clear();
+  EXPECT_EQ(s->pacer.release(1'000'000'000, out), P2pPacer::kNever);
+  EXPECT_TRUE(out.empty());
+  s->pacer.observe(send, 4, 1'000'000'000);
+  (void)s->pacer.release(2'000'000'000, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{4}));
+  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{4}));
+}
+
+}  // namespace
+}  // namespace crystal::test
