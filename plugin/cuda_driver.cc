@@ -69,6 +69,7 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.launchKernel, "cuLaunchKernel");
   get(api.ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
   get(api.streamCreateWithPriority, "cuStreamCreateWithPriority");
+  get(api.streamIsCapturing, "cuStreamIsCapturing");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

@@ -83,6 +83,7 @@ struct DriverApi {
                          unsigned, Stream, void**, void**);  // cuLaunchKernel
   Result (*ctxGetStreamPriorityRange)(int* least, int* greatest);  // cuCtxGetStreamPriorityRange
   Result (*streamCreateWithPriority)(Stream*, unsigned, int);     // cuStreamCreateWithPriority
+  Result (*streamIsCapturing)(Stream, int*);  // cuStreamIsCapturing (CUstreamCaptureStatus)
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

@@ -47,6 +47,11 @@ constexpr Param kParams[] = {
      "plugin's flag-writer kernel from a command ring in mapped host memory (a few stores "
      "per receive on NCCL's proxy thread); 0: one cuMemsetD2D32Async per receive. Without "
      "nvcc at build time, or if the kernel does not load, the memsets are used."},
+    {"CRYSTAL_P2P_PACE", "1",
+     "1: the P2P connections to the virtual GPUs of the real rank's node (emulation.p2p_peers, "
+     "CRYSTAL_P2P_POOL) follow the ring model, through the plugin's P2P agent kernel; 0, a "
+     "plugin built without nvcc, or a non-ring connection: those GPUs never make the rank "
+     "wait."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},

@@ -14,6 +14,7 @@
 #include "crystal/control/protocol.h"
 #include "crystal/live/nccl_slots.h"
 #include "plugin/cuda_driver.h"
+#include "plugin/p2p_agent.h"
 #include "plugin/interpose/control_client.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/real_nccl.h"
@@ -120,9 +121,16 @@ class WritePoller {
           cuda::Stream& stream = streams[w.ctx];
           if (stream == nullptr)
             cuda::check(d.streamCreate(&stream, cuda::kStreamNonBlocking), "cuStreamCreate");
-          for (const auto& x : got.writes)
+          // A ring connection to a ring neighbour goes to the comm's pacing agent (its
+          // counter moves by the model); any other runs free.
+          const auto agent = plugin::P2pAgent::find(w.hash);
+          for (const auto& x : got.writes) {
+            if (agent && agent->add({x.address, x.watch, x.peer, x.nranks, x.ordinal, x.send(),
+                                     x.graph()}))
+              continue;
             cuda::check(d.memcpyHtoDAsync(x.address, &x.value, sizeof x.value, stream),
                         "cuMemcpyHtoDAsync (P2P pool store)");
+          }
           waitStream(stream);
         }
         const auto now = std::chrono::steady_clock::now();
@@ -143,7 +151,7 @@ class WritePoller {
 
 }  // namespace
 
-int offerBlockPool(std::uint64_t comm_hash, int rank, const char* caller) noexcept {
+int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* caller) noexcept {
   try {
     const auto size = poolSizeFromEnv();
     if (!size || size->recv + size->send == 0) return kNcclSuccess;
@@ -170,6 +178,13 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, const char* caller) noexce
     (void)d.streamDestroy(s);
     // The blocks live as long as the process: NCCL never frees memory it did not allocate.
     if (const int rc = hostBlockPool(pool, caller); rc != kNcclSuccess) return rc;
+    // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
+    std::string why;
+    if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, &why))
+      std::fprintf(stderr,
+                   "crystal: %s: P2P pacing off for comm %#llx rank %d (%s): the virtual GPUs of "
+                   "this rank's node never make it wait\n",
+                   caller, static_cast<unsigned long long>(comm_hash), rank, why.c_str());
     WritePoller::get().watch(comm_hash, rank, ctx);
     return kNcclSuccess;
   } catch (const InputError& e) {

@@ -25,6 +25,7 @@ struct PoolSize {
 // Allocates and offers the pool of (comm_hash, rank) when CRYSTAL_P2P_POOL asks for one, on the
 // CUDA context current in the calling thread (the one that created the communicator). Returns
 // an NCCL code; errors print one line.
-[[nodiscard]] int offerBlockPool(std::uint64_t comm_hash, int rank, const char* caller) noexcept;
+[[nodiscard]] int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks,
+                                 const char* caller) noexcept;
 
 }  // namespace crystal::interpose

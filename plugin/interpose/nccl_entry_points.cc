@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "plugin/interpose/block_pool.h"
+#include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
 #include "plugin/interpose/rank_map.h"
@@ -67,7 +68,7 @@ int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int ra
   if (!args.mapped && rc == ci::kNcclSuccess) ci::mirrorCommCreated(hash);
   // CRYSTAL_P2P_POOL: memory for the P2P connections to the virtual GPUs of this rank's node,
   // offered before the first collective connects them (block_pool.h).
-  if (rc == ci::kNcclSuccess) return ci::offerBlockPool(hash, args.rank, name);
+  if (rc == ci::kNcclSuccess) return ci::offerBlockPool(hash, args.rank, args.nranks, name);
   return rc;
 }
 
@@ -153,6 +154,7 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
 }
 
 CRYSTAL_EXPORT int ncclCommDestroy(NcclComm comm) {
+  ci::forgetPacing(comm);
   ci::forgetComm(comm);
   ci::forgetMapped(comm);
   auto fn = realOrNull<ci::CommFn>("ncclCommDestroy");
@@ -160,6 +162,7 @@ CRYSTAL_EXPORT int ncclCommDestroy(NcclComm comm) {
 }
 
 CRYSTAL_EXPORT int ncclCommAbort(NcclComm comm) {
+  ci::forgetPacing(comm);
   ci::forgetComm(comm);
   ci::forgetMapped(comm);
   auto fn = realOrNull<ci::CommFn>("ncclCommAbort");

@@ -12,6 +12,7 @@
 #include "crystal/sweep/target_table.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
+#include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
 
@@ -82,7 +83,8 @@ CRYSTAL_EXPORT int ncclAllGather(const void* sendbuff, void* recvbuff, std::size
                                  DataType type, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(AllGatherFn, ncclAllGather);
   if (const auto m = ci::findMapped(comm)) sendcount = targetBlock(*m, sendcount);
-  return real_fn(sendbuff, recvbuff, sendcount, type, comm, stream);
+  return ci::withPacing(comm, stream, "ncclAllGather",
+                        [&] { return real_fn(sendbuff, recvbuff, sendcount, type, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
@@ -101,7 +103,11 @@ CRYSTAL_EXPORT int ncclReduceScatter(const void* sendbuff, void* recvbuff, std::
                               crystal::plugin::ncclTypeBytes(type);
         return ci::mirrorReduction(own, recvbuff, recvcount, type, op, comm, stream);
       },
-      [&] { return real_fn(sendbuff, recvbuff, recvcount, type, op, comm, stream); });
+      [&] {
+        return ci::withPacing(comm, stream, "ncclReduceScatter", [&] {
+          return real_fn(sendbuff, recvbuff, recvcount, type, op, comm, stream);
+        });
+      });
 }
 
 CRYSTAL_EXPORT int ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count,
@@ -110,28 +116,35 @@ CRYSTAL_EXPORT int ncclAllReduce(const void* sendbuff, void* recvbuff, std::size
   return withMirror(
       "ncclAllReduce",
       [&] { return ci::mirrorReduction(sendbuff, recvbuff, count, type, op, comm, stream); },
-      [&] { return real_fn(sendbuff, recvbuff, count, type, op, comm, stream); });
+      [&] {
+        return ci::withPacing(comm, stream, "ncclAllReduce", [&] {
+          return real_fn(sendbuff, recvbuff, count, type, op, comm, stream);
+        });
+      });
 }
 
 CRYSTAL_EXPORT int ncclAlltoAll(const void* sendbuff, void* recvbuff, std::size_t count,
                                 DataType type, NcclComm comm, Stream stream) {
   CRYSTAL_REAL(AlltoAllFn, ncclAlltoAll);
   if (const auto m = ci::findMapped(comm)) count = targetBlock(*m, count);
-  return real_fn(sendbuff, recvbuff, count, type, comm, stream);
+  return ci::withPacing(comm, stream, "ncclAlltoAll",
+                        [&] { return real_fn(sendbuff, recvbuff, count, type, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclSend(const void* sendbuff, std::size_t count, DataType type, int peer,
                             NcclComm comm, Stream stream) {
   CRYSTAL_REAL(P2pSendFn, ncclSend);
   if (const auto m = ci::findMapped(comm)) peer = ci::targetPeer(*m, peer, true);
-  return real_fn(sendbuff, count, type, peer, comm, stream);
+  return ci::withPacing(comm, stream, "ncclSend",
+                        [&] { return real_fn(sendbuff, count, type, peer, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclRecv(void* recvbuff, std::size_t count, DataType type, int peer,
                             NcclComm comm, Stream stream) {
   CRYSTAL_REAL(P2pRecvFn, ncclRecv);
   if (const auto m = ci::findMapped(comm)) peer = ci::targetPeer(*m, peer, false);
-  return real_fn(recvbuff, count, type, peer, comm, stream);
+  return ci::withPacing(comm, stream, "ncclRecv",
+                        [&] { return real_fn(recvbuff, count, type, peer, comm, stream); });
 }
 
 CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count,
@@ -141,7 +154,11 @@ CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size
   return withMirror(
       "ncclBroadcast",
       [&] { return ci::mirrorBroadcast(sendbuff, recvbuff, count, type, root, comm, stream); },
-      [&] { return real_fn(sendbuff, recvbuff, count, type, root, comm, stream); });
+      [&] {
+        return ci::withPacing(comm, stream, "ncclBroadcast", [&] {
+          return real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
+        });
+      });
 }
 
 CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
@@ -155,7 +172,11 @@ CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t 
         if (!rec || rec->rank != root) return std::nullopt;  // the result is the root's only
         return ci::mirrorReduction(sendbuff, recvbuff, count, type, op, comm, stream);
       },
-      [&] { return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream); });
+      [&] {
+        return ci::withPacing(comm, stream, "ncclReduce", [&] {
+          return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream);
+        });
+      });
 }
 
 // NCCL's in-place form (PyTorch's ProcessGroupNCCL::broadcast calls it): NCCL 2.28 defines it

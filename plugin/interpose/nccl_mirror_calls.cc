@@ -7,6 +7,7 @@
 
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
+#include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/real_nccl.h"
 
 namespace ci = crystal::interpose;
@@ -25,13 +26,17 @@ using PreMulSumFn = int (*)(int*, void*, int, int, ci::NcclComm);
 CRYSTAL_EXPORT int ncclGroupStart() {
   CRYSTAL_REAL(GroupFn, ncclGroupStart);
   const int rc = real_fn();
-  if (rc == ci::kNcclSuccess) ci::mirrorGroupStarted();
+  if (rc == ci::kNcclSuccess) {
+    ci::mirrorGroupStarted();
+    ci::pacedGroupStarted();
+  }
   return rc;
 }
 
 CRYSTAL_EXPORT int ncclGroupEnd() {
   CRYSTAL_REAL(GroupFn, ncclGroupEnd);
   const int rc = real_fn();
+  ci::pacedGroupEnded();
   return ci::mirrorGroupEnded("ncclGroupEnd", rc, rc == ci::kNcclSuccess);
 }
 
@@ -39,6 +44,7 @@ CRYSTAL_EXPORT int ncclGroupEnd() {
 CRYSTAL_EXPORT int ncclGroupSimulateEnd(void* sim_info) {
   CRYSTAL_REAL(SimulateEndFn, ncclGroupSimulateEnd);
   const int rc = real_fn(sim_info);
+  ci::pacedGroupEnded();
   return ci::mirrorGroupEnded("ncclGroupSimulateEnd", rc, false);
 }
 

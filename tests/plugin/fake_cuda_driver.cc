@@ -224,12 +224,16 @@ Result streamCreatePriority(void** s, unsigned, int priority) {
   *s = &g_stream;
   return 0;
 }
+Result streamIsCapturing(void*, int* status) {
+  *status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  return 0;
+}
 const plugin::cuda::DriverApi kFake{
     getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
     eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
     copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost,      allocAsync,
     freeAsync,      hostDevicePointer, moduleLoad, moduleUnload, moduleFunction, launch,
-    priorityRange,  streamCreatePriority};
+    priorityRange,  streamCreatePriority, streamIsCapturing};
 
 }  // namespace
 

@@ -1,0 +1,77 @@
+#include "plugin/interpose/p2p_pacing.h"
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "plugin/interpose/host_session.h"
+
+namespace crystal::interpose {
+namespace {
+
+struct Group {
+  int depth = 0;
+  std::vector<PacedCall> pending;
+};
+thread_local Group t_group;
+
+void finish(PacedCall& c) noexcept {
+  try {
+    c.agent->after(c.op);
+  } catch (const std::exception& e) {
+    // The operation is not followed: the agent's kernel may leave before it ends.
+    (void)reportError("P2P pacing", e.what(), kNcclSystemError);
+  }
+}
+
+}  // namespace
+
+int pacedBefore(NcclComm comm, void* stream, const char* caller,
+                std::optional<PacedCall>& out) noexcept {
+  try {
+    const auto rec = findComm(comm);
+    if (!rec) return kNcclSuccess;
+    auto agent = plugin::P2pAgent::find(rec->hash);
+    if (!agent) return kNcclSuccess;
+    out = PacedCall{agent, agent->before(stream)};
+    return kNcclSuccess;
+  } catch (const plugin::PluginError& e) {
+    return reportError(caller, e.what(),
+                       e.code() == plugin::Errc::BadArgument ? kNcclInvalidUsage : kNcclSystemError);
+  } catch (const std::exception& e) {
+    return reportError(caller, e.what(), kNcclSystemError);
+  }
+}
+
+void pacedAfter(std::optional<PacedCall>& call) noexcept {
+  if (!call) return;
+  if (t_group.depth > 0) {
+    try {
+      t_group.pending.push_back(std::move(*call));
+      return;
+    } catch (...) {
+    }
+  }
+  finish(*call);
+}
+
+void pacedGroupStarted() noexcept { ++t_group.depth; }
+
+void pacedGroupEnded() noexcept {
+  if (t_group.depth > 0) --t_group.depth;
+  if (t_group.depth > 0) return;
+  std::vector<PacedCall> pending;
+  pending.swap(t_group.pending);
+  for (auto& c : pending) finish(c);
+}
+
+void forgetPacing(NcclComm comm) noexcept {
+  try {
+    if (const auto rec = findComm(comm)) plugin::P2pAgent::forget(rec->hash);
+  } catch (const std::exception& e) {
+    (void)reportError("P2P pacing", e.what(), kNcclSystemError);
+  }
+}
+
+}  // namespace crystal::interpose

@@ -1,0 +1,42 @@
+// The interposer's side of P2P pacing (plugin/p2p_agent.h): each collective and p2p call on a
+// communicator with a P2P agent is bracketed by the agent's before() and after(), so its
+// pacing thread knows when the stream reaches and leaves the operation. A call inside
+// ncclGroupStart/End is enqueued only at the outermost ncclGroupEnd, so its after() waits
+// for that (per thread, like NCCL's group depth). Nothing here throws.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "p2p_agent.h"
+#include "plugin/interpose/real_nccl.h"
+
+namespace crystal::interpose {
+
+struct PacedCall {
+  std::shared_ptr<plugin::P2pAgent> agent;
+  plugin::P2pAgent::Op op;
+};
+
+// Before NCCL's call on `comm`: `out` set when the comm is paced. Returns an NCCL code (and
+// prints why) when the call must not go on (a CUDA error, a stream under graph capture).
+[[nodiscard]] int pacedBefore(NcclComm comm, void* stream, const char* caller,
+                              std::optional<PacedCall>& out) noexcept;
+// After it (whatever it returned): now, or at the outermost ncclGroupEnd.
+void pacedAfter(std::optional<PacedCall>& call) noexcept;
+void pacedGroupStarted() noexcept;
+void pacedGroupEnded() noexcept;
+// ncclCommDestroy/Abort: the comm's agent stops.
+void forgetPacing(NcclComm comm) noexcept;
+
+// The call `call()` bracketed for `comm`.
+template <typename Call>
+int withPacing(NcclComm comm, void* stream, const char* caller, Call&& call) {
+  std::optional<PacedCall> paced;
+  if (const int rc = pacedBefore(comm, stream, caller, paced); rc != kNcclSuccess) return rc;
+  const int rc = call();
+  pacedAfter(paced);
+  return rc;
+}
+
+}  // namespace crystal::interpose

@@ -1,0 +1,126 @@
+// The virtual GPUs of a real rank's node, paced (emulation.p2p_peers; p2p_pacer.h says what,
+// p2p_agent_abi.h how the GPU side works).
+//
+// One agent per communicator of the real rank (R) that holds P2P pool connections: a table in
+// mapped host memory, an agent kernel on its own stream in R's CUDA context, and a CPU thread
+// that runs the P2pPacer. The interposer tells it about each collective on the comm:
+// `before` (before NCCL's call: an event on the caller's stream, the kernel running) and
+// `after` (once NCCL enqueued it: a second event, the tuner's log entry). The thread sees the
+// first event complete (the stream reached the operation) and the second (it is done); while
+// any operation is outstanding it spins, copying what R's kernel moved into the pacer and
+// what the pacer released into the table; with none it tells the kernel to leave, so a
+// cudaDeviceSynchronize of the program returns.
+//
+// Connections that are not ring connections to R's ring neighbours (tree, p2p graphs) are
+// not paced: the caller makes the host's free-running stores for them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "crystal/live/collective_log.h"
+#include "cuda_driver.h"
+#include "p2p_agent_abi.h"
+#include "p2p_pacer.h"
+
+namespace crystal::plugin {
+
+inline constexpr const char* kEnvP2pPace = "CRYSTAL_P2P_PACE";
+
+// One connection as the host named it (control WRITES, host/bootstrap_host.h DeviceWrite).
+struct P2pConnection {
+  std::uint64_t target = 0;  // R's own head (send) / tail (recv)
+  std::uint64_t watch = 0;   // the pool block's counter R's kernel moves
+  int peer = -1;
+  int nranks = 0;
+  int ordinal = 0;
+  bool send = false;
+  int graph = 0;  // setup tag graph byte: 1 ring
+};
+
+class P2pAgent {
+ public:
+  // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
+  // comm was created, before its first collective). nullptr with `why` when pacing is off or
+  // unavailable (no kernel image, no driver, a CUDA error); the connections then run free.
+  [[nodiscard]] static std::shared_ptr<P2pAgent> create(std::uint64_t comm_hash, int rank,
+                                                        int nranks, cuda::Context ctx,
+                                                        std::string* why);
+  // The agent of a comm, or nullptr. Cheap when no agent was ever made.
+  [[nodiscard]] static std::shared_ptr<P2pAgent> find(std::uint64_t comm_hash);
+  // Stops and forgets the comm's agent (ncclCommDestroy/Abort); its table stays allocated if
+  // a kernel might still run.
+  static void forget(std::uint64_t comm_hash);
+
+  ~P2pAgent();
+  P2pAgent(const P2pAgent&) = delete;
+  P2pAgent& operator=(const P2pAgent&) = delete;
+
+  // Takes a connection to pace: true for a ring connection to R's ring neighbour; false for
+  // one it does not pace (the caller stores the free-running value).
+  [[nodiscard]] bool add(const P2pConnection& c);
+
+  // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
+  // stream under graph capture (the pacing needs the stream's events).
+  struct Op {
+    cuda::Event before = nullptr;
+    cuda::Stream stream = nullptr;
+  };
+  [[nodiscard]] Op before(cuda::Stream stream);
+  void after(const Op& op);
+
+  [[nodiscard]] std::string stateLine() const;
+
+ private:
+  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx);
+  void start();   // the table, stream, kernel and thread; throws PluginError
+  void run();     // the pacing thread
+  void launch();                      // under in_mu_
+  [[nodiscard]] cuda::Event event();  // under in_mu_
+  void takeConnection(const P2pConnection& c);  // the pacing thread
+
+  struct Pending {
+    cuda::Event before = nullptr, after = nullptr;
+    std::optional<live::CollectiveEntry> entry;
+    bool started = false;
+  };
+
+  const cuda::DriverApi& d_;
+  const std::uint64_t hash_;
+  const int rank_, nranks_;
+  const cuda::Context ctx_;
+  cuda::Module module_ = nullptr;
+  cuda::Function fn_ = nullptr;
+  cuda::Stream stream_ = nullptr;
+  p2p_agent::Table* table_ = nullptr;
+  cuda::DevicePtr table_dev_ = 0;
+  std::shared_ptr<live::CollectiveLog> log_;
+  std::uint64_t log_cursor_ = 0;
+
+  // The interposer's threads hand over under in_mu_; only the pacing thread touches the
+  // pacer, the queue of operations and the table's connections.
+  mutable std::mutex in_mu_;
+  std::condition_variable wake_;
+  std::vector<Pending> in_ops_;
+  std::vector<P2pConnection> in_conns_;
+  std::vector<cuda::Event> free_events_;
+  std::uint64_t launches_ = 0;
+  bool stopping_ = false;
+  std::uint32_t conns_ = 0;  // connections taken (in_mu_)
+  int open_ = 0;             // before() without its after() yet (in_mu_)
+  bool free_running_ = false;  // pacing failed: every counter released for good
+
+  P2pPacer pacer_;
+  std::deque<Pending> ops_;
+  std::atomic<std::uint64_t> ops_done_{0};
+  std::thread thread_;
+};
+
+}  // namespace crystal::plugin

@@ -1,0 +1,42 @@
+// The table between the P2P pacer (CPU, p2p_agent.cc) and its agent kernel (GPU,
+// p2p_agent_kernel.cu). It lies in pinned, device-mapped host memory.
+//
+// Per connection the kernel copies `watch` (a counter in a pool block that the real rank's
+// NCCL kernel moves: V's recv tail, V's send head) to `seen`, and stores `release` at
+// `target` (the real rank's own send head or recv tail) whenever the CPU changes it. The
+// CPU fills a connection's `watch` and `target` before it raises `n` past it.
+//
+// Lifetime (the flag writer's protocol, flag_ring.h): the kernel runs while `want` is 1.
+// Seeing 0 it sets state = kExiting, fences, and looks again; still 0 -> it returns. The CPU
+// sets want = 1, fences, then reads state: not kRunning -> it sets kRunning and launches a
+// kernel (stream-ordered after one that is still leaving).
+#pragma once
+
+#include <cstdint>
+
+namespace crystal::plugin::p2p_agent {
+
+inline constexpr std::uint32_t kMaxConns = 256;  // 64 channels x 2 sides x 2 graphs
+inline constexpr std::uint32_t kThreads = 256;   // one per connection
+inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
+
+struct Conn {  // 32 bytes
+  std::uint64_t watch;    // device address (read by the kernel)
+  std::uint64_t target;   // device address (written by the kernel)
+  std::uint64_t seen;     // kernel -> CPU
+  std::uint64_t release;  // CPU -> kernel (0: nothing to store yet)
+};
+static_assert(sizeof(Conn) == 32);
+
+struct Table {
+  std::uint32_t want;   // CPU: 1 = keep running
+  std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
+  std::uint32_t n;      // connections in use
+  std::uint32_t pad0;
+  std::uint64_t starts;  // kernels that started (diagnostics)
+  std::uint64_t pad[5];
+  Conn conns[kMaxConns];
+};
+static_assert(sizeof(Table) == 64 + 32 * kMaxConns);
+
+}  // namespace crystal::plugin::p2p_agent

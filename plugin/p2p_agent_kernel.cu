@@ -1,0 +1,62 @@
+// The P2P agent kernel (protocol: p2p_agent_abi.h): one block, one thread per connection of
+// the real rank to a virtual GPU of its node. It stands in for those GPUs' kernels on the
+// real GPU: it shows the CPU how far the real rank's NCCL kernel moved the counters it writes
+// into the virtual side's blocks, and moves the real rank's own counters to the values the
+// CPU's model released. Each pass costs one PCIe read per warp (the `release` words) and one
+// for `n`/`want`: ~1-2 us.
+#include "p2p_agent_abi.h"
+
+namespace pa = crystal::plugin::p2p_agent;
+
+extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
+  __shared__ int s_leave;
+  volatile pa::Table* t = table;
+  const unsigned i = threadIdx.x;
+  if (i == 0) {
+    t->starts = t->starts + 1;
+    t->state = pa::kRunning;  // a kernel queued behind one that left finds kExiting
+    s_leave = 0;
+  }
+  __syncthreads();
+  bool mine = false;
+  volatile unsigned long long* watch = nullptr;
+  volatile unsigned long long* target = nullptr;
+  unsigned long long seen = ~0ull, stored = 0;
+  for (;;) {
+    if (!mine && i < t->n) {  // the CPU filled this connection before raising n
+      mine = true;
+      watch = reinterpret_cast<volatile unsigned long long*>(t->conns[i].watch);
+      target = reinterpret_cast<volatile unsigned long long*>(t->conns[i].target);
+    }
+    if (mine) {
+      const unsigned long long w = *watch;
+      if (w != seen) {
+        t->conns[i].seen = w;
+        seen = w;
+      }
+      const unsigned long long r = t->conns[i].release;
+      if (r != stored) {
+        *target = r;
+        __threadfence();
+        stored = r;
+      }
+    }
+    if (i == 0 && t->want == 0) {
+      t->state = pa::kExiting;
+      __threadfence_system();
+      if (t->want == 0)
+        s_leave = 1;
+      else
+        t->state = pa::kRunning;
+    }
+    __syncthreads();
+    if (s_leave) break;
+    __syncthreads();
+  }
+  // Whatever the CPU released last is stored before the kernel goes.
+  if (mine) {
+    const unsigned long long r = t->conns[i].release;
+    if (r != stored) *target = r;
+  }
+  __threadfence_system();
+}
