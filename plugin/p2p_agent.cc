@@ -141,8 +141,9 @@ void P2pAgent::start() {
   if (q != cuda::kSuccess)
     throw PluginError(Errc::System,
                       fmt::format("the P2P agent kernel's first launch did not finish within "
-                                  "2 s (CUDA {})",
-                                  q));
+                                  "2 s (CUDA {}; kernel starts {}, state {}, want {})",
+                                  q, word(table_->starts).load(), word(table_->state).load(),
+                                  word(table_->want).load()));
   thread_ = std::thread([this] { run(); });
 }
 
