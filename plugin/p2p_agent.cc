@@ -133,10 +133,11 @@ void P2pAgent::start() {
   cuda::Event e = nullptr;
   check(d_.eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
   cuda::Result q = d_.eventRecord(e, stream_);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (q == cuda::kSuccess && (q = d_.eventQuery(e)) == cuda::kNotReady &&
-         std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  if (q == cuda::kSuccess) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while ((q = d_.eventQuery(e)) == cuda::kNotReady && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   (void)d_.eventDestroy(e);
   if (q != cuda::kSuccess)
     throw PluginError(Errc::System,
