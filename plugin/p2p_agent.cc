@@ -226,25 +226,16 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
                         "rank's node run free instead");
   }
   std::lock_guard lock(in_mu_);
-  ++open_;
   Op op;
   op.stream = stream;
   op.before = event();
   check(d_.eventRecord(op.before, stream), "cuEventRecord");
-  // Keep the kernel running (p2p_agent_abi.h: want, fence, state).
-  word(table_->want).store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (word(table_->state).load(std::memory_order_acquire) != pa::kRunning) {
-    word(table_->state).store(pa::kRunning, std::memory_order_relaxed);
-    launch();
-  }
   return op;
 }
 
 void P2pAgent::after(const Op& op) {
   {
     std::lock_guard lock(in_mu_);
-    --open_;
     Pending p;
     p.before = op.before;
     p.after = event();
@@ -255,6 +246,15 @@ void P2pAgent::after(const Op& op) {
     while (log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; })) {
     }
     in_ops_.push_back(std::move(p));
+    // The kernel runs from here, not from before(): NCCL's call may set up connections, and
+    // what it does then (allocations, copies) must not wait behind a kernel that waits for
+    // the call to end. R's kernel may start a few microseconds before the agent; it waits.
+    word(table_->want).store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (word(table_->state).load(std::memory_order_acquire) != pa::kRunning) {
+      word(table_->state).store(pa::kRunning, std::memory_order_relaxed);
+      launch();
+    }
   }
   wake_.notify_all();
 }
@@ -264,6 +264,7 @@ void P2pAgent::run() {
   std::vector<std::pair<int, std::uint64_t>> out;
   std::vector<std::uint64_t> seen;
   std::vector<cuda::Event> done_events;
+  live::TimeNs progress_at = live::nowNs();
   for (;;) {
     {
       std::unique_lock lock(in_mu_);
@@ -277,9 +278,9 @@ void P2pAgent::run() {
       free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
       done_events.clear();
       if (ops_.empty()) {
-        // Nothing outstanding, and no NCCL call between its before() and after(): the
-        // kernel may leave (a new operation's `before` raises `want` again under this lock).
-        if (open_ == 0) word(table_->want).store(0, std::memory_order_release);
+        // Nothing outstanding: the kernel may leave (the next operation's after() raises
+        // `want` again under this lock).
+        word(table_->want).store(0, std::memory_order_release);
         continue;
       }
     }
@@ -299,6 +300,7 @@ void P2pAgent::run() {
         done_events.push_back(p.after);
         ops_.pop_front();
         ops_done_.fetch_add(1, std::memory_order_relaxed);
+        progress_at = now;
         if (ops_.empty() && !free_running_) pacer_.opsDone();
       }
       if (free_running_) continue;
@@ -308,9 +310,16 @@ void P2pAgent::run() {
         const std::uint64_t v = word(table_->conns[i].seen).load(std::memory_order_acquire);
         if (v != seen[i]) {
           seen[i] = v;
+          progress_at = now;
           pacer_.observe(static_cast<int>(i), v, now);
         }
       }
+      // A pacing bug must not hang the job: an operation that moved no counter for this long
+      // gets the free-running counters (the kernel, if it waits on us, goes on).
+      if (now - progress_at > kStallNs)
+        throw PluginError(Errc::Internal,
+                          fmt::format("no progress for {} s with {} operations outstanding ({})",
+                                      kStallNs / 1'000'000'000, ops_.size(), stateLine()));
       out.clear();
       (void)pacer_.release(now, out);
       for (const auto& [i, v] : out)

@@ -4,8 +4,8 @@
 // One agent per communicator of the real rank (R) that holds P2P pool connections: a table in
 // mapped host memory, an agent kernel on its own stream in R's CUDA context, and a CPU thread
 // that runs the P2pPacer. The interposer tells it about each collective on the comm:
-// `before` (before NCCL's call: an event on the caller's stream, the kernel running) and
-// `after` (once NCCL enqueued it: a second event, the tuner's log entry). The thread sees the
+// `before` (before NCCL's call: an event on the caller's stream) and `after` (once NCCL
+// enqueued it: a second event, the tuner's log entry, and the kernel running). The thread sees the
 // first event complete (the stream reached the operation) and the second (it is done); while
 // any operation is outstanding it spins, copying what R's kernel moved into the pacer and
 // what the pacer released into the table; with none it tells the kernel to leave, so a
@@ -47,6 +47,9 @@ struct P2pConnection {
 
 class P2pAgent {
  public:
+  // An operation outstanding this long while no counter of R's moved and none completed ends
+  // the pacing (one WARN; the connections run free from then on).
+  static constexpr live::TimeNs kStallNs = 10'000'000'000;
   // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
   // comm was created, before its first collective). nullptr with `why` when pacing is off or
   // unavailable (no kernel image, no driver, a CUDA error); the connections then run free.
@@ -114,7 +117,6 @@ class P2pAgent {
   std::uint64_t launches_ = 0;
   bool stopping_ = false;
   std::uint32_t conns_ = 0;  // connections taken (in_mu_)
-  int open_ = 0;             // before() without its after() yet (in_mu_)
   bool free_running_ = false;  // pacing failed: every counter released for good
 
   P2pPacer pacer_;
