@@ -268,11 +268,15 @@ void P2pAgent::run() {
   for (;;) {
     {
       std::unique_lock lock(in_mu_);
-      if (ops_.empty() && in_ops_.empty() && in_conns_.empty() && !stopping_)
+      // Idle: spin a while (a program's next collective usually follows at once, and a
+      // wake-up would start its timing late), then sleep.
+      if (ops_.empty() && in_ops_.empty() && in_conns_.empty() && !stopping_ &&
+          live::nowNs() - progress_at > kIdleSpinNs)
         wake_.wait_for(lock, std::chrono::milliseconds(20));
       if (stopping_) return;
       for (const auto& c : in_conns_) takeConnection(c);
       in_conns_.clear();
+      if (!in_ops_.empty()) progress_at = live::nowNs();  // the stall clock starts anew
       for (auto& p : in_ops_) ops_.push_back(std::move(p));
       in_ops_.clear();
       free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());

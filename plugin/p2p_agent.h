@@ -50,6 +50,8 @@ class P2pAgent {
   // An operation outstanding this long while no counter of R's moved and none completed ends
   // the pacing (one WARN; the connections run free from then on).
   static constexpr live::TimeNs kStallNs = 10'000'000'000;
+  // The pacing thread spins this long after the last operation ended before it sleeps.
+  static constexpr live::TimeNs kIdleSpinNs = 2'000'000;
   // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
   // comm was created, before its first collective). nullptr with `why` when pacing is off or
   // unavailable (no kernel image, no driver, a CUDA error); the connections then run free.

@@ -143,9 +143,13 @@ live::TimeNs P2pPacer::release(live::TimeNs now,
       for (;;) {
         std::uint64_t end = 0;
         if (shape_.symmetric) {
-          // Receive k mirrors R's send k of the operation, and waits for it.
-          if (ch.op_recv_done >= ch.op_send_ends.size()) break;
-          end = ch.op_recv_base + (ch.op_send_ends[ch.op_recv_done] - ch.op_send_base);
+          // Open loop once R's kernel is in the operation on this channel (its first send:
+          // NCCL leaves channels without work idle), up to the operation's slices; past
+          // that count (a partition NCCL cut differently) only as far as R's own sends.
+          const std::uint64_t sent = ch.op_send_ends.size();
+          if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
+          end = ch.op_recv_base +
+                (ch.op_recv_done + 1) * static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
         } else {
           // One step ahead of what R consumed, at most.
           if (value > c.seen) break;

@@ -16,11 +16,13 @@
 // - R's recv unit k of an operation: "posted" once its slot is free (R's head, as R moved it
 //   in V's send block, within NCCL_STEPS of the unit's end); its arrival from
 //   RingChannel::recvArrival releases R's tail to the unit's end. In a ring all-reduce,
-//   all-gather or reduce-scatter every member sends and receives the same slices, and R's
-//   send of slice k precedes its need of receive k: receive k mirrors send k's step count
-//   and is released only after it (never beyond what the operation will use). Other
-//   operations (broadcast, reduce, or one the tuner did not log) receive one-step units, at
-//   most one ahead of what R consumed.
+//   all-gather or reduce-scatter every member sends and receives the same slices: once R's
+//   kernel sent its first slice of the operation on a channel (NCCL leaves channels without
+//   work idle), the receives run open loop (a round trip through the CPU per step would
+//   set the pace otherwise), up to the operation's slice count, and past it only as far as
+//   R's own sends (a channel NCCL gave more than the estimate). Other operations
+//   (broadcast, reduce, or one the tuner did not log) receive one-step units, at most one
+//   ahead of what R consumed.
 //
 // Bytes per unit: the operation's per-channel traffic (collective log: function, size,
 // channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc

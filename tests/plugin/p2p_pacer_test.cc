@@ -198,38 +198,42 @@ TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
     }
 }
 
-// Receives are released only as the operation uses them: a receive is never ahead of the
-// send it mirrors, so the next operation's first receive still waits for the model.
-TEST(P2pPacer, ReceivesNeverRunAheadOfTheirSends) {
-  auto s = connect(8, 1);
+// Receives run open loop once R's kernel is in the operation on a channel, never past the
+// operation's slices; a channel without a send of R's gets none.
+TEST(P2pPacer, ReceivesStayWithinTheOperation) {
+  auto s = connect(8, 2);
+  // 8 MiB all-reduce on 2 channels: one loop of 2 * 7 sends of 2 slices = 28 slices each.
   s->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
-                                              model::Proto::Simple, 8 * MiB, 1});
+                                              model::Proto::Simple, 8 * MiB, 2});
   std::vector<std::pair<int, std::uint64_t>> out;
   EXPECT_EQ(s->pacer.release(1'000'000, out), P2pPacer::kNever);  // nothing sent: nothing due
   EXPECT_TRUE(out.empty());
   const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
-  s->pacer.observe(send, 2, 1'000'000);  // R sent its first slice, 1 ms into the operation
-  // The receive it mirrors arrived long ago in the model (the virtual sender started at the
-  // operation's start); the send's credit comes one slice time later.
-  const TimeNs due = s->pacer.release(1'000'000, out);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{2}));
-  EXPECT_GT(due, 1'000'000);
-  EXPECT_LT(due, 1'100'000);  // a 1 MiB slice over NVLink
-  out.clear();
-  EXPECT_EQ(s->pacer.release(due, out), P2pPacer::kNever);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0], std::make_pair(send, std::uint64_t{2}));
-  // R consumed the receive: still nothing more until it sends again.
-  s->pacer.observe(recv, 2, 2'000'000);
-  out.clear();
-  EXPECT_EQ(s->pacer.release(1'000'000'000, out), P2pPacer::kNever);
+  s->pacer.observe(send, 2, 1'000);  // R's first slice on channel 0
+  const TimeNs due = s->pacer.release(1'000, out);
   EXPECT_TRUE(out.empty());
-  s->pacer.observe(send, 4, 1'000'000'000);
+  EXPECT_GT(due, 1'000);
+  EXPECT_LT(due, 100'000);  // a slice of 8 MiB / 2 / 8 / 2 over NVLink
+  // Long after: the receives that fit NCCL's 8 slots (R emptied none yet), and the first
+  // send's credit.
+  (void)s->pacer.release(1'000'000'000, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{8}));
+  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{2}));
+  // R emptied 27 slices: the rest of the operation's 28, and no more.
+  s->pacer.observe(recv, 54, 1'000'000'000);
+  out.clear();
+  (void)s->pacer.release(1'000'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{56}));
+  // R goes on past the estimate (NCCL gave this channel more): receives follow its sends.
+  s->pacer.observe(recv, 56, 1'000'000'000);
+  for (std::uint64_t v = 4; v <= 60; v += 2) s->pacer.observe(send, v, 1'000'000'000);
+  out.clear();
   (void)s->pacer.release(2'000'000'000, out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{4}));
-  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{4}));
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{60}));
+  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{60}));
 }
 
 }  // namespace
