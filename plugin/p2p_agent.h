@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "crystal/live/collective_log.h"
+#include "crystal/live/target_model.h"
 #include "cuda_driver.h"
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
@@ -84,12 +85,14 @@ class P2pAgent {
   [[nodiscard]] std::string stateLine() const;
 
  private:
-  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx);
+  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
+           const live::CommLinks& links);
   void start();   // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
+  void setSlices();  // the operation's send slices into the table (the pacing thread)
 
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
