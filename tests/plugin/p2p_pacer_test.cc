@@ -68,8 +68,8 @@ struct Result {
 
 Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::CollectiveEntry& e,
              TimeNs start) {
-  const auto step = static_cast<std::uint64_t>(pacer.sliceSteps());
   pacer.opStarted(start, e);
+  const auto step = static_cast<std::uint64_t>(pacer.sliceSteps());
   const TimeNs occ = pacer.sliceOccupancyNs();
   TimeNs now = start, end = start;
   std::vector<plugin::P2pEntry> out;
