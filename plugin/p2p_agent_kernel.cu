@@ -39,9 +39,11 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   unsigned long long counted = 0, last_due = 0;
   unsigned long long due[kCredits], value[kCredits];
   int head = 0, count = 0;
-  // recv: the next entry, once read
-  bool have = false;
-  unsigned long long rd = 0, e_due = 0, e_value = 0;
+  // recv: entries read ahead (a PCIe read each: four are loaded at once, independently)
+  constexpr int kAhead = 4;
+  unsigned long long rd = 0, wr = 0;
+  unsigned long long b_due[kAhead], b_value[kAhead];
+  int b_head = 0, b_n = 0;
   for (unsigned pass = 0;; ++pass) {
     const unsigned long long now = globalTimer();
     if (kind == 0 && i < t->n) {  // the CPU filled this connection before raising n
@@ -82,19 +84,31 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
           --count;
         }
       } else {
-        if (!have && rd < t->sched_write[i]) {
-          const volatile pa::Entry* e = &t->sched[i][rd % pa::kDepth];
-          e_due = e->due;
-          e_value = e->value;
-          have = true;
-        }
-        // Due, and its slot free: R emptied up to value - NCCL_STEPS.
-        if (have && e_due <= now && e_value <= seen + kSteps) {
-          store = e_value > store ? e_value : store;
-          have = false;
+        const unsigned long long rd0 = rd;
+        for (;;) {
+          if (b_n == 0) {
+            if (rd + b_n >= wr) wr = t->sched_write[i];  // read only when all known are taken
+            const unsigned long long avail = wr - rd;
+            const int k = avail < kAhead ? static_cast<int>(avail) : kAhead;
+            if (k == 0) break;
+#pragma unroll
+            for (int j = 0; j < kAhead; ++j)
+              if (j < k) {
+                const volatile pa::Entry* e = &t->sched[i][(rd + j) % pa::kDepth];
+                b_due[j] = e->due;
+                b_value[j] = e->value;
+              }
+            b_head = 0;
+            b_n = k;
+          }
+          // Due, and its slot free: R emptied up to value - NCCL_STEPS.
+          if (b_due[b_head] > now || b_value[b_head] > seen + kSteps) break;
+          store = b_value[b_head] > store ? b_value[b_head] : store;
+          ++b_head;
+          --b_n;
           ++rd;
-          t->sched_read[i] = rd;
         }
+        if (rd != rd0) t->sched_read[i] = rd;
       }
       if ((pass & 63) == 0) floor_seen = t->release[i];
       if (floor_seen > store) store = floor_seen;
@@ -106,7 +120,8 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     }
     if (i == 0) {
       t->gpu_ns = now;
-      if (t->want == 0) {
+      // `want` costs a PCIe read that the whole block waits for: every 8th pass.
+      if ((pass & 7) == 0 && t->want == 0) {
         t->state = pa::kExiting;
         __threadfence_system();
         if (t->want == 0)
