@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -161,15 +162,22 @@ P2pAgent::~P2pAgent() {
   if (thread_.joinable()) thread_.join();
   // The table stays: a kernel may still be leaving, and 8 KiB of pinned memory per comm is
   // not worth a wait in ncclCommDestroy.
-  if (launches_ > 0)
-    CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: {}", hash_, rank_, stateLine());
+  if (launches_ > 0) {
+    const std::string line =
+        fmt::format("P2P pacing: comm {:#x} rank {}: {}", hash_, rank_, stateLine());
+    CRYSTAL_INFO("{}", line);
+    if (paramBool("CRYSTAL_P2P_PACE_STATS")) std::fprintf(stderr, "crystal: %s\n", line.c_str());
+  }
 }
 
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
-  return fmt::format("{} paced connections, {} operations done, {} kernel launches, {} kernel "
-                     "starts, kernel state {}, want {}",
-                     table_ ? word(table_->n).load() : 0, ops_done_.load(), launches_,
+  return fmt::format("{} paced connections, {} operations done, {} receive entries ({} due "
+                     "when written, at most {:.1f} us late), GPU clock offset {} ns, {} kernel "
+                     "passes, {} kernel launches, {} kernel starts, kernel state {}, want {}",
+                     table_ ? word(table_->n).load() : 0, ops_done_.load(), entries_.load(),
+                     late_.load(), static_cast<double>(max_late_ns_.load()) / 1e3,
+                     offset_ns_.load(), table_ ? word(table_->passes).load() : 0, launches_,
                      table_ ? word(table_->starts).load() : 0,
                      table_ ? word(table_->state).load() : 0,
                      table_ ? word(table_->want).load() : 0);
@@ -362,7 +370,14 @@ void P2pAgent::run() {
         const std::uint64_t r = word(table_->sched_read[k]).load(std::memory_order_acquire);
         return static_cast<std::size_t>(pa::kDepth - std::min<std::uint64_t>(pa::kDepth, w - r));
       });
+      offset_ns_.store(offset, std::memory_order_relaxed);
       for (const P2pEntry& e : out) {
+        entries_.fetch_add(1, std::memory_order_relaxed);
+        if (e.due < now) {
+          late_.fetch_add(1, std::memory_order_relaxed);
+          if (now - e.due > max_late_ns_.load(std::memory_order_relaxed))
+            max_late_ns_.store(now - e.due, std::memory_order_relaxed);
+        }
         const auto k = static_cast<std::size_t>(e.conn);
         const std::uint64_t w = word(table_->sched_write[k]).load(std::memory_order_relaxed);
         pa::Entry& slot = table_->sched[k][w % pa::kDepth];

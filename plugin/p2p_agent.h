@@ -127,6 +127,10 @@ class P2pAgent {
   P2pPacer pacer_;
   std::deque<Pending> ops_;
   std::atomic<std::uint64_t> ops_done_{0};
+  // Diagnostics (the pacing thread): entries scheduled, of them already due when written, and
+  // the largest such lateness; the clock offset.
+  std::atomic<std::uint64_t> entries_{0}, late_{0};
+  std::atomic<std::int64_t> max_late_ns_{0}, offset_ns_{0};
   std::thread thread_;
 };
 

@@ -46,7 +46,8 @@ struct Table {
   std::uint32_t pad0;
   std::uint64_t starts;  // kernels that started (diagnostics)
   std::uint64_t gpu_ns;  // the kernel's globaltimer, each pass
-  std::uint64_t pad[4];
+  std::uint64_t passes;  // passes of all kernels (diagnostics)
+  std::uint64_t pad[3];
   std::uint64_t watch[kMaxConns];   // device addresses (CPU, before n)
   std::uint64_t target[kMaxConns];  // device addresses (CPU, before n)
   std::uint64_t kind[kMaxConns];    // kSend / kRecv (CPU, before n)

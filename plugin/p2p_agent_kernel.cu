@@ -120,6 +120,7 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     }
     if (i == 0) {
       t->gpu_ns = now;
+      t->passes = t->passes + 1;
       // `want` costs a PCIe read that the whole block waits for: every 8th pass.
       if ((pass & 7) == 0 && t->want == 0) {
         t->state = pa::kExiting;

@@ -52,6 +52,9 @@ constexpr Param kParams[] = {
      "CRYSTAL_P2P_POOL) follow the ring model, through the plugin's P2P agent kernel; 0, a "
      "plugin built without nvcc, or a non-ring connection: those GPUs never make the rank "
      "wait."},
+    {"CRYSTAL_P2P_PACE_STATS", "0",
+     "1: each P2P pacing agent prints its counters on stderr when its communicator is "
+     "destroyed (receive entries, how late, GPU clock offset, kernel passes and launches)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},
