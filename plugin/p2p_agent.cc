@@ -384,7 +384,8 @@ void P2pAgent::run() {
         word(slot.due).store(static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.due + offset)),
                              std::memory_order_relaxed);
         word(slot.value).store(e.value, std::memory_order_relaxed);
-        word(table_->sched_write[k]).store(w + 1, std::memory_order_release);
+        word(slot.seq).store(w + 1, std::memory_order_release);  // last: the kernel takes it
+        word(table_->sched_write[k]).store(w + 1, std::memory_order_relaxed);
       }
     } catch (const std::exception& e) {
       // No more pacing: every counter goes where no step reaches (R never waits on these

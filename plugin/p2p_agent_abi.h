@@ -9,10 +9,11 @@
 //   GPU time t) is consumed by V at max(t, the previous slice's) + occ_ns[i]: the kernel
 //   stores the slice's end into R's head (*target[i]) then. The CPU sets occ_ns and
 //   slice_steps per operation (the model's occupancy of a slice on R's link).
-// - A receive connection (kind 2): the CPU writes entries {due (GPU ns), value} into sched[i]
-//   (a ring of kDepth; sched_write[i] counts them); the kernel stores value into R's tail
-//   (*target[i]) once due passed and R's head (seen) is within NCCL_STEPS of value (the slot
-//   is free), then counts sched_read[i].
+// - A receive connection (kind 2): the CPU writes entries {due (GPU ns), value, seq} into
+//   sched[i] (a ring of kDepth; seq = k + 1 says slot k % kDepth holds entry k, so the kernel
+//   needs one PCIe read to find it); the kernel stores value into R's tail (*target[i]) once
+//   due passed and R's head (seen) is within NCCL_STEPS of value (the slot is free), then
+//   counts sched_read[i]. sched_write[i] is the CPU's own count.
 // - release[i] (CPU): a floor the kernel stores whenever it exceeds what it stored (the
 //   free-running fallback: 1 << 62).
 // gpu_ns: the kernel's clock (globaltimer), so the CPU can convert its model's times.
@@ -34,9 +35,11 @@ inline constexpr std::uint32_t kDepth = 32;      // receive entries in flight pe
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 inline constexpr std::uint64_t kSend = 1, kRecv = 2;
 
-struct Entry {
+struct Entry {  // written due, value, then seq
   std::uint64_t due;  // GPU ns
   std::uint64_t value;
+  std::uint64_t seq;  // k + 1 for the k-th entry of the connection: the slot holds it
+  std::uint64_t pad;
 };
 
 struct Table {
@@ -59,6 +62,6 @@ struct Table {
   std::uint64_t sched_read[kMaxConns];   // recv: entries stored (GPU)
   Entry sched[kMaxConns][kDepth];        // recv (CPU)
 };
-static_assert(sizeof(Table) == 64 + 9 * 8 * kMaxConns + 16 * kDepth * kMaxConns);
+static_assert(sizeof(Table) == 64 + 9 * 8 * kMaxConns + 32 * kDepth * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

@@ -18,11 +18,15 @@ __device__ __forceinline__ unsigned long long globalTimer() {
 
 constexpr int kCredits = 8;  // a send connection has at most NCCL_STEPS slices in flight
 constexpr unsigned long long kSteps = 8;  // NCCL_STEPS
+constexpr int kAhead = 4;                  // receive entries looked at per pass
 
 }  // namespace
 
+// Each pass costs about one PCIe round trip per warp: the loads a thread needs from the
+// table are independent and issued together; no barrier (a thread leaves when thread 0 says
+// so through shared memory).
 extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
-  __shared__ int s_leave;
+  volatile __shared__ int s_leave;
   volatile pa::Table* t = table;
   const unsigned i = threadIdx.x;
   if (i == 0) {
@@ -39,14 +43,12 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   unsigned long long counted = 0, last_due = 0;
   unsigned long long due[kCredits], value[kCredits];
   int head = 0, count = 0;
-  // recv: entries read ahead (a PCIe read each: four are loaded at once, independently)
-  constexpr int kAhead = 4;
-  unsigned long long rd = 0, wr = 0;
-  unsigned long long b_due[kAhead], b_value[kAhead];
-  int b_head = 0, b_n = 0;
-  for (unsigned pass = 0;; ++pass) {
+  // recv: the next entry's index
+  unsigned long long rd = 0;
+  unsigned long long passes = 0;
+  for (unsigned pass = 0; !s_leave; ++pass) {
     const unsigned long long now = globalTimer();
-    if (kind == 0 && i < t->n) {  // the CPU filled this connection before raising n
+    if (kind == 0 && (pass & 15) == 0 && i < t->n) {  // filled before n was raised
       kind = t->kind[i];
       watch = reinterpret_cast<volatile unsigned long long*>(t->watch[i]);
       target = reinterpret_cast<volatile unsigned long long*>(t->target[i]);
@@ -59,24 +61,23 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
       rd = t->sched_read[i];
     }
     if (kind != 0) {
-      const unsigned long long w = *watch;
-      if (w != seen) {
-        seen = w;
-        t->seen[i] = w;
-      }
       unsigned long long store = stored;
       if (kind == pa::kSend) {
-        if (counted < seen) {
-          const unsigned long long step = t->slice_steps[i] ? t->slice_steps[i] : 1;
-          const unsigned long long occ = t->occ_ns[i];
-          while (counted < seen && count < kCredits) {
-            counted = counted + step < seen ? counted + step : seen;
-            last_due = (now > last_due ? now : last_due) + occ;
-            const int k = (head + count) % kCredits;
-            due[k] = last_due;
-            value[k] = counted;
-            ++count;
-          }
+        const unsigned long long w = *watch;
+        const unsigned long long steps = t->slice_steps[i];
+        const unsigned long long occ = t->occ_ns[i];
+        if (w != seen) {
+          seen = w;
+          t->seen[i] = w;
+        }
+        const unsigned long long step = steps ? steps : 1;
+        while (counted < seen && count < kCredits) {
+          counted = counted + step < seen ? counted + step : seen;
+          last_due = (now > last_due ? now : last_due) + occ;
+          const int k = (head + count) % kCredits;
+          due[k] = last_due;
+          value[k] = counted;
+          ++count;
         }
         while (count > 0 && due[head] <= now) {
           store = value[head];
@@ -84,28 +85,28 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
           --count;
         }
       } else {
-        const unsigned long long rd0 = rd;
-        for (;;) {
-          if (b_n == 0) {
-            if (rd + b_n >= wr) wr = t->sched_write[i];  // read only when all known are taken
-            const unsigned long long avail = wr - rd;
-            const int k = avail < kAhead ? static_cast<int>(avail) : kAhead;
-            if (k == 0) break;
+        const unsigned long long w = *watch;
+        unsigned long long e_seq[kAhead], e_due[kAhead], e_value[kAhead];
 #pragma unroll
-            for (int j = 0; j < kAhead; ++j)
-              if (j < k) {
-                const volatile pa::Entry* e = &t->sched[i][(rd + j) % pa::kDepth];
-                b_due[j] = e->due;
-                b_value[j] = e->value;
-              }
-            b_head = 0;
-            b_n = k;
-          }
-          // Due, and its slot free: R emptied up to value - NCCL_STEPS.
-          if (b_due[b_head] > now || b_value[b_head] > seen + kSteps) break;
-          store = b_value[b_head] > store ? b_value[b_head] : store;
-          ++b_head;
-          --b_n;
+        for (int j = 0; j < kAhead; ++j) {
+          const volatile pa::Entry* e = &t->sched[i][(rd + j) % pa::kDepth];
+          e_seq[j] = e->seq;
+          e_due[j] = e->due;
+          e_value[j] = e->value;
+        }
+        if (w != seen) {
+          seen = w;
+          t->seen[i] = w;
+        }
+        const unsigned long long rd0 = rd;
+#pragma unroll
+        for (int j = 0; j < kAhead; ++j) {
+          // There (its seq), due, and its slot free: R emptied up to value - NCCL_STEPS. A
+          // seq read before its due/value could pair with old fields: the CPU writes seq last
+          // and a slot is rewritten only kDepth entries later, after this one was taken.
+          if (rd != rd0 + j || e_seq[j] != rd + 1 || e_due[j] > now || e_value[j] > seen + kSteps)
+            break;
+          store = e_value[j] > store ? e_value[j] : store;
           ++rd;
         }
         if (rd != rd0) t->sched_read[i] = rd;
@@ -120,8 +121,8 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     }
     if (i == 0) {
       t->gpu_ns = now;
-      t->passes = t->passes + 1;
-      // `want` costs a PCIe read that the whole block waits for: every 8th pass.
+      t->passes = ++passes;
+      // `want` costs a PCIe read: every 8th pass.
       if ((pass & 7) == 0 && t->want == 0) {
         t->state = pa::kExiting;
         __threadfence_system();
@@ -131,14 +132,9 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
           t->state = pa::kRunning;
       }
     }
-    __syncthreads();
-    if (s_leave) break;
-    __syncthreads();
   }
   // The credits of what R sent are its own: a kernel that leaves returns them (the next
   // operation starts after this one's end).
-  if (kind == pa::kSend && count > 0) {
-    *target = value[(head + count - 1) % kCredits];
-  }
+  if (kind == pa::kSend && count > 0) *target = value[(head + count - 1) % kCredits];
   __threadfence_system();
 }
