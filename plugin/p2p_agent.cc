@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <thread>
 
@@ -43,22 +42,22 @@ std::atomic_ref<T> word(T& x) {
 
 }  // namespace
 
-P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-                   const live::CommLinks& links)
+P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx)
     : d_(cuda::driver()),
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
-      // R's P2P connections run to members of its own node: NVLink in the target.
-      pacer_(nranks,
-             [links, rank, busy = std::make_shared<std::atomic<int>>(0),
-              connected = std::make_shared<std::atomic<int>>(0)] {
-               connected->fetch_add(1, std::memory_order_relaxed);
-               return makeRingChannel(links, rank, busy, connected);
-             },
-             links.ring_nvl) {
+      pacer_(nranks, [this, busy = std::make_shared<std::atomic<int>>(0),
+                      connected = std::make_shared<std::atomic<int>>(0)] {
+        PluginState& st = PluginState::get();
+        static std::mutex links_mu;
+        std::lock_guard lock(links_mu);
+        connected->fetch_add(1, std::memory_order_relaxed);
+        return makeRingChannel(live::commLinks(st.model(), st.config().cluster, nranks_), rank_,
+                               busy, connected);
+      }) {
   log_cursor_ = log_->appended();
 }
 
@@ -73,10 +72,8 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
   return nullptr;
 #else
   try {
-    PluginState& st = PluginState::get();
-    st.ensureInit();
-    const live::CommLinks links = live::commLinks(st.model(), st.config().cluster, nranks);
-    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links));
+    PluginState::get().ensureInit();
+    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx));
     a->start();
     std::lock_guard lock(agents().mu);
     agents().by_comm[comm_hash] = a;
@@ -172,12 +169,9 @@ P2pAgent::~P2pAgent() {
 
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
-  return fmt::format("{} paced connections, {} operations done, {} receive entries ({} due "
-                     "when written, at most {:.1f} us late), GPU clock offset {} ns, {} kernel "
-                     "passes, {} kernel launches, {} kernel starts, kernel state {}, want {}",
-                     table_ ? word(table_->n).load() : 0, ops_done_.load(), entries_.load(),
-                     late_.load(), static_cast<double>(max_late_ns_.load()) / 1e3,
-                     offset_ns_.load(), table_ ? word(table_->passes).load() : 0, launches_,
+  return fmt::format("{} paced connections, {} operations done, {} kernel launches, {} kernel "
+                     "starts, kernel state {}, want {}",
+                     table_ ? word(table_->n).load() : 0, ops_done_.load(), launches_,
                      table_ ? word(table_->starts).load() : 0,
                      table_ ? word(table_->state).load() : 0,
                      table_ ? word(table_->want).load() : 0);
@@ -199,28 +193,13 @@ bool P2pAgent::add(const P2pConnection& c) {
 
 void P2pAgent::takeConnection(const P2pConnection& c) {
   const std::uint32_t i = word(table_->n).load(std::memory_order_relaxed);
-  table_->watch[i] = c.watch;
-  table_->target[i] = c.target;
-  table_->kind[i] = c.send ? pa::kSend : pa::kRecv;
-  table_->slice_steps[i] = static_cast<std::uint64_t>(pacer_.sliceSteps());
-  table_->occ_ns[i] = static_cast<std::uint64_t>(pacer_.sliceOccupancyNs());
-  word(table_->seen[i]).store(0, std::memory_order_relaxed);
-  word(table_->sched_write[i]).store(0, std::memory_order_relaxed);
-  word(table_->sched_read[i]).store(0, std::memory_order_relaxed);
-  word(table_->release[i]).store(free_running_ ? std::uint64_t{1} << 62 : 0,
-                                 std::memory_order_relaxed);
+  pa::Conn& slot = table_->conns[i];
+  slot.watch = c.watch;
+  slot.target = c.target;
+  word(slot.seen).store(0, std::memory_order_relaxed);
+  word(slot.release).store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
   (void)pacer_.add(c.send, c.ordinal);  // index i: both grow only here
   word(table_->n).store(i + 1, std::memory_order_release);
-}
-
-void P2pAgent::setSlices() {
-  const std::uint32_t n = word(table_->n).load(std::memory_order_relaxed);
-  const auto steps = static_cast<std::uint64_t>(pacer_.sliceSteps());
-  const auto occ = static_cast<std::uint64_t>(std::max<live::TimeNs>(0, pacer_.sliceOccupancyNs()));
-  for (std::uint32_t i = 0; i < n; ++i) {
-    word(table_->slice_steps[i]).store(steps, std::memory_order_relaxed);
-    word(table_->occ_ns[i]).store(occ, std::memory_order_release);
-  }
 }
 
 cuda::Event P2pAgent::event() {
@@ -287,14 +266,10 @@ void P2pAgent::after(const Op& op) {
 
 void P2pAgent::run() {
   (void)d_.ctxSetCurrent(ctx_);
-  std::vector<P2pEntry> out;
+  std::vector<std::pair<int, std::uint64_t>> out;
   std::vector<std::uint64_t> seen;
   std::vector<cuda::Event> done_events;
   live::TimeNs progress_at = live::nowNs();
-  // GPU clock - CPU clock: the largest sample seen (a sample is the kernel's globaltimer of
-  // its last pass, so never ahead of the truth); none until the kernel ran.
-  std::int64_t offset = std::numeric_limits<std::int64_t>::min();
-  std::uint64_t gpu_seen = 0;
   for (;;) {
     {
       std::unique_lock lock(in_mu_);
@@ -318,12 +293,7 @@ void P2pAgent::run() {
         continue;
       }
     }
-    const std::uint64_t gpu = word(table_->gpu_ns).load(std::memory_order_acquire);
     const live::TimeNs now = live::nowNs();
-    if (gpu != gpu_seen) {
-      gpu_seen = gpu;
-      offset = std::max(offset, static_cast<std::int64_t>(gpu) - now);
-    }
     try {
       // The operations in stream order: started once the stream reached the first event,
       // done once it passed the second.
@@ -332,10 +302,7 @@ void P2pAgent::run() {
         if (!p.started) {
           if (d_.eventQuery(p.before) == cuda::kNotReady) break;
           p.started = true;
-          if (!free_running_) {
-            pacer_.opStarted(now, p.entry);
-            setSlices();
-          }
+          if (!free_running_) pacer_.opStarted(now, p.entry);
         }
         if (d_.eventQuery(p.after) == cuda::kNotReady) break;
         done_events.push_back(p.before);
@@ -349,7 +316,7 @@ void P2pAgent::run() {
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       seen.resize(n, 0);
       for (std::uint32_t i = 0; i < n; ++i) {
-        const std::uint64_t v = word(table_->seen[i]).load(std::memory_order_acquire);
+        const std::uint64_t v = word(table_->conns[i].seen).load(std::memory_order_acquire);
         if (v != seen[i]) {
           seen[i] = v;
           progress_at = now;
@@ -362,31 +329,11 @@ void P2pAgent::run() {
         throw PluginError(Errc::Internal,
                           fmt::format("no progress for {} s with {} operations outstanding ({})",
                                       kStallNs / 1'000'000'000, ops_.size(), stateLine()));
-      if (offset == std::numeric_limits<std::int64_t>::min()) continue;  // no GPU clock yet
       out.clear();
-      (void)pacer_.schedule(now, out, [this](int i) {
-        const auto k = static_cast<std::size_t>(i);
-        const std::uint64_t w = word(table_->sched_write[k]).load(std::memory_order_relaxed);
-        const std::uint64_t r = word(table_->sched_read[k]).load(std::memory_order_acquire);
-        return static_cast<std::size_t>(pa::kDepth - std::min<std::uint64_t>(pa::kDepth, w - r));
-      });
-      offset_ns_.store(offset, std::memory_order_relaxed);
-      for (const P2pEntry& e : out) {
-        entries_.fetch_add(1, std::memory_order_relaxed);
-        if (e.due < now) {
-          late_.fetch_add(1, std::memory_order_relaxed);
-          if (now - e.due > max_late_ns_.load(std::memory_order_relaxed))
-            max_late_ns_.store(now - e.due, std::memory_order_relaxed);
-        }
-        const auto k = static_cast<std::size_t>(e.conn);
-        const std::uint64_t w = word(table_->sched_write[k]).load(std::memory_order_relaxed);
-        pa::Entry& slot = table_->sched[k][w % pa::kDepth];
-        word(slot.due).store(static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.due + offset)),
-                             std::memory_order_relaxed);
-        word(slot.value).store(e.value, std::memory_order_relaxed);
-        word(slot.seq).store(w + 1, std::memory_order_release);  // last: the kernel takes it
-        word(table_->sched_write[k]).store(w + 1, std::memory_order_relaxed);
-      }
+      (void)pacer_.release(now, out);
+      for (const auto& [i, v] : out)
+        word(table_->conns[static_cast<std::size_t>(i)].release)
+            .store(v, std::memory_order_release);
     } catch (const std::exception& e) {
       // No more pacing: every counter goes where no step reaches (R never waits on these
       // connections again); the loop keeps following the operations so the kernel leaves.
@@ -396,7 +343,7 @@ void P2pAgent::run() {
       free_running_ = true;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i)
-        word(table_->release[i]).store(std::uint64_t{1} << 62, std::memory_order_release);
+        word(table_->conns[i].release).store(std::uint64_t{1} << 62, std::memory_order_release);
     }
   }
 }

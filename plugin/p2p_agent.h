@@ -26,7 +26,6 @@
 #include <thread>
 
 #include "crystal/live/collective_log.h"
-#include "crystal/live/target_model.h"
 #include "cuda_driver.h"
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
@@ -85,14 +84,12 @@ class P2pAgent {
   [[nodiscard]] std::string stateLine() const;
 
  private:
-  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-           const live::CommLinks& links);
+  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx);
   void start();   // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
-  void setSlices();  // the operation's send slices into the table (the pacing thread)
 
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
@@ -127,10 +124,6 @@ class P2pAgent {
   P2pPacer pacer_;
   std::deque<Pending> ops_;
   std::atomic<std::uint64_t> ops_done_{0};
-  // Diagnostics (the pacing thread): entries scheduled, of them already due when written, and
-  // the largest such lateness; the clock offset.
-  std::atomic<std::uint64_t> entries_{0}, late_{0};
-  std::atomic<std::int64_t> max_late_ns_{0}, offset_ns_{0};
   std::thread thread_;
 };
 

@@ -50,8 +50,7 @@ RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nran
   return s;
 }
 
-P2pPacer::P2pPacer(int nranks, MakeChannel make, live::RingHop send_hop)
-    : nranks_(nranks), make_(std::move(make)), send_hop_(send_hop) {}
+P2pPacer::P2pPacer(int nranks, MakeChannel make) : nranks_(nranks), make_(std::move(make)) {}
 
 int P2pPacer::add(bool send, int ordinal) {
   const int i = static_cast<int>(conns_.size());
@@ -61,7 +60,7 @@ int P2pPacer::add(bool send, int ordinal) {
   Conn c;
   c.send = send;
   c.channel = ordinal;
-  conns_.push_back(c);
+  conns_.push_back(std::move(c));
   return i;
 }
 
@@ -84,14 +83,16 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
   shape_ = ringOpShape(op, nranks_, connected);
   op_channels_ = op && op->channels > 0 ? op->channels : 0;
-  // V takes a slice as fast as the channel's share of R's link carries it (RingChannel's
-  // postSend, without its queueing: the agent chains the slices).
-  const int running = std::max(1, op_channels_ > 0 ? op_channels_ : connected);
-  slice_ns_ = send_hop_.occupancy(shape_.unit_bytes, running, running);
   for (auto& [ordinal, ch] : channels_) {
-    ch.op_sends = 0;
-    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].scheduled : 0;
+    ch.op_send_ends.clear();
+    ch.op_send_base = ch.send >= 0 ? conns_[static_cast<std::size_t>(ch.send)].seen : 0;
+    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
     ch.op_recv_done = 0;
+    if (ch.recv >= 0) {
+      Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
+      r.heads.clear();
+      r.head_at_op = r.seen;
+    }
   }
 }
 
@@ -99,56 +100,86 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   if (i < 0 || i >= size()) return;
   Conn& c = conns_[static_cast<std::size_t>(i)];
   if (value <= c.seen) return;
-  if (!c.send) {  // R emptied slots
+  Channel& ch = channels_[c.channel];
+  if (!c.send) {  // R emptied slots: later receives may be posted
     c.seen = value;
+    c.heads.emplace_back(value, now);
     return;
   }
-  // R filled slots: one unit per slice (a poll may see several at once). The ring model
-  // learns the slices' sizes from them; the agent returns their credits.
-  Channel& ch = channels_[c.channel];
-  const auto step = static_cast<std::uint64_t>(sliceSteps());
+  // R filled slots: one unit per slice (a poll may see several at once).
+  const auto step = static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
   while (c.seen < value) {
-    (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
-    ++ch.op_sends;
-    c.seen = std::min(value, c.seen + step);
+    const std::uint64_t end = std::min(value, c.seen + step);
+    const live::TimeNs done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
+    c.credits.emplace_back(std::max(done, now), end);
+    ch.op_send_ends.push_back(end);
+    c.seen = end;
   }
 }
 
-live::TimeNs P2pPacer::schedule(live::TimeNs now, std::vector<P2pEntry>& out, const Room& room) {
+std::optional<live::TimeNs> P2pPacer::slotFree(const Conn& c, std::uint64_t end) const {
+  // R may receive into the slot of a unit ending at `end` once its head is within NCCL_STEPS.
+  const std::uint64_t need = end > kNcclSteps ? end - kNcclSteps : 0;
+  if (c.head_at_op >= need) return op_start_;
+  for (const auto& [value, t] : c.heads)
+    if (value >= need) return std::max(op_start_, t);
+  return std::nullopt;
+}
+
+live::TimeNs P2pPacer::release(live::TimeNs now,
+                               std::vector<std::pair<int, std::uint64_t>>& out) {
   live::TimeNs next = kNever;
-  if (!in_op_) return next;
   for (std::size_t i = 0; i < conns_.size(); ++i) {
     Conn& c = conns_[i];
-    if (c.send) continue;
-    Channel& ch = channels_[c.channel];
-    std::size_t space = room(static_cast<int>(i));
-    while (space > 0) {
-      std::uint64_t end = 0;
-      if (shape_.symmetric) {
-        if (ch.op_sends == 0 ||
-            ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, ch.op_sends))
+    std::uint64_t value = c.released;
+    if (c.send) {
+      while (!c.credits.empty() && c.credits.front().first <= now) {
+        value = std::max(value, c.credits.front().second);
+        c.credits.pop_front();
+      }
+      if (!c.credits.empty()) next = std::min(next, c.credits.front().first);
+    } else if (in_op_) {
+      Channel& ch = channels_[c.channel];
+      for (;;) {
+        std::uint64_t end = 0;
+        if (shape_.symmetric) {
+          // Open loop once R's kernel is in the operation on this channel (its first send:
+          // NCCL leaves channels without work idle), up to the operation's slices; past
+          // that count (a partition NCCL cut differently) only as far as R's own sends.
+          const std::uint64_t sent = ch.op_send_ends.size();
+          if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
+          end = ch.op_recv_base +
+                (ch.op_recv_done + 1) * static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
+        } else {
+          // One step ahead of what R consumed, at most.
+          if (value > c.seen) break;
+          end = value + 1;
+        }
+        const auto posted = slotFree(c, end);
+        if (!posted) break;
+        const std::uint64_t unit = ch.recv_units;
+        ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
+                          static_cast<int>(model::Proto::Simple), op_channels_,
+                          ch.recv_in_op ? 0 : 1);
+        ch.recv_in_op = true;
+        const std::uint64_t bytes = shape_.unit_bytes;
+        const auto arrival = ch.ring->recvArrival(unit, *posted, bytes, now);
+        if (!arrival) {  // the model waits for R's send to size it: look again soon
+          next = std::min(next, now + 1000);
           break;
-        end = ch.op_recv_base + (ch.op_recv_done + 1) * static_cast<std::uint64_t>(sliceSteps());
-      } else {
-        // One step ahead of what R consumed, at most.
-        if (c.scheduled > c.seen) break;
-        end = c.scheduled + 1;
+        }
+        if (*arrival > now) {
+          next = std::min(next, *arrival);
+          break;
+        }
+        value = std::max(value, end);
+        ++ch.recv_units;
+        ++ch.op_recv_done;
       }
-      const std::uint64_t unit = ch.recv_units;
-      ch.ring->postRecv(unit, op_start_, !ch.recv_in_op, shape_.slices_per_step,
-                        static_cast<int>(model::Proto::Simple), op_channels_,
-                        ch.recv_in_op ? 0 : 1);
-      ch.recv_in_op = true;
-      const auto arrival = ch.ring->recvArrival(unit, op_start_, shape_.unit_bytes, now);
-      if (!arrival) {  // the model waits for R's send to size it: look again soon
-        next = std::min(next, now + 1000);
-        break;
-      }
-      out.push_back({static_cast<int>(i), *arrival, end});
-      c.scheduled = end;
-      ++ch.recv_units;
-      ++ch.op_recv_done;
-      --space;
+    }
+    if (value != c.released) {
+      c.released = value;
+      out.emplace_back(static_cast<int>(i), value);
     }
   }
   return next;

@@ -5,27 +5,32 @@
 // would read: the tail of V's recv block (R filled a slot of a send connector) and the head of
 // V's send block (R emptied a slot of a recv connector). It waits on two counters V would
 // write: the head of R's own send block (credit) and the tail of R's own recv block (data).
-// The agent kernel (p2p_agent_abi.h) moves those on the GPU, so no CPU round trip sits on a
-// step; this class tells it what to do and touches no GPU:
-// - Send credits: V consumes each slice R sends one slice occupancy of R's link after the
-//   previous (the model's per-channel share, the link shared by the operation's channels):
-//   sliceSteps() and sliceOccupancyNs() per operation.
-// - Receives: entries {due, value}: R's tail may move to `value` (the end of a slice) once
-//   `due` (RingChannel::recvArrival of that slice, as the NET path times an irecv,
-//   crystal/live/ring_timing.h) passed; the agent also waits for the slot (R's head within
-//   NCCL_STEPS). In a ring all-reduce, all-gather or reduce-scatter every member sends and
-//   receives the same slices: once R's kernel sent its first slice of the operation on a
-//   channel (NCCL leaves channels without work idle), the receives are scheduled ahead, up
-//   to the operation's slice count, and past it only as far as R's own sends (a channel NCCL
-//   gave more than the estimate). Other operations (broadcast, reduce, or one the tuner did
-//   not log) receive one-step units, at most one ahead of what R consumed.
+// The blocks of V lie in R's process (block_pool.h), so R's process sees the first two (the
+// agent kernel copies them to host memory, p2p_agent.h) and writes the other two when the
+// model says V would have: this class decides which value and when; it touches no GPU.
 //
-// Bytes per slice: the operation's per-channel traffic (collective log: function, size,
+// Units are NCCL slices (Simple: StepPerSlice steps of the counters), as the NET path's
+// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel times them:
+// - R's send unit (tail moved by one slice): RingChannel::postSend; its completion releases
+//   R's head to the unit's end (V consumed it).
+// - R's recv unit k of an operation: "posted" once its slot is free (R's head, as R moved it
+//   in V's send block, within NCCL_STEPS of the unit's end); its arrival from
+//   RingChannel::recvArrival releases R's tail to the unit's end. In a ring all-reduce,
+//   all-gather or reduce-scatter every member sends and receives the same slices: once R's
+//   kernel sent its first slice of the operation on a channel (NCCL leaves channels without
+//   work idle), the receives run open loop (a round trip through the CPU per step would
+//   set the pace otherwise), up to the operation's slice count, and past it only as far as
+//   R's own sends (a channel NCCL gave more than the estimate). Other operations
+//   (broadcast, reduce, or one the tuner did not log) receive one-step units, at most one
+//   ahead of what R consumed.
+//
+// Bytes per unit: the operation's per-channel traffic (collective log: function, size,
 // channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc
 // calcCollChunking: chunk = stepSize * chunkSteps, loops of channels * nranks chunks).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -56,28 +61,18 @@ struct RingOpShape {
 [[nodiscard]] RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nranks,
                                       int connected);
 
-// A receive entry for the agent: R's tail of connection `conn` may move to `value` at `due`.
-struct P2pEntry {
-  int conn = 0;
-  live::TimeNs due = 0;
-  std::uint64_t value = 0;
-};
-
 class P2pPacer {
  public:
   static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
   using MakeChannel = std::function<std::shared_ptr<live::RingChannel>()>;
-  using Room = std::function<std::size_t(int conn)>;
 
-  // `make` builds the timing of one ring channel (shared by its send and recv connection);
-  // `send_hop` is R's link to its ring successor (a channel's share of it).
-  P2pPacer(int nranks, MakeChannel make, live::RingHop send_hop);
+  // `make` builds the timing of one ring channel (shared by its send and recv connection).
+  P2pPacer(int nranks, MakeChannel make);
 
   // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
-  // k-th connected channel. Returns its index (observe/schedule use it).
+  // k-th connected channel. Returns its index (observe/release use it).
   int add(bool send, int ordinal);
   [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
-  [[nodiscard]] bool isSend(int i) const { return conns_[static_cast<std::size_t>(i)].send; }
 
   // R's stream reached an operation (the previous one, if any, ended): `op` is its log entry.
   void opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op);
@@ -86,43 +81,45 @@ class P2pPacer {
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
   // recv connector) to `value`. Values only grow; a smaller one is ignored.
   void observe(int i, std::uint64_t value, live::TimeNs now);
-
-  // The current operation's send slices: counter steps each, and V's time to take one.
-  [[nodiscard]] int sliceSteps() const { return std::max(1, shape_.slice_steps); }
-  [[nodiscard]] live::TimeNs sliceOccupancyNs() const { return slice_ns_; }
-
-  // Appends the receive entries that can be known now, at most room(conn) per connection;
-  // returns when to look again (kNever: nothing more until R moves a counter).
-  live::TimeNs schedule(live::TimeNs now, std::vector<P2pEntry>& out, const Room& room);
+  // Appends (i, value) for each connection whose counter in R's block is due to move by
+  // `now` (R's send head, R's recv tail), the newest value only; returns when the next one is
+  // due (kNever: none pending, or pending on R).
+  live::TimeNs release(live::TimeNs now, std::vector<std::pair<int, std::uint64_t>>& out);
 
  private:
   struct Channel {
     std::shared_ptr<live::RingChannel> ring;
-    int send = -1, recv = -1;         // connection indices
-    std::uint64_t op_sends = 0;       // R's send slices in the current operation
-    std::uint64_t op_recv_base = 0;   // R's tail when the operation started
-    std::uint64_t recv_units = 0;     // receive slices over the channel's life (RingChannel unit)
-    std::uint64_t op_recv_done = 0;   // receive slices scheduled in the operation
-    bool recv_in_op = false;          // postRecv'd this operation
+    int send = -1, recv = -1;  // connection indices
+    // R's sends in the current operation: end value of each slice (op-relative index).
+    std::vector<std::uint64_t> op_send_ends;
+    std::uint64_t op_send_base = 0, op_recv_base = 0;
+    std::uint64_t recv_units = 0;   // receive slices over the channel's life (RingChannel unit)
+    std::uint64_t op_recv_done = 0;  // receive slices released in the operation
+    bool recv_in_op = false;         // postRecv'd this operation
   };
   struct Conn {
     bool send = false;
     int channel = 0;
-    std::uint64_t seen = 0;       // R's counter in the pool block
-    std::uint64_t scheduled = 0;  // recv: the newest value scheduled for R's tail
+    std::uint64_t seen = 0;      // R's counter in the pool block
+    std::uint64_t released = 0;  // the value of R's own counter, released so far
+    // send: credits (time, head value) not yet released.
+    std::deque<std::pair<live::TimeNs, std::uint64_t>> credits;
+    // recv: R's head at the operation's start, and its changes since (value, time).
+    std::uint64_t head_at_op = 0;
+    std::vector<std::pair<std::uint64_t, live::TimeNs>> heads;
   };
   void endOp();
+  // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
+  [[nodiscard]] std::optional<live::TimeNs> slotFree(const Conn& c, std::uint64_t end) const;
 
   int nranks_;
   MakeChannel make_;
-  live::RingHop send_hop_;
   std::vector<Conn> conns_;
   std::map<int, Channel> channels_;  // by ordinal
   bool in_op_ = false;
   live::TimeNs op_start_ = 0;
   RingOpShape shape_;
   int op_channels_ = 0;
-  live::TimeNs slice_ns_ = 0;
 };
 
 }  // namespace crystal::plugin

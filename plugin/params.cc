@@ -54,7 +54,7 @@ constexpr Param kParams[] = {
      "wait."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
-     "destroyed (receive entries, how late, GPU clock offset, kernel passes and launches)."},
+     "destroyed (connections, operations, kernel launches and starts)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},

@@ -5,13 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <deque>
 #include <cstdio>
 #include <vector>
 
 #include "crystal/model/nccl_model.h"
 #include "nccl_constants.h"
-#include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
 #include "state.h"
 
@@ -34,18 +32,15 @@ Config oneNode() {
 // instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
 // send head), then post both (V's recv tail, V's send head). The slice program is
 // device/all_reduce.h's (step 0 sends, 2n-3 steps receive and send, the last receives) or
-// all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives). Beside it, the agent
-// kernel's part (p2p_agent_abi.h): credits one slice occupancy apart, receive entries once
-// due and their slot is free.
+// all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives).
 struct KernelChannel {
   int send_conn = -1, recv_conn = -1;
-  std::vector<std::pair<bool, bool>> slices;  // per slice: receives, sends
+  // The program: per slice, whether it receives and whether it sends.
+  std::vector<std::pair<bool, bool>> slices;
   std::size_t next = 0;
   std::uint64_t send_step = 0, recv_step = 0;  // R's own step counters
-  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (what the agent stored)
-  std::deque<std::pair<TimeNs, std::uint64_t>> credits;  // agent: (due, head value)
-  TimeNs last_credit = 0;
-  std::deque<plugin::P2pEntry> entries;  // agent: receive entries
+  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (what the pacer wrote)
+  std::uint64_t max_tail = 0;
 };
 
 std::vector<std::pair<bool, bool>> program(Func f, int n, std::uint64_t units) {
@@ -68,79 +63,56 @@ struct Result {
 
 Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::CollectiveEntry& e,
              TimeNs start) {
+  constexpr int kSliceSteps = 2;
   pacer.opStarted(start, e);
-  const auto step = static_cast<std::uint64_t>(pacer.sliceSteps());
-  const TimeNs occ = pacer.sliceOccupancyNs();
   TimeNs now = start, end = start;
-  std::vector<plugin::P2pEntry> out;
+  std::vector<std::pair<int, std::uint64_t>> out;
   Result r;
-  auto find = [&](int conn) -> KernelChannel& {
-    for (auto& c : chans)
-      if (c.send_conn == conn || c.recv_conn == conn) return c;
-    return chans.front();
-  };
   for (int guard = 0; guard < 10'000'000; ++guard) {
-    bool moved = false;
-    for (auto& c : chans) {  // the real kernel, as far as it can go now
-      while (c.next < c.slices.size()) {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (auto& c : chans) {
+        if (c.next >= c.slices.size()) continue;
         const auto [recv, send] = c.slices[c.next];
-        if (recv && c.tail < c.recv_step + step) break;
-        if (send && c.head + plugin::kNcclSteps < c.send_step + step) break;
+        if (recv && c.tail < c.recv_step + kSliceSteps) continue;
+        if (send && c.head + plugin::kNcclSteps < c.send_step + kSliceSteps) continue;
         if (send) {
-          c.send_step += step;
+          c.send_step += kSliceSteps;
           pacer.observe(c.send_conn, c.send_step, now);
-          c.last_credit = std::max(now, c.last_credit) + occ;
-          c.credits.emplace_back(c.last_credit, c.send_step);
         }
         if (recv) {
-          c.recv_step += step;
+          c.recv_step += kSliceSteps;
           pacer.observe(c.recv_conn, c.recv_step, now);
         }
         ++c.next;
         end = now;
         moved = true;
       }
-    }
-    TimeNs due = pacer.schedule(now, out, [&](int conn) {
-      return plugin::p2p_agent::kDepth - find(conn).entries.size();
-    });
-    for (const auto& x : out) find(x.conn).entries.push_back(x);
-    if (!out.empty()) moved = true;
-    out.clear();
-    for (auto& c : chans) {  // the agent
-      while (!c.credits.empty() && c.credits.front().first <= now) {
-        c.head = c.credits.front().second;
-        c.credits.pop_front();
-        moved = true;
+      out.clear();
+      const TimeNs due = pacer.release(now, out);
+      for (const auto& [i, v] : out)
+        for (auto& c : chans) {
+          if (i == c.send_conn) c.head = v;
+          if (i == c.recv_conn) c.tail = v;
+        }
+      if (!out.empty()) moved = true;
+      if (!moved) {
+        bool done = true;
+        for (const auto& c : chans) done = done && c.next >= c.slices.size();
+        if (done) {
+          pacer.opsDone();
+          for (const auto& c : chans) r.over_released |= c.tail > c.recv_step;
+          r.us = static_cast<double>(end - start) / 1e3;
+          return r;
+        }
+        if (due == P2pPacer::kNever) {
+          r.stalled = true;
+          return r;
+        }
+        now = std::max(now + 1, due);
       }
-      while (!c.entries.empty() && c.entries.front().due <= now &&
-             c.entries.front().value <= c.recv_step + plugin::kNcclSteps) {
-        c.tail = c.entries.front().value;
-        c.entries.pop_front();
-        moved = true;
-      }
-      if (!c.credits.empty()) due = std::min(due, c.credits.front().first);
-      if (!c.entries.empty() && c.entries.front().value <= c.recv_step + plugin::kNcclSteps)
-        due = std::min(due, c.entries.front().due);
     }
-    if (moved) continue;
-    bool done = true;
-    for (const auto& c : chans) done = done && c.next >= c.slices.size();
-    if (done) {
-      pacer.opsDone();
-      for (auto& c : chans) {
-        r.over_released |= !c.entries.empty() || c.tail > c.recv_step;
-        c.head = c.send_step;  // a leaving agent returns the credits
-        c.credits.clear();
-      }
-      r.us = static_cast<double>(end - start) / 1e3;
-      return r;
-    }
-    if (due == P2pPacer::kNever) {
-      r.stalled = true;
-      return r;
-    }
-    now = std::max(now + 1, due);
   }
   r.stalled = true;
   return r;
@@ -159,9 +131,7 @@ std::unique_ptr<Setup> connect(int nranks, int channels) {
   auto busy = std::make_shared<std::atomic<int>>(0);
   auto connected = std::make_shared<std::atomic<int>>(channels);
   auto s = std::make_unique<Setup>(Setup{
-      P2pPacer(nranks, [=] { return plugin::makeRingChannel(links, 0, busy, connected); },
-               links.ring_nvl),
-      {}});
+      P2pPacer(nranks, [=] { return plugin::makeRingChannel(links, 0, busy, connected); }), {}});
   // NCCL's exchange: receive entries, then send entries, by channel ordinal.
   s->chans.resize(static_cast<std::size_t>(channels));
   for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
@@ -228,50 +198,42 @@ TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
     }
 }
 
-// Receives are scheduled ahead once R's kernel is in the operation on a channel, never past
-// the operation's slices (the agent's ring bounds how far); a channel without a send of R's
-// gets none; past the estimate they follow R's sends.
+// Receives run open loop once R's kernel is in the operation on a channel, never past the
+// operation's slices; a channel without a send of R's gets none.
 TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   auto s = connect(8, 2);
   // 8 MiB all-reduce on 2 channels: one loop of 2 * 7 sends of 2 slices = 28 slices each.
   s->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
                                               model::Proto::Simple, 8 * MiB, 2});
-  EXPECT_EQ(s->pacer.sliceSteps(), 2);
-  // A slice of 8 MiB * 14/8 / 2 channels / 28 over a channel's half of NVLink.
-  EXPECT_GT(s->pacer.sliceOccupancyNs(), 100);
-  EXPECT_LT(s->pacer.sliceOccupancyNs(), 10'000);
-  std::vector<plugin::P2pEntry> out;
-  const auto room = [](int) { return std::size_t{100}; };
-  EXPECT_EQ(s->pacer.schedule(1'000'000, out, room), P2pPacer::kNever);  // nothing sent yet
+  std::vector<std::pair<int, std::uint64_t>> out;
+  EXPECT_EQ(s->pacer.release(1'000'000, out), P2pPacer::kNever);  // nothing sent: nothing due
   EXPECT_TRUE(out.empty());
   const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
   s->pacer.observe(send, 2, 1'000);  // R's first slice on channel 0
-  (void)s->pacer.schedule(1'000, out, room);
-  ASSERT_EQ(out.size(), 28u);
-  TimeNs last = 0;
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    EXPECT_EQ(out[k].conn, recv);
-    EXPECT_EQ(out[k].value, 2 * (k + 1));
-    EXPECT_GE(out[k].due, last);  // in order, a slice apart
-    last = out[k].due;
-  }
-  EXPECT_GT(out.back().due, out.front().due + 26 * s->pacer.sliceOccupancyNs() / 2);
-  out.clear();
-  EXPECT_EQ(s->pacer.schedule(2'000'000, out, room), P2pPacer::kNever);
+  const TimeNs due = s->pacer.release(1'000, out);
   EXPECT_TRUE(out.empty());
-  // R goes on past the estimate (NCCL gave this channel more): receives follow its sends.
-  for (std::uint64_t v = 4; v <= 60; v += 2) s->pacer.observe(send, v, 3'000'000);
-  (void)s->pacer.schedule(3'000'000, out, room);
+  EXPECT_GT(due, 1'000);
+  EXPECT_LT(due, 100'000);  // a slice of 8 MiB / 2 / 8 / 2 over NVLink
+  // Long after: the receives that fit NCCL's 8 slots (R emptied none yet), and the first
+  // send's credit.
+  (void)s->pacer.release(1'000'000'000, out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[1].value, 60u);
-  // The room the agent has bounds a round.
-  auto t = connect(8, 1);
-  t->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
-                                              model::Proto::Simple, 8 * MiB, 1});
-  t->pacer.observe(t->chans[0].send_conn, 2, 1'000);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{8}));
+  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{2}));
+  // R emptied 27 slices: the rest of the operation's 28, and no more.
+  s->pacer.observe(recv, 54, 1'000'000'000);
   out.clear();
-  (void)t->pacer.schedule(1'000, out, [](int) { return std::size_t{5}; });
-  EXPECT_EQ(out.size(), 5u);
+  (void)s->pacer.release(1'000'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{56}));
+  // R goes on past the estimate (NCCL gave this channel more): receives follow its sends.
+  s->pacer.observe(recv, 56, 1'000'000'000);
+  for (std::uint64_t v = 4; v <= 60; v += 2) s->pacer.observe(send, v, 1'000'000'000);
+  out.clear();
+  (void)s->pacer.release(2'000'000'000, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{60}));
+  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{60}));
 }
 
 }  // namespace
