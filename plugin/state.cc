@@ -225,8 +225,12 @@ void PluginState::applyLocked(const Config& cfg) {
   if (max_recvs_ < 1 || max_recvs_ > 8)
     throw InputError(fmt::format("environment CRYSTAL_MAX_RECVS={}: must be 1..8", max_recvs_));
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
-  fold_rings_ = paramString("CRYSTAL_FOLD_RINGS").empty() ? cfg.emulation.fold_rings
-                                                          : paramBool("CRYSTAL_FOLD_RINGS");
+  // Folding spares NCCL's proxy NET work; under p2p_peers a node's hops are P2P, paced by the
+  // agent kernel (p2p_agent.h), and a folded ring ran slower on the H200 (2026-12-04: 1 MiB
+  // all-reduce on 2 channels 80 us, on 28 unfolded 50 us, model 60).
+  fold_rings_ = paramString("CRYSTAL_FOLD_RINGS").empty()
+                    ? cfg.emulation.fold_rings && !cfg.emulation.p2p_peers
+                    : paramBool("CRYSTAL_FOLD_RINGS");
   if (const char* min = std::getenv("NCCL_MIN_NCHANNELS"); min != nullptr)
     nccl_min_channels_ = std::clamp(std::atoi(min), 0, 64);  // NCCL 2.28.9 caps at MAXCHANNELS
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");

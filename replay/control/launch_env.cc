@@ -80,6 +80,11 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     byDefault("NCCL_P2P_LEVEL", "SYS");
     byDefault("NCCL_IGNORE_DISABLED_P2P", "2");
     byDefault("NCCL_WIN_ENABLE", "0");
+    // Memory for those connections, from the real rank's process (plugin/interpose/
+    // block_pool.h): 64 recv blocks of 10 MiB and 64 send blocks of 2 MiB per communicator
+    // (768 MiB of GPU memory), enough for a ring and a tree on 28 channels of one node; a
+    // used-up pool fails the connection with a line that says to raise it.
+    byDefault("CRYSTAL_P2P_POOL", "64,64");
   }
   if (config.emulation.gdr.value_or(true)) {
     byDefault("NCCL_NET_GDR_LEVEL", "SYS");

@@ -92,18 +92,21 @@ TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
 
 // emulation.p2p_peers: NCCL keeps runtime connect (the P2P channels to virtual node members
 // connect at the first collective), never trades P2P for NET inside the node, and allows P2P
-// at any PCI distance; without it every channel connects at init.
+// at any PCI distance, and the real rank's process offers memory for those connections
+// (CRYSTAL_P2P_POOL); without it every channel connects at init.
 namespace crystal::test {
 namespace {
 
 TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
-  for (const char* v : {"NCCL_P2P_LEVEL", "NCCL_IGNORE_DISABLED_P2P", "NCCL_WIN_ENABLE"})
+  for (const char* v :
+       {"NCCL_P2P_LEVEL", "NCCL_IGNORE_DISABLED_P2P", "NCCL_WIN_ENABLE", "CRYSTAL_P2P_POOL"})
     ::unsetenv(v);
   Config c;
   auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_EQ(find(env, "NCCL_RUNTIME_CONNECT"), "0");
   EXPECT_FALSE(find(env, "NCCL_NET_DISABLE_INTRA").has_value());
   EXPECT_FALSE(find(env, "NCCL_P2P_LEVEL").has_value());
+  EXPECT_FALSE(find(env, "CRYSTAL_P2P_POOL").has_value());
   c.emulation.p2p_peers = true;
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_FALSE(find(env, "NCCL_RUNTIME_CONNECT").has_value());
@@ -111,6 +114,7 @@ TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "SYS");
   EXPECT_EQ(find(env, "NCCL_IGNORE_DISABLED_P2P"), "2");
   EXPECT_EQ(find(env, "NCCL_WIN_ENABLE"), "0");
+  EXPECT_EQ(find(env, "CRYSTAL_P2P_POOL"), "64,64");  // the connections' memory
   ::setenv("NCCL_P2P_LEVEL", "NVL", 1);  // the caller's value wins
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "NVL");

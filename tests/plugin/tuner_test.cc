@@ -144,6 +144,16 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
   EXPECT_EQ(channelsFor(1 << 20), 1);
   unsetenv("NCCL_MIN_NCHANNELS");
+  // Under p2p_peers the node's hops are P2P, paced on the GPU (plugin/p2p_agent.h), with no
+  // NET proxy to spare: rings keep the target's channels unless CRYSTAL_FOLD_RINGS=1 says so.
+  cfg.emulation.p2p_peers = true;
+  PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(1 << 20), 16);
+  setenv("CRYSTAL_FOLD_RINGS", "1", 1);
+  PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(1 << 20), 1);
+  unsetenv("CRYSTAL_FOLD_RINGS");
+  cfg.emulation.p2p_peers = false;
   cfg.emulation.fold_rings = true;
   PluginState::get().configure(cfg);
 }

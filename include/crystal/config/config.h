@@ -153,9 +153,11 @@ struct EmulationConfig {
   bool fold_rings = true;
   // The virtual ranks on a real rank's target node look like GPUs of its own host, so its
   // NCCL reaches them over P2P as on the target (NVLink) instead of NET (host/
-  // bootstrap_host.h HostOptions::p2p_peers). Milestone 1 of docs/research/
-  // nccl-2.28.9-p2p-virtual-peers.md §8: communicators are created (init and destroy); the
-  // first collective that connects such a channel fails with a clear error. Off by default.
+  // bootstrap_host.h HostOptions::p2p_peers). Their connections need memory from the real
+  // rank's process (CRYSTAL_P2P_POOL, plugin/interpose/block_pool.h), else the first
+  // collective that connects one fails with a clear error; its ring connections are paced by
+  // the model (plugin/p2p_agent.h), the rest run free. Rings are not folded (fold_rings)
+  // unless CRYSTAL_FOLD_RINGS=1. Off by default.
   bool p2p_peers = false;
   double gpu_channel_GBps = 17.0;
   double proxy_request_us = 0.5;
