@@ -117,13 +117,14 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   }
 }
 
-std::optional<live::TimeNs> P2pPacer::slotFree(const Conn& c, std::uint64_t end) const {
+std::optional<live::TimeNs> P2pPacer::slotFree(Conn& c, std::uint64_t end,
+                                               live::TimeNs op_start) {
   // R may receive into the slot of a unit ending at `end` once its head is within NCCL_STEPS.
   const std::uint64_t need = end > kNcclSteps ? end - kNcclSteps : 0;
-  if (c.head_at_op >= need) return op_start_;
-  for (const auto& [value, t] : c.heads)
-    if (value >= need) return std::max(op_start_, t);
-  return std::nullopt;
+  if (c.head_at_op >= need) return op_start;
+  while (!c.heads.empty() && c.heads.front().first < need) c.heads.pop_front();
+  if (c.heads.empty()) return std::nullopt;
+  return std::max(op_start, c.heads.front().second);
 }
 
 live::TimeNs P2pPacer::release(live::TimeNs now,
@@ -155,7 +156,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now,
           if (value > c.seen) break;
           end = value + 1;
         }
-        const auto posted = slotFree(c, end);
+        const auto posted = slotFree(c, end, op_start_);
         if (!posted) break;
         const std::uint64_t unit = ch.recv_units;
         ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,

@@ -106,11 +106,13 @@ class P2pPacer {
     std::deque<std::pair<live::TimeNs, std::uint64_t>> credits;
     // recv: R's head at the operation's start, and its changes since (value, time).
     std::uint64_t head_at_op = 0;
-    std::vector<std::pair<std::uint64_t, live::TimeNs>> heads;
+    std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
   // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
-  [[nodiscard]] std::optional<live::TimeNs> slotFree(const Conn& c, std::uint64_t end) const;
+  // Drops the head changes no later unit can need (its `need` only grows).
+  [[nodiscard]] static std::optional<live::TimeNs> slotFree(Conn& c, std::uint64_t end,
+                                                            live::TimeNs op_start);
 
   int nranks_;
   MakeChannel make_;
