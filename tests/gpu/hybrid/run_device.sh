@@ -6,7 +6,7 @@
 #       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast) |
 #       kill (the host is killed mid-collective: the real rank must fail with a clear NCCL
 #       error within CRYSTAL_TIMEOUT, no hang) |
-#       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; milestone 1) |
+#       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; P2P_OPS: timed vs model) |
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
@@ -165,15 +165,29 @@ case "$case_name" in
          rc=$(sed -n 's/^rc=//p' "$log")
          echo "kill: program rc=${rc:-none (still running: HANG)} ${ms} ms after the host died (CRYSTAL_TIMEOUT=$CRYSTAL_TIMEOUT)"
          [ -n "$rc" ] && [ "$rc" != 0 ] ;;
-  p2p)   # emulation.p2p_peers (milestone 1, docs/research/nccl-2.28.9-p2p-virtual-peers.md
-         # §8): rank P2P_RANK (default 0) of P2P_N ranks (8 = one node, or 64) is real and its
-         # node's virtual ranks are GPUs of its host. --init-only 1 must complete; a collective
-         # must fail with the host's "virtual GPU of this rank's node" message, not hang.
+  p2p)   # emulation.p2p_peers (docs/host.md "Virtual GPUs of a real rank's node"): rank
+         # P2P_RANK (default 0) of P2P_N ranks (8 = one node, or 64) is real and its node's
+         # virtual ranks are GPUs of its host, connected over P2P with memory from the rank's
+         # process (CRYSTAL_P2P_POOL, 64,64 by default) and paced by the ring model
+         # (CRYSTAL_P2P_PACE=0: free-running). With P2P_OPS (e.g. allreduce,allgather) the
+         # case runs those ops from 1 MiB to 1 GiB and prints them beside `crystal simulate`.
          n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml
          sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
            if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
          echo "  p2p_peers: true" >>"$cfg"
-         emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@" ;;
+         if [ -z "${P2P_OPS:-}" ]; then
+           emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
+         else
+           emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" --ops "$P2P_OPS" \
+             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-5} "$@" | tee "$OUT/p2p.txt"
+           rc=${PIPESTATUS[0]}
+           $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 --ranks $n \
+             --rank $r ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p.json" >"$OUT/model-p2p.txt" 2>&1
+           echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
+           echo "|---|---|---|---|---|---|---|---|"
+           python3 tests/gpu/hybrid/compare.py p2p "$OUT/p2p.txt" world="$OUT/model-p2p.json"
+           exit $rc
+         fi ;;
   all)   run_all ;;
   *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac
