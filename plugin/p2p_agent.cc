@@ -34,6 +34,17 @@ Agents& agents() {
   return *a;
 }
 std::atomic<bool> g_any{false};
+std::atomic<const void*> g_test_image{nullptr};
+std::atomic<live::TimeNs> g_test_stall_ns{0};
+
+const void* kernelImage() {
+  if (const void* t = g_test_image.load()) return t;
+#ifdef CRYSTAL_HAVE_P2P_AGENT
+  return kP2pAgentImage;
+#else
+  return nullptr;
+#endif
+}
 
 template <typename T>
 std::atomic_ref<T> word(T& x) {
@@ -67,14 +78,15 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     *why = "CRYSTAL_P2P_PACE=0";
     return nullptr;
   }
-#ifndef CRYSTAL_HAVE_P2P_AGENT
-  *why = "the plugin was built without nvcc, so it has no P2P agent kernel";
-  return nullptr;
-#else
+  const void* image = kernelImage();
+  if (!image) {
+    *why = "the plugin was built without nvcc, so it has no P2P agent kernel";
+    return nullptr;
+  }
   try {
     PluginState::get().ensureInit();
     std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx));
-    a->start();
+    a->start(image);
     std::lock_guard lock(agents().mu);
     agents().by_comm[comm_hash] = a;
     g_any.store(true, std::memory_order_release);
@@ -86,8 +98,17 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     *why = e.what();
     return nullptr;
   }
+}
+
+void P2pAgent::setImageForTesting(const void* image) { g_test_image.store(image); }
+bool P2pAgent::builtWithKernel() {
+#ifdef CRYSTAL_HAVE_P2P_AGENT
+  return true;
+#else
+  return false;
 #endif
 }
+void P2pAgent::setStallNsForTesting(live::TimeNs ns) { g_test_stall_ns.store(ns); }
 
 std::shared_ptr<P2pAgent> P2pAgent::find(std::uint64_t comm_hash) {
   if (!g_any.load(std::memory_order_acquire)) return nullptr;
@@ -107,12 +128,8 @@ void P2pAgent::forget(std::uint64_t comm_hash) {
   }
 }
 
-void P2pAgent::start() {
-#ifdef CRYSTAL_HAVE_P2P_AGENT
-  const void* image = kP2pAgentImage;
-#else
-  const void* image = nullptr;
-#endif
+void P2pAgent::start(const void* image) {
+  if (const live::TimeNs t = g_test_stall_ns.load(); t > 0) stall_ns_ = t;
   check(d_.ctxSetCurrent(ctx_), "cuCtxSetCurrent");
   check(d_.moduleLoadData(&module_, image), "cuModuleLoadData (P2P agent kernel)");
   check(d_.moduleGetFunction(&fn_, module_, "crystal_p2p_agent"), "cuModuleGetFunction");
@@ -325,10 +342,12 @@ void P2pAgent::run() {
       }
       // A pacing bug must not hang the job: an operation that moved no counter for this long
       // gets the free-running counters (the kernel, if it waits on us, goes on).
-      if (now - progress_at > kStallNs)
+      if (now - progress_at > stall_ns_)
         throw PluginError(Errc::Internal,
-                          fmt::format("no progress for {} s with {} operations outstanding ({})",
-                                      kStallNs / 1'000'000'000, ops_.size(), stateLine()));
+                          fmt::format("no progress for {:.3f} s with {} operations outstanding "
+                                      "({})",
+                                      static_cast<double>(stall_ns_) / 1e9, ops_.size(),
+                                      stateLine()));
       out.clear();
       (void)pacer_.release(now, out);
       for (const auto& [i, v] : out)

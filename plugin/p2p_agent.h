@@ -50,6 +50,11 @@ class P2pAgent {
   // An operation outstanding this long while no counter of R's moved and none completed ends
   // the pacing (one WARN; the connections run free from then on).
   static constexpr live::TimeNs kStallNs = 10'000'000'000;
+  // Tests: the kernel image to load (nullptr: the one built into the plugin, if any), and the
+  // stall bound of agents made from now on (0: kStallNs).
+  static void setImageForTesting(const void* image);
+  [[nodiscard]] static bool builtWithKernel();  // nvcc built the kernel into the plugin
+  static void setStallNsForTesting(live::TimeNs ns);
   // The pacing thread spins this long after the last operation ended before it sleeps.
   static constexpr live::TimeNs kIdleSpinNs = 2'000'000;
   // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
@@ -85,7 +90,7 @@ class P2pAgent {
 
  private:
   P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx);
-  void start();   // the table, stream, kernel and thread; throws PluginError
+  void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
@@ -120,6 +125,7 @@ class P2pAgent {
   bool stopping_ = false;
   std::uint32_t conns_ = 0;  // connections taken (in_mu_)
   bool free_running_ = false;  // pacing failed: every counter released for good
+  live::TimeNs stall_ns_ = kStallNs;
 
   P2pPacer pacer_;
   std::deque<Pending> ops_;

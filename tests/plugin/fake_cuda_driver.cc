@@ -1,10 +1,12 @@
 #include "fake_cuda_driver.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "mirror_kernel_abi.h"
+#include "p2p_agent_abi.h"
 
 namespace crystal::test {
 namespace {
@@ -38,26 +40,34 @@ Result streamDestroy(void*) {
   --g.live_streams;
   return 0;
 }
-// An event remembers whether the work before its last record is done.
+// An event remembers whether the work before its last record is done, and that record's
+// number (records count from 1 per install; FakeGpu::done_through).
+struct FakeEvent {
+  bool done = true;
+  std::uint64_t number = 0;
+};
+std::atomic<std::uint64_t> g_records{0};
 Result eventCreate(void** e, unsigned) {
   ++g.live_events;
-  *e = new bool(true);
+  *e = new FakeEvent;
   return 0;
 }
 Result eventDestroy(void* e) {
   --g.live_events;
-  delete static_cast<bool*>(e);
+  delete static_cast<FakeEvent*>(e);
   return 0;
 }
 Result eventRecord(void* e, void*) {
-  *static_cast<bool*>(e) = false;
+  auto* ev = static_cast<FakeEvent*>(e);
+  ev->done = false;
+  ev->number = ++g_records;
   record({"cuEventRecord"});
   return 0;
 }
 Result eventQuery(void* e) {
-  bool& done = *static_cast<bool*>(e);
-  if (g.complete) done = true;
-  return done ? 0 : 600;
+  auto* ev = static_cast<FakeEvent*>(e);
+  if (g.complete || ev->number <= std::atomic_ref(g.done_through).load()) ev->done = true;
+  return ev->done ? 0 : 600;
 }
 Result htod(DevicePtr d, const void* s, std::size_t n, void*) {
   std::memcpy(ptr(d), s, n);
@@ -128,7 +138,8 @@ Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
   *d = static_cast<DevicePtr>(addr(p));  // unified addressing: the same address
   return 0;
 }
-int g_module = 0, g_function = 0, g_mirror_function = 0;
+int g_module = 0, g_function = 0, g_mirror_function = 0, g_p2p_function = 0;
+plugin::p2p_agent::Table* g_p2p = nullptr;  // the table of the latest P2P agent launch
 Result moduleLoad(void** m, const void*) {
   if (!g.module_loads) return 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
   *m = &g_module;
@@ -137,7 +148,10 @@ Result moduleLoad(void** m, const void*) {
 Result moduleUnload(void*) { return 0; }
 Result moduleFunction(void** f, void*, const char* name) {
   record({std::string("cuModuleGetFunction:") + name});
-  *f = std::string(name) == plugin::mirror_kernel::kName ? &g_mirror_function : &g_function;
+  const std::string n(name);
+  *f = n == plugin::mirror_kernel::kName ? &g_mirror_function
+       : n == "crystal_p2p_agent"        ? &g_p2p_function
+                                         : &g_function;
   return 0;
 }
 namespace fr = plugin::flag_ring;
@@ -206,6 +220,14 @@ Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigne
     mirrorKernel(params);
     return 0;
   }
+  if (f == &g_p2p_function) {
+    record({"cuLaunchKernel:crystal_p2p_agent"});
+    g_p2p = static_cast<plugin::p2p_agent::Table*>(ptr(*static_cast<DevicePtr*>(params[0])));
+    std::atomic_ref(g_p2p->starts).fetch_add(1);
+    std::atomic_ref(g_p2p->state).store(plugin::p2p_agent::kRunning);
+    (void)p2pAgentPass();
+    return 0;
+  }
   record({"cuLaunchKernel"});
   g_ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
   if (!g.kernel_runs) return 0;
@@ -225,7 +247,7 @@ Result streamCreatePriority(void** s, unsigned, int priority) {
   return 0;
 }
 Result streamIsCapturing(void*, int* status) {
-  *status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  *status = g.capturing ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE / _NONE
   return 0;
 }
 const plugin::cuda::DriverApi kFake{
@@ -236,6 +258,24 @@ const plugin::cuda::DriverApi kFake{
     priorityRange,  streamCreatePriority, streamIsCapturing};
 
 }  // namespace
+
+bool p2pAgentPass() {
+  namespace pa = plugin::p2p_agent;
+  pa::Table* t = g_p2p;
+  if (!t || std::atomic_ref(t->state).load() != pa::kRunning) return false;
+  const std::uint32_t n = std::atomic_ref(t->n).load();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    pa::Conn& c = t->conns[i];
+    std::atomic_ref(c.seen).store(*static_cast<std::uint64_t*>(ptr(c.watch)));
+    const std::uint64_t r = std::atomic_ref(c.release).load();
+    if (r != 0) *static_cast<std::uint64_t*>(ptr(c.target)) = r;
+  }
+  if (std::atomic_ref(t->want).load() == 0) {
+    std::atomic_ref(t->state).store(pa::kExiting);
+    return false;
+  }
+  return true;
+}
 
 std::vector<FakeCall> FakeGpu::named(const std::string& name) const {
   std::vector<FakeCall> out;
@@ -266,7 +306,11 @@ FakeGpu& installFakeDriver() {
   g.has_context = true;
   g.kernel_runs = true;
   g.module_loads = true;
+  g.capturing = false;
+  g.done_through = 0;
+  g_records = 0;
   g_ring = nullptr;
+  g_p2p = nullptr;
   plugin::cuda::setDriverForTesting(&kFake);
   return g;
 }

@@ -24,6 +24,7 @@ struct FakeCall {
 struct FakeGpu {
   std::vector<FakeCall> calls;
   bool complete = true;     // events recorded so far report done
+  std::uint64_t done_through = 0;  // and so do those of the first N records (cuEventRecord)
   bool has_context = true;  // cuCtxGetCurrent returns a context
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
   // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
@@ -32,6 +33,10 @@ struct FakeGpu {
   // not started yet).
   bool kernel_runs = true;
   bool module_loads = true;  // cuModuleLoadData succeeds
+  bool capturing = false;    // cuStreamIsCapturing says the stream is under graph capture
+  // cuLaunchKernel of the P2P agent (plugin/p2p_agent_abi.h) is recorded as
+  // "cuLaunchKernel:crystal_p2p_agent"; the "kernel" then runs while the table's `want` is 1
+  // (p2pAgentPass) and leaves at once otherwise.
   int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
@@ -40,6 +45,11 @@ struct FakeGpu {
 // With kernel_runs false: runs the flag-writer commands posted since, as the kernel would,
 // leaving it "running" (benchmarks drain the ring between batches of posts). Returns how many.
 std::size_t drainFakeFlagRing();
+
+// One pass of the P2P agent kernel of the latest launch, on the CPU, if it is running: every
+// connection's watched counter copied to `seen`, its `release` stored at its target; then it
+// leaves if `want` is 0. Returns whether it still runs.
+bool p2pAgentPass();
 
 // Frees pinned host allocations the plugin left on purpose (a flag-writer ring whose kernel
 // may still run); returns how many.

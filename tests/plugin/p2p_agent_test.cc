@@ -1,0 +1,154 @@
+// The P2P pacing agent's CPU side (plugin/p2p_agent.h) against the fake CUDA driver, whose
+// "agent kernel" is p2pAgentPass: which connections it paces, that receives of a ring
+// all-reduce are released only once the operation ran and within its slices, that the kernel
+// leaves when nothing is outstanding (so a program's cudaDeviceSynchronize returns), that a
+// stream under graph capture is refused, and that a stalled pacing releases every counter
+// instead of hanging the job.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "crystal/live/collective_log.h"
+#include "errors.h"
+#include "fake_cuda_driver.h"
+#include "p2p_agent.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+using plugin::P2pAgent;
+using plugin::P2pConnection;
+namespace pa = plugin::p2p_agent;
+
+const unsigned char kImage[] = {0};  // the fake loads anything
+
+template <typename Pred>
+bool eventually(Pred pred, double secs = 5) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(secs);
+  while (std::chrono::steady_clock::now() < end) {
+    (void)p2pAgentPass();
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return false;
+}
+
+std::uint64_t load(const std::uint64_t& x) {
+  return std::atomic_ref(const_cast<std::uint64_t&>(x)).load();
+}
+
+class P2pAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = &installFakeDriver();
+    P2pAgent::setImageForTesting(kImage);
+    Config cfg;  // one node of 8 H200
+    cfg.cluster.nodes = 1;
+    plugin::PluginState::get().configure(cfg);
+  }
+  void TearDown() override {
+    P2pAgent::forget(kHash);
+    P2pAgent::setImageForTesting(nullptr);
+    P2pAgent::setStallNsForTesting(0);
+    uninstallFakeDriver();
+  }
+  std::shared_ptr<P2pAgent> make() {
+    std::string why;
+    auto a = P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), &why);
+    EXPECT_TRUE(a) << why;
+    return a;
+  }
+  static constexpr std::uint64_t kHash = 0x5eed;
+  FakeGpu* gpu_ = nullptr;
+  // R's own counters (targets) and the pool blocks' counters R's kernel moves (watched).
+  std::uint64_t r_head_ = 0, r_tail_ = 0, v_tail_ = 0, v_head_ = 0;
+};
+
+TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
+  auto a = make();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(P2pAgent::find(kHash), a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  // Not paced: a tree connection, a ring connection to another peer than R's ring neighbour.
+  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 2}));
+  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 2, 8, 0, true, 1}));
+  EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
+  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 1}));  // recv from prev
+
+  // An 8 MiB all-reduce on one channel: 28 slices of 2 steps each way.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+  const P2pAgent::Op op = a->before(nullptr);
+  a->after(op);
+  EXPECT_EQ(gpu_->count("cuLaunchKernel:crystal_p2p_agent"), 2u);  // warm-up, then this one
+  // The stream reaches the operation (the first event); R's kernel has sent nothing yet: its
+  // receive tail stays (a channel without work is left alone).
+  std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) != 0; }, 0.2));
+  // R sends its first slice: the receives follow at the model's pace, at most the slots R has
+  // (8 steps while it consumed nothing), and the send's credit comes back.
+  std::atomic_ref(v_tail_).store(2);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8 && load(r_head_) == 2; }));
+  // R consumed everything: the rest of the operation's 28 slices, never more.
+  std::atomic_ref(v_head_).store(56);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 56; }));
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) > 56; }, 0.1));
+  // The operation ends (second event): nothing outstanding, the kernel is told to leave.
+  gpu_->complete = true;
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+}
+
+TEST_F(P2pAgentTest, StreamUnderGraphCaptureIsRefused) {
+  auto a = make();
+  ASSERT_TRUE(a);
+  gpu_->capturing = true;
+  try {
+    (void)a->before(nullptr);
+    ADD_FAILURE() << "no error for a capturing stream";
+  } catch (const plugin::PluginError& e) {
+    EXPECT_EQ(e.code(), plugin::Errc::BadArgument);
+    EXPECT_NE(std::string(e.what()).find("graph capture"), std::string::npos) << e.what();
+  }
+}
+
+// A pacing that makes no progress (here: R's kernel never sends, the operation never ends)
+// must not hang the job: after the stall bound every counter is released for good.
+TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
+  P2pAgent::setStallNsForTesting(50'000'000);
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 1}));
+  gpu_->complete = false;
+  a->after(a->before(nullptr));
+  std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);
+  ASSERT_TRUE(eventually([&] {
+    return load(r_head_) == std::uint64_t{1} << 62 && load(r_tail_) == std::uint64_t{1} << 62;
+  }));
+  gpu_->complete = true;
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+}
+
+TEST_F(P2pAgentTest, OffWithoutAKernelOrWhenAskedSo) {
+  P2pAgent::setImageForTesting(nullptr);
+  std::string why;
+  if (!P2pAgent::builtWithKernel()) {  // CI: no nvcc
+    EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), &why));
+    EXPECT_NE(why.find("without nvcc"), std::string::npos) << why;
+  }
+  P2pAgent::setImageForTesting(kImage);
+  ::setenv("CRYSTAL_P2P_PACE", "0", 1);
+  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), &why));
+  EXPECT_EQ(why, "CRYSTAL_P2P_PACE=0");
+  ::unsetenv("CRYSTAL_P2P_PACE");
+  EXPECT_FALSE(P2pAgent::find(kHash));
+}
+
+}  // namespace
+}  // namespace crystal::test
