@@ -174,6 +174,20 @@ P2pAgent::~P2pAgent() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Events go (a pending record finishes on its own); the stream goes once its kernel left
+  // (want is 0); the module and the table stay, in case it has not yet.
+  {
+    std::lock_guard lock(in_mu_);
+    for (const Pending& p : ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
+    for (const Pending& p : in_ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
+    ops_.clear();
+    in_ops_.clear();
+    for (cuda::Event e : free_events_)
+      if (e) (void)d_.eventDestroy(e);
+    free_events_.clear();
+    if (stream_) (void)d_.streamDestroy(stream_);
+    stream_ = nullptr;
+  }
   // The table stays: a kernel may still be leaving, and 8 KiB of pinned memory per comm is
   // not worth a wait in ncclCommDestroy.
   if (launches_ > 0) {
@@ -295,14 +309,14 @@ void P2pAgent::run() {
       if (ops_.empty() && in_ops_.empty() && in_conns_.empty() && !stopping_ &&
           live::nowNs() - progress_at > kIdleSpinNs)
         wake_.wait_for(lock, std::chrono::milliseconds(20));
+      free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
+      done_events.clear();
       if (stopping_) return;
       for (const auto& c : in_conns_) takeConnection(c);
       in_conns_.clear();
       if (!in_ops_.empty()) progress_at = live::nowNs();  // the stall clock starts anew
       for (auto& p : in_ops_) ops_.push_back(std::move(p));
       in_ops_.clear();
-      free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
-      done_events.clear();
       if (ops_.empty()) {
         // Nothing outstanding: the kernel may leave (the next operation's after() raises
         // `want` again under this lock).
