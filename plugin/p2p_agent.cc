@@ -53,21 +53,18 @@ std::atomic_ref<T> word(T& x) {
 
 }  // namespace
 
-P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx)
+P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
+                   const live::CommLinks& links)
     : d_(cuda::driver()),
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
-      pacer_(nranks, [this, busy = std::make_shared<std::atomic<int>>(0),
+      pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
                       connected = std::make_shared<std::atomic<int>>(0)] {
-        PluginState& st = PluginState::get();
-        static std::mutex links_mu;
-        std::lock_guard lock(links_mu);
         connected->fetch_add(1, std::memory_order_relaxed);
-        return makeRingChannel(live::commLinks(st.model(), st.config().cluster, nranks_), rank_,
-                               busy, connected);
+        return makeRingChannel(links, rank, busy, connected);
       }) {
   log_cursor_ = log_->appended();
 }
@@ -84,8 +81,10 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     return nullptr;
   }
   try {
-    PluginState::get().ensureInit();
-    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx));
+    PluginState& st = PluginState::get();
+    st.ensureInit();
+    const live::CommLinks links = live::commLinks(st.model(), st.config().cluster, nranks);
+    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links));
     a->start(image);
     std::lock_guard lock(agents().mu);
     agents().by_comm[comm_hash] = a;

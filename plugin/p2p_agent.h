@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "crystal/live/collective_log.h"
+#include "crystal/live/target_model.h"
 #include "cuda_driver.h"
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
@@ -89,7 +90,8 @@ class P2pAgent {
   [[nodiscard]] std::string stateLine() const;
 
  private:
-  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx);
+  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
+           const live::CommLinks& links);
   void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_

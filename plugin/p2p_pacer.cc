@@ -84,8 +84,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   shape_ = ringOpShape(op, nranks_, connected);
   op_channels_ = op && op->channels > 0 ? op->channels : 0;
   for (auto& [ordinal, ch] : channels_) {
-    ch.op_send_ends.clear();
-    ch.op_send_base = ch.send >= 0 ? conns_[static_cast<std::size_t>(ch.send)].seen : 0;
+    ch.op_sends = 0;
     ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
     ch.op_recv_done = 0;
     if (ch.recv >= 0) {
@@ -112,7 +111,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     const std::uint64_t end = std::min(value, c.seen + step);
     const live::TimeNs done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     c.credits.emplace_back(std::max(done, now), end);
-    ch.op_send_ends.push_back(end);
+    ++ch.op_sends;
     c.seen = end;
   }
 }
@@ -147,7 +146,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now,
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past
           // that count (a partition NCCL cut differently) only as far as R's own sends.
-          const std::uint64_t sent = ch.op_send_ends.size();
+          const std::uint64_t sent = ch.op_sends;
           if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
           end = ch.op_recv_base +
                 (ch.op_recv_done + 1) * static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));

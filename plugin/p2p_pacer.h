@@ -90,9 +90,8 @@ class P2pPacer {
   struct Channel {
     std::shared_ptr<live::RingChannel> ring;
     int send = -1, recv = -1;  // connection indices
-    // R's sends in the current operation: end value of each slice (op-relative index).
-    std::vector<std::uint64_t> op_send_ends;
-    std::uint64_t op_send_base = 0, op_recv_base = 0;
+    std::uint64_t op_sends = 0;      // R's send slices in the current operation
+    std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
     std::uint64_t recv_units = 0;   // receive slices over the channel's life (RingChannel unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
     bool recv_in_op = false;         // postRecv'd this operation
