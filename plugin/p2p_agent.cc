@@ -109,6 +109,8 @@ bool P2pAgent::builtWithKernel() {
 }
 void P2pAgent::setStallNsForTesting(live::TimeNs ns) { g_test_stall_ns.store(ns); }
 
+bool P2pAgent::anyMade() noexcept { return g_any.load(std::memory_order_acquire); }
+
 std::shared_ptr<P2pAgent> P2pAgent::find(std::uint64_t comm_hash) {
   if (!g_any.load(std::memory_order_acquire)) return nullptr;
   std::lock_guard lock(agents().mu);

@@ -64,6 +64,8 @@ class P2pAgent {
   [[nodiscard]] static std::shared_ptr<P2pAgent> create(std::uint64_t comm_hash, int rank,
                                                         int nranks, cuda::Context ctx,
                                                         std::string* why);
+  // Whether an agent was ever made in this process (one atomic load: every NCCL call asks).
+  [[nodiscard]] static bool anyMade() noexcept;
   // The agent of a comm, or nullptr. Cheap when no agent was ever made.
   [[nodiscard]] static std::shared_ptr<P2pAgent> find(std::uint64_t comm_hash);
   // Stops and forgets the comm's agent (ncclCommDestroy/Abort); its table stays allocated if
