@@ -59,6 +59,7 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
+      multi_node_(links.shape.nnodes > 1),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
@@ -210,7 +211,7 @@ std::string P2pAgent::stateLine() const {
 }
 
 bool P2pAgent::add(const P2pConnection& c) {
-  if (c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
+  if (multi_node_ || c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
   const int want_peer = c.send ? (rank_ + 1) % nranks_ : (rank_ - 1 + nranks_) % nranks_;
   if (c.peer != want_peer) return false;
   {

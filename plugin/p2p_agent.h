@@ -76,8 +76,12 @@ class P2pAgent {
   P2pAgent(const P2pAgent&) = delete;
   P2pAgent& operator=(const P2pAgent&) = delete;
 
-  // Takes a connection to pace: true for a ring connection to R's ring neighbour; false for
-  // one it does not pace (the caller stores the free-running value).
+  // Takes a connection to pace: true for a ring connection to R's ring neighbour in a comm
+  // of one target node; false for one it does not pace (the caller stores the free-running
+  // value). A comm over several nodes is not paced: its rings also cross NET, which the NET
+  // path times with a model of its own, and two models of one ring channel disagree (64
+  // ranks on the H200, 2026-12-04: ~15 ms per all-gather); free-running P2P hops leave the
+  // NET hops to set the ring's pace.
   [[nodiscard]] bool add(const P2pConnection& c);
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
@@ -109,6 +113,7 @@ class P2pAgent {
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
   const int rank_, nranks_;
+  const bool multi_node_;  // the comm spans several target nodes: nothing is paced
   const cuda::Context ctx_;
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;

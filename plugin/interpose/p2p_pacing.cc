@@ -68,6 +68,7 @@ void pacedGroupEnded() noexcept {
 }
 
 void forgetPacing(NcclComm comm) noexcept {
+  if (!plugin::P2pAgent::anyMade()) return;
   try {
     if (const auto rec = findComm(comm)) plugin::P2pAgent::forget(rec->hash);
   } catch (const std::exception& e) {
