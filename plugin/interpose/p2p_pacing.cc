@@ -35,6 +35,11 @@ int pacedBefore(NcclComm comm, void* stream, const char* caller,
     if (!rec) return kNcclSuccess;
     auto agent = plugin::P2pAgent::find(rec->hash);
     if (!agent) return kNcclSuccess;
+    // Inside a group NCCL launches one kernel per comm at its end: the first call of the comm
+    // on that stream brackets it (an all-to-all is thousands of grouped sends and receives).
+    if (t_group.depth > 0)
+      for (const PacedCall& p : t_group.pending)
+        if (p.agent == agent && p.op.stream == stream) return kNcclSuccess;
     out = PacedCall{agent, agent->before(stream)};
     return kNcclSuccess;
   } catch (const plugin::PluginError& e) {

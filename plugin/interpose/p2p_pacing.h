@@ -2,7 +2,8 @@
 // communicator with a P2P agent is bracketed by the agent's before() and after(), so its
 // pacing thread knows when the stream reaches and leaves the operation. A call inside
 // ncclGroupStart/End is enqueued only at the outermost ncclGroupEnd, so its after() waits
-// for that (per thread, like NCCL's group depth). Nothing here throws.
+// for that (per thread, like NCCL's group depth), and only a group's first call per comm and
+// stream is bracketed. Nothing here throws.
 #pragma once
 
 #include <memory>
