@@ -83,6 +83,9 @@ class P2pAgent {
   // ranks on the H200, 2026-12-04: ~15 ms per all-gather); free-running P2P hops leave the
   // NET hops to set the ring's pace.
   [[nodiscard]] bool add(const P2pConnection& c);
+  // Whether it paces anything at all (not over several nodes): the interposer brackets NCCL's
+  // calls only for such an agent.
+  [[nodiscard]] bool paces() const noexcept { return !multi_node_; }
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
   // stream under graph capture (the pacing needs the stream's events).

@@ -28,11 +28,15 @@ std::unique_ptr<P2pPacer> pacer(std::vector<int>* send, std::vector<int>* recv) 
   return p;
 }
 
+void startAllReduce(P2pPacer& p, std::uint64_t bytes) {
+  p.opStarted(0, live::CollectiveEntry{model::Func::AllReduce, model::Algo::Ring,
+                                       model::Proto::Simple, bytes, kChannels});
+}
+
 void BM_P2pPacerIdlePass(benchmark::State& state) {
   std::vector<int> send, recv;
   auto p = pacer(&send, &recv);
-  p->opStarted(0, live::CollectiveEntry{model::Func::AllReduce, model::Algo::Ring,
-                                        model::Proto::Simple, std::uint64_t{1} << 30, kChannels});
+  startAllReduce(*p, std::uint64_t{1} << 30);
   std::vector<std::pair<int, std::uint64_t>> out;
   live::TimeNs now = 1000;
   for (auto _ : state) {
@@ -47,8 +51,7 @@ BENCHMARK(BM_P2pPacerIdlePass);
 void BM_P2pPacerSlice(benchmark::State& state) {
   std::vector<int> send, recv;
   auto p = pacer(&send, &recv);
-  p->opStarted(0, live::CollectiveEntry{model::Func::AllReduce, model::Algo::Ring,
-                                        model::Proto::Simple, std::uint64_t{1} << 40, kChannels});
+  startAllReduce(*p, std::uint64_t{1} << 40);
   std::vector<std::pair<int, std::uint64_t>> out;
   live::TimeNs now = 0;
   std::uint64_t step = 0;
