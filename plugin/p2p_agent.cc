@@ -86,6 +86,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     st.ensureInit();
     const live::CommLinks links = live::commLinks(st.model(), st.config().cluster, nranks);
     std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links));
+    a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);
     agents().by_comm[comm_hash] = a;
@@ -145,6 +146,7 @@ void P2pAgent::start(const void* image) {
         "cuMemHostAlloc (P2P agent table)");
   std::memset(host, 0, sizeof(pa::Table));
   table_ = static_cast<pa::Table*>(host);
+  table_->trace = trace_ ? 1 : 0;
   check(d_.memHostGetDevicePointer(&table_dev_, host, 0), "cuMemHostGetDevicePointer");
   // One launch now (want = 0: it leaves at once), waited for with a bound: under CUDA's lazy
   // module loading the first launch brings the code to the GPU and may wait for the device,
@@ -198,6 +200,11 @@ P2pAgent::~P2pAgent() {
     CRYSTAL_INFO("{}", line);
     if (paramBool("CRYSTAL_P2P_PACE_STATS")) std::fprintf(stderr, "crystal: %s\n", line.c_str());
   }
+  if (trace_) {
+    const std::size_t rows = trace_->write();
+    CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: trace {} ({} rows)", hash_, rank_,
+                 trace_->path(), rows);
+  }
 }
 
 std::string P2pAgent::stateLine() const {
@@ -232,6 +239,7 @@ void P2pAgent::takeConnection(const P2pConnection& c) {
   word(slot.seen).store(0, std::memory_order_relaxed);
   word(slot.release).store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
   (void)pacer_.add(c.send, c.ordinal);  // index i: both grow only here
+  if (trace_) trace_->addConn(c.send, c.ordinal);
   word(table_->n).store(i + 1, std::memory_order_release);
 }
 
@@ -297,10 +305,27 @@ void P2pAgent::after(const Op& op) {
   wake_.notify_all();
 }
 
+void P2pAgent::traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored) {
+  trace_->clockSample(now, word(table_->gpu_now).load(std::memory_order_relaxed));
+  const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
+  stored.resize(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    pa::Conn& c = table_->conns[i];
+    const std::uint64_t v = word(c.stored).load(std::memory_order_acquire);
+    if (v == stored[i]) continue;
+    stored[i] = v;
+    trace_->record({.t = now,
+                    .gpu = word(c.stored_at).load(std::memory_order_relaxed),
+                    .value = v,
+                    .conn = static_cast<std::int32_t>(i),
+                    .kind = 'g'});
+  }
+}
+
 void P2pAgent::run() {
   (void)d_.ctxSetCurrent(ctx_);
-  std::vector<std::pair<int, std::uint64_t>> out;
-  std::vector<std::uint64_t> seen;
+  std::vector<P2pRelease> out;
+  std::vector<std::uint64_t> seen, stored;
   std::vector<cuda::Event> done_events;
   live::TimeNs progress_at = live::nowNs();
   for (;;) {
@@ -336,8 +361,17 @@ void P2pAgent::run() {
           if (d_.eventQuery(p.before) == cuda::kNotReady) break;
           p.started = true;
           if (!free_running_) pacer_.opStarted(now, p.entry);
+          if (trace_)
+            trace_->record({.t = now,
+                            .due = p.entry ? static_cast<live::TimeNs>(p.entry->bytes) : -1,
+                            .value = ops_started_,
+                            .kind = 'S',
+                            .func = static_cast<std::int8_t>(
+                                p.entry ? static_cast<int>(p.entry->func) : -1)});
+          ++ops_started_;
         }
         if (d_.eventQuery(p.after) == cuda::kNotReady) break;
+        if (trace_) trace_->record({.t = now, .kind = 'D'});
         done_events.push_back(p.before);
         done_events.push_back(p.after);
         ops_.pop_front();
@@ -354,8 +388,15 @@ void P2pAgent::run() {
           seen[i] = v;
           progress_at = now;
           pacer_.observe(static_cast<int>(i), v, now);
+          if (trace_)
+            trace_->record({.t = now,
+                            .gpu = word(table_->conns[i].seen_at).load(std::memory_order_relaxed),
+                            .value = v,
+                            .conn = static_cast<std::int32_t>(i),
+                            .kind = 'o'});
         }
       }
+      if (trace_) traceKernel(now, stored);
       // A pacing bug must not hang the job: an operation that moved no counter for this long
       // gets the free-running counters (the kernel, if it waits on us, goes on).
       if (now - progress_at > stall_ns_)
@@ -366,9 +407,12 @@ void P2pAgent::run() {
                                       stateLine()));
       out.clear();
       (void)pacer_.release(now, out);
-      for (const auto& [i, v] : out)
-        word(table_->conns[static_cast<std::size_t>(i)].release)
-            .store(v, std::memory_order_release);
+      for (const P2pRelease& r : out) {
+        word(table_->conns[static_cast<std::size_t>(r.conn)].release)
+            .store(r.value, std::memory_order_release);
+        if (trace_)
+          trace_->record({.t = now, .due = r.due, .value = r.value, .conn = r.conn, .kind = 'r'});
+      }
     } catch (const std::exception& e) {
       // No more pacing: every counter goes where no step reaches (R never waits on these
       // connections again); the loop keeps following the operations so the kernel leaves.

@@ -30,6 +30,7 @@
 #include "cuda_driver.h"
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
+#include "p2p_trace.h"
 
 namespace crystal::plugin {
 
@@ -106,6 +107,8 @@ class P2pAgent {
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
+  // Trace: the GPU clock sample and what the kernel stored since the last look.
+  void traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored);
 
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
@@ -140,6 +143,8 @@ class P2pAgent {
   live::TimeNs stall_ns_ = kStallNs;
 
   P2pPacer pacer_;
+  std::unique_ptr<P2pTrace> trace_;  // CRYSTAL_P2P_TRACE (pacing thread only, then ~P2pAgent)
+  std::uint64_t ops_started_ = 0;
   std::deque<Pending> ops_;
   std::atomic<std::uint64_t> ops_done_{0};
   std::thread thread_;

@@ -10,6 +10,11 @@
 // Seeing 0 it sets state = kExiting, fences, and looks again; still 0 -> it returns. The CPU
 // sets want = 1, fences, then reads state: not kRunning -> it sets kRunning and launches a
 // kernel (stream-ordered after one that is still leaving).
+//
+// Trace (CRYSTAL_P2P_TRACE, p2p_trace.h): with `trace` 1 when a kernel starts, it also stamps
+// what it does with the GPU's global timer: when it saw each `seen` value (seen_at), the
+// value it last stored at `target` and when (stored, stored_at), and, every pass, the timer
+// itself (gpu_now) so the CPU can map GPU times onto its clock.
 #pragma once
 
 #include <cstdint>
@@ -20,13 +25,18 @@ inline constexpr std::uint32_t kMaxConns = 256;  // 64 channels x 2 sides x 2 gr
 inline constexpr std::uint32_t kThreads = 256;   // one per connection
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 
-struct Conn {  // 32 bytes
+struct Conn {  // 64 bytes
   std::uint64_t watch;    // device address (read by the kernel)
   std::uint64_t target;   // device address (written by the kernel)
   std::uint64_t seen;     // kernel -> CPU
   std::uint64_t release;  // CPU -> kernel (0: nothing to store yet)
+  // Trace only (kernel -> CPU, global timer ns).
+  std::uint64_t seen_at;
+  std::uint64_t stored;
+  std::uint64_t stored_at;
+  std::uint64_t pad;
 };
-static_assert(sizeof(Conn) == 32);
+static_assert(sizeof(Conn) == 64);
 
 struct Table {
   std::uint32_t want;   // CPU: 1 = keep running
@@ -34,9 +44,12 @@ struct Table {
   std::uint32_t n;      // connections in use
   std::uint32_t pad0;
   std::uint64_t starts;  // kernels that started (diagnostics)
-  std::uint64_t pad[5];
+  std::uint32_t trace;   // CPU: 1 = stamp times (read once per kernel start)
+  std::uint32_t pad1;
+  std::uint64_t gpu_now;  // trace: the global timer, every pass
+  std::uint64_t pad[3];
   Conn conns[kMaxConns];
 };
-static_assert(sizeof(Table) == 64 + 32 * kMaxConns);
+static_assert(sizeof(Table) == 64 + 64 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

@@ -8,16 +8,26 @@
 
 namespace pa = crystal::plugin::p2p_agent;
 
+namespace {
+__device__ __forceinline__ unsigned long long globalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+}  // namespace
+
 extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
-  __shared__ int s_leave;
+  __shared__ int s_leave, s_trace;
   volatile pa::Table* t = table;
   const unsigned i = threadIdx.x;
   if (i == 0) {
     t->starts = t->starts + 1;
     t->state = pa::kRunning;  // a kernel queued behind one that left finds kExiting
     s_leave = 0;
+    s_trace = t->trace != 0;
   }
   __syncthreads();
+  const bool trace = s_trace != 0;
   bool mine = false;
   volatile unsigned long long* watch = nullptr;
   volatile unsigned long long* target = nullptr;
@@ -31,6 +41,7 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     if (mine) {
       const unsigned long long w = *watch;
       if (w != seen) {
+        if (trace) t->conns[i].seen_at = globalTimer();
         t->conns[i].seen = w;
         seen = w;
       }
@@ -39,8 +50,13 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
         *target = r;
         __threadfence();
         stored = r;
+        if (trace) {
+          t->conns[i].stored_at = globalTimer();
+          t->conns[i].stored = r;
+        }
       }
     }
+    if (i == 0 && trace) t->gpu_now = globalTimer();
     if (i == 0 && t->want == 0) {
       t->state = pa::kExiting;
       __threadfence_system();

@@ -126,15 +126,16 @@ std::optional<live::TimeNs> P2pPacer::slotFree(Conn& c, std::uint64_t end,
   return std::max(op_start, c.heads.front().second);
 }
 
-live::TimeNs P2pPacer::release(live::TimeNs now,
-                               std::vector<std::pair<int, std::uint64_t>>& out) {
+live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
   live::TimeNs next = kNever;
   for (std::size_t i = 0; i < conns_.size(); ++i) {
     Conn& c = conns_[i];
     std::uint64_t value = c.released;
+    live::TimeNs due = 0;
     if (c.send) {
       while (!c.credits.empty() && c.credits.front().first <= now) {
         value = std::max(value, c.credits.front().second);
+        due = c.credits.front().first;
         c.credits.pop_front();
       }
       if (!c.credits.empty()) next = std::min(next, c.credits.front().first);
@@ -173,13 +174,14 @@ live::TimeNs P2pPacer::release(live::TimeNs now,
           break;
         }
         value = std::max(value, end);
+        due = *arrival;
         ++ch.recv_units;
         ++ch.op_recv_done;
       }
     }
     if (value != c.released) {
       c.released = value;
-      out.emplace_back(static_cast<int>(i), value);
+      out.push_back({static_cast<int>(i), value, due});
     }
   }
   return next;

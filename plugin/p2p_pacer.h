@@ -61,6 +61,14 @@ struct RingOpShape {
 [[nodiscard]] RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nranks,
                                       int connected);
 
+// A counter of R's due to move: connection, value, and when the model made it due.
+struct P2pRelease {
+  int conn = 0;
+  std::uint64_t value = 0;
+  live::TimeNs due = 0;
+  bool operator==(const P2pRelease&) const = default;
+};
+
 class P2pPacer {
  public:
   static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
@@ -81,10 +89,10 @@ class P2pPacer {
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
   // recv connector) to `value`. Values only grow; a smaller one is ignored.
   void observe(int i, std::uint64_t value, live::TimeNs now);
-  // Appends (i, value) for each connection whose counter in R's block is due to move by
-  // `now` (R's send head, R's recv tail), the newest value only; returns when the next one is
-  // due (kNever: none pending, or pending on R).
-  live::TimeNs release(live::TimeNs now, std::vector<std::pair<int, std::uint64_t>>& out);
+  // Appends each connection whose counter in R's block is due to move by `now` (R's send
+  // head, R's recv tail), the newest value only, with the time it became due; returns when
+  // the next one is due (kNever: none pending, or pending on R).
+  live::TimeNs release(live::TimeNs now, std::vector<P2pRelease>& out);
 
  private:
   struct Channel {

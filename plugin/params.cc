@@ -55,6 +55,11 @@ constexpr Param kParams[] = {
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations, kernel launches and starts)."},
+    {"CRYSTAL_P2P_TRACE", "",
+     "P2P pacing trace: PREFIX; each pacing agent writes PREFIX.<pid>.<comm hash>.csv when its "
+     "communicator is destroyed, one row per event (operation start/end, counter seen, "
+     "released, stored by the agent kernel) with CPU and GPU times."},
+    {"CRYSTAL_P2P_TRACE_MAX", "1000000", "Rows each P2P pacing trace keeps (the rest are counted)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},

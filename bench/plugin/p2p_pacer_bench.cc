@@ -37,7 +37,7 @@ void BM_P2pPacerIdlePass(benchmark::State& state) {
   std::vector<int> send, recv;
   auto p = pacer(&send, &recv);
   startAllReduce(*p, std::uint64_t{1} << 30);
-  std::vector<std::pair<int, std::uint64_t>> out;
+  std::vector<plugin::P2pRelease> out;
   live::TimeNs now = 1000;
   for (auto _ : state) {
     out.clear();
@@ -52,7 +52,7 @@ void BM_P2pPacerSlice(benchmark::State& state) {
   std::vector<int> send, recv;
   auto p = pacer(&send, &recv);
   startAllReduce(*p, std::uint64_t{1} << 40);
-  std::vector<std::pair<int, std::uint64_t>> out;
+  std::vector<plugin::P2pRelease> out;
   live::TimeNs now = 0;
   std::uint64_t step = 0;
   for (auto _ : state) {

@@ -1,6 +1,7 @@
 #include "fake_cuda_driver.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -264,12 +265,29 @@ bool p2pAgentPass() {
   pa::Table* t = g_p2p;
   if (!t || std::atomic_ref(t->state).load() != pa::kRunning) return false;
   const std::uint32_t n = std::atomic_ref(t->n).load();
+  // The GPU's global timer: another clock than the CPU's (1 s behind), as on a real GPU.
+  const bool trace = std::atomic_ref(t->trace).load() != 0;
+  const auto timer = [] {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count()) -
+           1'000'000'000u;
+  };
   for (std::uint32_t i = 0; i < n; ++i) {
     pa::Conn& c = t->conns[i];
-    std::atomic_ref(c.seen).store(*static_cast<std::uint64_t*>(ptr(c.watch)));
+    const std::uint64_t w = *static_cast<std::uint64_t*>(ptr(c.watch));
+    if (trace && w != std::atomic_ref(c.seen).load()) std::atomic_ref(c.seen_at).store(timer());
+    std::atomic_ref(c.seen).store(w);
     const std::uint64_t r = std::atomic_ref(c.release).load();
-    if (r != 0) *static_cast<std::uint64_t*>(ptr(c.target)) = r;
+    if (r != 0) {
+      *static_cast<std::uint64_t*>(ptr(c.target)) = r;
+      if (trace && std::atomic_ref(c.stored).load() != r) {
+        std::atomic_ref(c.stored_at).store(timer());
+        std::atomic_ref(c.stored).store(r);
+      }
+    }
   }
+  if (trace) std::atomic_ref(t->gpu_now).store(timer());
   if (std::atomic_ref(t->want).load() == 0) {
     std::atomic_ref(t->state).store(pa::kExiting);
     return false;

@@ -47,8 +47,9 @@ struct FakeGpu {
 std::size_t drainFakeFlagRing();
 
 // One pass of the P2P agent kernel of the latest launch, on the CPU, if it is running: every
-// connection's watched counter copied to `seen`, its `release` stored at its target; then it
-// leaves if `want` is 0. Returns whether it still runs.
+// connection's watched counter copied to `seen`, its `release` stored at its target (with the
+// trace's stamps from a "global timer" 1 s behind the CPU's steady clock when the table asks
+// for them); then it leaves if `want` is 0. Returns whether it still runs.
 bool p2pAgentPass();
 
 // Frees pinned host allocations the plugin left on purpose (a flag-writer ring whose kernel

@@ -8,6 +8,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "crystal/live/collective_log.h"
@@ -147,6 +151,99 @@ TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
   }));
   gpu_->complete = true;
   EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+}
+
+// CRYSTAL_P2P_TRACE: every leg of a paced operation, in one file per comm written when the
+// agent goes: the operation's start and end, what R's kernel moved, what the CPU released
+// and when it was due, and what the kernel stored, with GPU times on the CPU's clock.
+TEST_F(P2pAgentTest, TraceRecordsEveryLegOfAnOperation) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("crystal-p2p-trace-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ::setenv("CRYSTAL_P2P_TRACE", (dir / "t").c_str(), 1);
+  auto a = make();
+  ::unsetenv("CRYSTAL_P2P_TRACE");
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 1}));
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+  a->after(a->before(nullptr));
+  std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);
+  std::atomic_ref(v_tail_).store(2);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8 && load(r_head_) == 2; }));
+  std::atomic_ref(v_head_).store(56);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 56; }));
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  a.reset();
+  P2pAgent::forget(kHash);  // the last reference: the agent writes its trace
+
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].filename().string().find(".5eed.csv"), std::string::npos) << files[0];
+  std::ifstream in(files[0]);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "t_ns,kind,conn,dir,ordinal,value,due_ns,gpu_ns,func");
+  struct Row {
+    long long t, due, gpu;
+    char kind, dir;
+    int conn;
+    unsigned long long value;
+    std::string func;
+  };
+  std::vector<Row> rows;
+  while (std::getline(in, line)) {
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream ss(line);
+    Row r{};
+    int ordinal = 0;
+    ss >> r.t >> r.kind >> r.conn >> r.dir >> ordinal >> r.value >> r.due >> r.gpu >> r.func;
+    ASSERT_FALSE(ss.fail()) << line;
+    rows.push_back(r);
+  }
+  std::map<char, int> kinds;
+  for (const Row& r : rows) ++kinds[r.kind];
+  EXPECT_EQ(kinds['S'], 1);
+  EXPECT_EQ(kinds['D'], 1);
+  const Row& start = *std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == 'S'; });
+  EXPECT_EQ(start.func, "AllReduce");
+  EXPECT_EQ(start.due, 8 << 20);
+  // R's moves as the CPU saw them: the send's first slice, the receive slots emptied.
+  bool saw_send = false, saw_recv = false;
+  for (const Row& r : rows)
+    if (r.kind == 'o') {
+      saw_send |= r.dir == 's' && r.value == 2;
+      saw_recv |= r.dir == 'r' && r.value == 56;
+      EXPECT_GE(r.gpu, start.t - 1'000'000) << "GPU time not on the CPU clock";
+      EXPECT_LE(r.gpu, r.t + 5'000'000) << "seen by the GPU after the CPU saw it";
+    }
+  EXPECT_TRUE(saw_send && saw_recv);
+  // Every release was due by then, and the kernel stored each newest value after it.
+  std::map<std::pair<int, unsigned long long>, long long> released;
+  for (const Row& r : rows)
+    if (r.kind == 'r') {
+      EXPECT_LE(r.due, r.t);
+      EXPECT_GE(r.due, start.t);
+      released[{r.conn, r.value}] = r.t;
+    }
+  EXPECT_TRUE(released.count({1, 56}));
+  EXPECT_TRUE(released.count({0, 2}));
+  int stored = 0;
+  for (const Row& r : rows)
+    if (r.kind == 'g') {
+      const auto it = released.find({r.conn, r.value});
+      ASSERT_NE(it, released.end()) << "stored a value never released: " << r.value;
+      EXPECT_GE(r.gpu, it->second);
+      ++stored;
+    }
+  EXPECT_GE(stored, 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(P2pAgentTest, OffWithoutAKernelOrWhenAskedSo) {

@@ -66,7 +66,7 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
   constexpr int kSliceSteps = 2;
   pacer.opStarted(start, e);
   TimeNs now = start, end = start;
-  std::vector<std::pair<int, std::uint64_t>> out;
+  std::vector<plugin::P2pRelease> out;
   Result r;
   for (int guard = 0; guard < 10'000'000; ++guard) {
     bool moved = true;
@@ -91,7 +91,7 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
       }
       out.clear();
       const TimeNs due = pacer.release(now, out);
-      for (const auto& [i, v] : out)
+      for (const auto& [i, v, at] : out)
         for (auto& c : chans) {
           if (i == c.send_conn) c.head = v;
           if (i == c.recv_conn) c.tail = v;
@@ -205,7 +205,7 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   // 8 MiB all-reduce on 2 channels: one loop of 2 * 7 sends of 2 slices = 28 slices each.
   s->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
                                               model::Proto::Simple, 8 * MiB, 2});
-  std::vector<std::pair<int, std::uint64_t>> out;
+  std::vector<plugin::P2pRelease> out;
   EXPECT_EQ(s->pacer.release(1'000'000, out), P2pPacer::kNever);  // nothing sent: nothing due
   EXPECT_TRUE(out.empty());
   const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
@@ -218,22 +218,27 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   // send's credit.
   (void)s->pacer.release(1'000'000'000, out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{8}));
-  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{2}));
+  EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{8}));
+  EXPECT_EQ(std::make_pair(out[1].conn, out[1].value), std::make_pair(send, std::uint64_t{2}));
+  // Each with the time the model made it due: the first send's credit was the earliest event
+  // pending at 1 us, the fourth receive slice came after it.
+  EXPECT_EQ(out[1].due, due);
+  EXPECT_GT(out[0].due, due);
+  EXPECT_LT(out[0].due, 100'000);
   // R emptied 27 slices: the rest of the operation's 28, and no more.
   s->pacer.observe(recv, 54, 1'000'000'000);
   out.clear();
   (void)s->pacer.release(1'000'000'000, out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{56}));
+  EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{56}));
   // R goes on past the estimate (NCCL gave this channel more): receives follow its sends.
   s->pacer.observe(recv, 56, 1'000'000'000);
   for (std::uint64_t v = 4; v <= 60; v += 2) s->pacer.observe(send, v, 1'000'000'000);
   out.clear();
   (void)s->pacer.release(2'000'000'000, out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0], std::make_pair(recv, std::uint64_t{60}));
-  EXPECT_EQ(out[1], std::make_pair(send, std::uint64_t{60}));
+  EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{60}));
+  EXPECT_EQ(std::make_pair(out[1].conn, out[1].value), std::make_pair(send, std::uint64_t{60}));
 }
 
 }  // namespace
