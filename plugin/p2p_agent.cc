@@ -59,12 +59,14 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
-      multi_node_(links.shape.nnodes > 1),
+      paces_(links.shape.nnodes <= 1 ||
+             (rank % std::max(1, links.shape.ranks_per_node) != 0 &&
+              rank % std::max(1, links.shape.ranks_per_node) != links.shape.ranks_per_node - 1)),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
-                      connected = std::make_shared<std::atomic<int>>(0)] {
-        connected->fetch_add(1, std::memory_order_relaxed);
+                      connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
+        if (connection) connected->fetch_add(1, std::memory_order_relaxed);
         return makeRingChannel(links, rank, busy, connected);
       }) {
   log_cursor_ = log_->appended();
@@ -218,7 +220,7 @@ std::string P2pAgent::stateLine() const {
 }
 
 bool P2pAgent::add(const P2pConnection& c) {
-  if (multi_node_ || c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
+  if (!paces_ || c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
   const int want_peer = c.send ? (rank_ + 1) % nranks_ : (rank_ - 1 + nranks_) % nranks_;
   if (c.peer != want_peer) return false;
   {
@@ -233,11 +235,11 @@ bool P2pAgent::add(const P2pConnection& c) {
 
 void P2pAgent::takeConnection(const P2pConnection& c) {
   const std::uint32_t i = word(table_->n).load(std::memory_order_relaxed);
-  pa::Conn& slot = table_->conns[i];
-  slot.watch = c.watch;
-  slot.target = c.target;
-  word(slot.seen).store(0, std::memory_order_relaxed);
-  word(slot.release).store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
+  table_->watch[i] = c.watch;
+  table_->target[i] = c.target;
+  word(table_->seen[i]).store(0, std::memory_order_relaxed);
+  word(table_->release[i])
+      .store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
   (void)pacer_.add(c.send, c.ordinal);  // index i: both grow only here
   if (trace_) trace_->addConn(c.send, c.ordinal);
   word(table_->n).store(i + 1, std::memory_order_release);
@@ -306,16 +308,18 @@ void P2pAgent::after(const Op& op) {
 }
 
 void P2pAgent::traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored) {
-  trace_->clockSample(now, word(table_->gpu_now).load(std::memory_order_relaxed));
+  // The CPU time right after the read (not the pass's `now`, taken before its other work):
+  // CPU - GPU then only overestimates the offset, by the read's latency.
+  const std::uint64_t gpu = word(table_->gpu_now).load(std::memory_order_acquire);
+  trace_->clockSample(live::nowNs(), gpu);
   const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
   stored.resize(n, 0);
   for (std::uint32_t i = 0; i < n; ++i) {
-    pa::Conn& c = table_->conns[i];
-    const std::uint64_t v = word(c.stored).load(std::memory_order_acquire);
+    const std::uint64_t v = word(table_->stored[i]).load(std::memory_order_acquire);
     if (v == stored[i]) continue;
     stored[i] = v;
     trace_->record({.t = now,
-                    .gpu = word(c.stored_at).load(std::memory_order_relaxed),
+                    .gpu = word(table_->stored_at[i]).load(std::memory_order_relaxed),
                     .value = v,
                     .conn = static_cast<std::int32_t>(i),
                     .kind = 'g'});
@@ -383,14 +387,14 @@ void P2pAgent::run() {
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       seen.resize(n, 0);
       for (std::uint32_t i = 0; i < n; ++i) {
-        const std::uint64_t v = word(table_->conns[i].seen).load(std::memory_order_acquire);
+        const std::uint64_t v = word(table_->seen[i]).load(std::memory_order_acquire);
         if (v != seen[i]) {
           seen[i] = v;
           progress_at = now;
           pacer_.observe(static_cast<int>(i), v, now);
           if (trace_)
             trace_->record({.t = now,
-                            .gpu = word(table_->conns[i].seen_at).load(std::memory_order_relaxed),
+                            .gpu = word(table_->seen_at[i]).load(std::memory_order_relaxed),
                             .value = v,
                             .conn = static_cast<std::int32_t>(i),
                             .kind = 'o'});
@@ -408,7 +412,7 @@ void P2pAgent::run() {
       out.clear();
       (void)pacer_.release(now, out);
       for (const P2pRelease& r : out) {
-        word(table_->conns[static_cast<std::size_t>(r.conn)].release)
+        word(table_->release[static_cast<std::size_t>(r.conn)])
             .store(r.value, std::memory_order_release);
         if (trace_)
           trace_->record({.t = now, .due = r.due, .value = r.value, .conn = r.conn, .kind = 'r'});
@@ -422,7 +426,7 @@ void P2pAgent::run() {
       free_running_ = true;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i)
-        word(table_->conns[i].release).store(std::uint64_t{1} << 62, std::memory_order_release);
+        word(table_->release[i]).store(std::uint64_t{1} << 62, std::memory_order_release);
     }
   }
 }

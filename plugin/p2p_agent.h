@@ -77,16 +77,17 @@ class P2pAgent {
   P2pAgent(const P2pAgent&) = delete;
   P2pAgent& operator=(const P2pAgent&) = delete;
 
-  // Takes a connection to pace: true for a ring connection to R's ring neighbour in a comm
-  // of one target node; false for one it does not pace (the caller stores the free-running
-  // value). A comm over several nodes is not paced: its rings also cross NET, which the NET
-  // path times with a model of its own, and two models of one ring channel disagree (64
-  // ranks on the H200, 2026-12-04: ~15 ms per all-gather); free-running P2P hops leave the
-  // NET hops to set the ring's pace.
+  // Takes a connection to pace: true for a ring connection to R's ring neighbour when both of
+  // R's ring neighbours are GPUs of its node (a comm of one target node, or R in the middle
+  // of its node's ring positions); false for one it does not pace (the caller stores the
+  // free-running value). At the first or last position of a node over several nodes one
+  // neighbour is across the NET, which the NET path times with a model of its own, and two
+  // models of one ring channel disagree (64 ranks on the H200, 2026-12-04: ~15 ms per
+  // all-gather): there, free-running P2P hops leave the NET hop to set the ring's pace.
   [[nodiscard]] bool add(const P2pConnection& c);
-  // Whether it paces anything at all (not over several nodes): the interposer brackets NCCL's
-  // calls only for such an agent.
-  [[nodiscard]] bool paces() const noexcept { return !multi_node_; }
+  // Whether it paces anything at all: the interposer brackets NCCL's calls only for such an
+  // agent.
+  [[nodiscard]] bool paces() const noexcept { return paces_; }
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
   // stream under graph capture (the pacing needs the stream's events).
@@ -119,7 +120,7 @@ class P2pAgent {
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
   const int rank_, nranks_;
-  const bool multi_node_;  // the comm spans several target nodes: nothing is paced
+  const bool paces_;  // R's ring neighbours are both on its target node (see add())
   const cuda::Context ctx_;
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;

@@ -25,19 +25,8 @@ inline constexpr std::uint32_t kMaxConns = 256;  // 64 channels x 2 sides x 2 gr
 inline constexpr std::uint32_t kThreads = 256;   // one per connection
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 
-struct Conn {  // 64 bytes
-  std::uint64_t watch;    // device address (read by the kernel)
-  std::uint64_t target;   // device address (written by the kernel)
-  std::uint64_t seen;     // kernel -> CPU
-  std::uint64_t release;  // CPU -> kernel (0: nothing to store yet)
-  // Trace only (kernel -> CPU, global timer ns).
-  std::uint64_t seen_at;
-  std::uint64_t stored;
-  std::uint64_t stored_at;
-  std::uint64_t pad;
-};
-static_assert(sizeof(Conn) == 64);
-
+// One array per field (a connection is an index): a warp's 32 `release` words are one
+// 256-byte read over PCIe, and the CPU's scan of `seen` touches n / 8 cache lines.
 struct Table {
   std::uint32_t want;   // CPU: 1 = keep running
   std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
@@ -48,8 +37,15 @@ struct Table {
   std::uint32_t pad1;
   std::uint64_t gpu_now;  // trace: the global timer, every pass
   std::uint64_t pad[3];
-  Conn conns[kMaxConns];
+  std::uint64_t watch[kMaxConns];    // device address (read by the kernel)
+  std::uint64_t target[kMaxConns];   // device address (written by the kernel)
+  std::uint64_t seen[kMaxConns];     // kernel -> CPU
+  std::uint64_t release[kMaxConns];  // CPU -> kernel (0: nothing to store yet)
+  // Trace only (kernel -> CPU, global timer ns).
+  std::uint64_t seen_at[kMaxConns];
+  std::uint64_t stored[kMaxConns];
+  std::uint64_t stored_at[kMaxConns];
 };
-static_assert(sizeof(Table) == 64 + 64 * kMaxConns);
+static_assert(sizeof(Table) == 64 + 7 * 8 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

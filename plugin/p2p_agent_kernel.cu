@@ -2,8 +2,8 @@
 // the real rank to a virtual GPU of its node. It stands in for those GPUs' kernels on the
 // real GPU: it shows the CPU how far the real rank's NCCL kernel moved the counters it writes
 // into the virtual side's blocks, and moves the real rank's own counters to the values the
-// CPU's model released. Each pass costs one PCIe read per warp (the `release` words) and one
-// for `n`/`want`: ~1-2 us.
+// CPU's model released. Each pass costs one PCIe read per warp (its 32 `release` words) and
+// one for `n`/`want`: ~1-2 us.
 #include "p2p_agent_abi.h"
 
 namespace pa = crystal::plugin::p2p_agent;
@@ -35,24 +35,24 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   for (;;) {
     if (!mine && i < t->n) {  // the CPU filled this connection before raising n
       mine = true;
-      watch = reinterpret_cast<volatile unsigned long long*>(t->conns[i].watch);
-      target = reinterpret_cast<volatile unsigned long long*>(t->conns[i].target);
+      watch = reinterpret_cast<volatile unsigned long long*>(t->watch[i]);
+      target = reinterpret_cast<volatile unsigned long long*>(t->target[i]);
     }
     if (mine) {
       const unsigned long long w = *watch;
       if (w != seen) {
-        if (trace) t->conns[i].seen_at = globalTimer();
-        t->conns[i].seen = w;
+        if (trace) t->seen_at[i] = globalTimer();
+        t->seen[i] = w;
         seen = w;
       }
-      const unsigned long long r = t->conns[i].release;
+      const unsigned long long r = t->release[i];
       if (r != stored) {
         *target = r;
         __threadfence();
         stored = r;
         if (trace) {
-          t->conns[i].stored_at = globalTimer();
-          t->conns[i].stored = r;
+          t->stored_at[i] = globalTimer();
+          t->stored[i] = r;
         }
       }
     }
@@ -71,7 +71,7 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   }
   // Whatever the CPU released last is stored before the kernel goes.
   if (mine) {
-    const unsigned long long r = t->conns[i].release;
+    const unsigned long long r = t->release[i];
     if (r != stored) *target = r;
   }
   __threadfence_system();

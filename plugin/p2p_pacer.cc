@@ -55,11 +55,12 @@ P2pPacer::P2pPacer(int nranks, MakeChannel make) : nranks_(nranks), make_(std::m
 int P2pPacer::add(bool send, int ordinal) {
   const int i = static_cast<int>(conns_.size());
   Channel& ch = channels_[ordinal];
-  if (!ch.ring) ch.ring = make_();
+  if (!ch.ring) ch.ring = make_(true);
   (send ? ch.send : ch.recv) = i;
   Conn c;
   c.send = send;
   c.channel = ordinal;
+  c.ch = &ch;  // std::map nodes stay put
   conns_.push_back(std::move(c));
   return i;
 }
@@ -71,6 +72,17 @@ void P2pPacer::endOp() {
     if (ch.recv_in_op) ch.ring->recvDone(true);
     ch.recv_in_op = false;
   }
+  if (sched_ring_) sched_ring_->recvDone(true);
+  sched_ring_.reset();
+}
+
+live::TimeNs P2pPacer::scheduled(std::uint64_t k) {
+  while (sched_.size() <= k) {
+    // Asked in order from 0: each unit once, the model's window never wraps under us.
+    const auto a = sched_ring_->recvArrival(sched_.size(), 0, shape_.unit_bytes, 0);
+    sched_.push_back(a.value_or(0));
+  }
+  return sched_[k];
 }
 
 void P2pPacer::opsDone() { endOp(); }
@@ -83,6 +95,16 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
   shape_ = ringOpShape(op, nranks_, connected);
   op_channels_ = op && op->channels > 0 ? op->channels : 0;
+  sched_.clear();
+  if (shape_.symmetric) {
+    // The chain every channel runs, from 0: R's idealised copy sends unit 0 at once (sizes
+    // from its first send) and each member forwards a step later.
+    const int chans = op_channels_ > 0 ? op_channels_ : std::max(1, connected);
+    sched_ring_ = make_(false);
+    sched_ring_->postRecv(0, 0, true, shape_.slices_per_step,
+                          static_cast<int>(model::Proto::Simple), chans, 1);
+    send_occupancy_ = sched_ring_->postSend(0, shape_.unit_bytes, chans);
+  }
   for (auto& [ordinal, ch] : channels_) {
     ch.op_sends = 0;
     ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
@@ -99,7 +121,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   if (i < 0 || i >= size()) return;
   Conn& c = conns_[static_cast<std::size_t>(i)];
   if (value <= c.seen) return;
-  Channel& ch = channels_[c.channel];
+  Channel& ch = *c.ch;
   if (!c.send) {  // R emptied slots: later receives may be posted
     c.seen = value;
     c.heads.emplace_back(value, now);
@@ -107,9 +129,20 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   }
   // R filled slots: one unit per slice (a poll may see several at once).
   const auto step = static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
+  const bool symmetric = in_op_ && shape_.symmetric;
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
-    const live::TimeNs done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
+    live::TimeNs done = 0;
+    if (symmetric) {
+      if (ch.op_sends == 0) {  // the chain started at the operation, or here if earlier
+        ch.start = std::min(op_start_, now);
+        ch.send_free = 0;
+      }
+      ch.send_free = std::max(now, ch.send_free) + send_occupancy_;
+      done = ch.send_free;
+    } else {
+      done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
+    }
     c.credits.emplace_back(std::max(done, now), end);
     ++ch.op_sends;
     c.seen = end;
@@ -140,7 +173,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
       }
       if (!c.credits.empty()) next = std::min(next, c.credits.front().first);
     } else if (in_op_) {
-      Channel& ch = channels_[c.channel];
+      Channel& ch = *c.ch;
       for (;;) {
         std::uint64_t end = 0;
         if (shape_.symmetric) {
@@ -158,24 +191,29 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         }
         const auto posted = slotFree(c, end, op_start_);
         if (!posted) break;
-        const std::uint64_t unit = ch.recv_units;
-        ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
-                          static_cast<int>(model::Proto::Simple), op_channels_,
-                          ch.recv_in_op ? 0 : 1);
-        ch.recv_in_op = true;
-        const std::uint64_t bytes = shape_.unit_bytes;
-        const auto arrival = ch.ring->recvArrival(unit, *posted, bytes, now);
-        if (!arrival) {  // the model waits for R's send to size it: look again soon
-          next = std::min(next, now + 1000);
-          break;
+        live::TimeNs arrival = 0;
+        if (shape_.symmetric) {
+          arrival = std::max(*posted, ch.start + scheduled(ch.op_recv_done));
+        } else {
+          const std::uint64_t unit = ch.recv_units;
+          ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
+                            static_cast<int>(model::Proto::Simple), op_channels_,
+                            ch.recv_in_op ? 0 : 1);
+          ch.recv_in_op = true;
+          const auto a = ch.ring->recvArrival(unit, *posted, shape_.unit_bytes, now);
+          if (!a) {  // the model waits for R's send to size it: look again soon
+            next = std::min(next, now + 1000);
+            break;
+          }
+          arrival = *a;
         }
-        if (*arrival > now) {
-          next = std::min(next, *arrival);
+        if (arrival > now) {
+          next = std::min(next, arrival);
           break;
         }
         value = std::max(value, end);
-        due = *arrival;
-        ++ch.recv_units;
+        due = arrival;
+        if (!shape_.symmetric) ++ch.recv_units;
         ++ch.op_recv_done;
       }
     }

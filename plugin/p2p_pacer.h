@@ -10,19 +10,25 @@
 // model says V would have: this class decides which value and when; it touches no GPU.
 //
 // Units are NCCL slices (Simple: StepPerSlice steps of the counters), as the NET path's
-// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel times them:
-// - R's send unit (tail moved by one slice): RingChannel::postSend; its completion releases
-//   R's head to the unit's end (V consumed it).
+// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel model times them:
+// - R's send unit (tail moved by one slice): its completion (when it left R's share of the
+//   link) releases R's head to the unit's end (V consumed it).
 // - R's recv unit k of an operation: "posted" once its slot is free (R's head, as R moved it
-//   in V's send block, within NCCL_STEPS of the unit's end); its arrival from
-//   RingChannel::recvArrival releases R's tail to the unit's end. In a ring all-reduce,
-//   all-gather or reduce-scatter every member sends and receives the same slices: once R's
-//   kernel sent its first slice of the operation on a channel (NCCL leaves channels without
-//   work idle), the receives run open loop (a round trip through the CPU per step would
-//   set the pace otherwise), up to the operation's slice count, and past it only as far as
-//   R's own sends (a channel NCCL gave more than the estimate). Other operations
-//   (broadcast, reduce, or one the tuner did not log) receive one-step units, at most one
-//   ahead of what R consumed.
+//   in V's send block, within NCCL_STEPS of the unit's end); its arrival releases R's tail
+//   to the unit's end.
+// In a ring all-reduce, all-gather or reduce-scatter every member sends and receives the same
+// slices, and every channel of the operation runs the same chain: one RingChannel anchored at
+// 0 (the operation's schedule) gives unit k's arrival after the chain's start, and each
+// channel adds its own start (the operation's, or R's first send on it if that came first)
+// and waits for its slots; a send's credit is its own start plus the unit's share of R's
+// link. That keeps the CPU's work per slice a few array reads (28 channels x 2 sides move
+// a slice every ~100 ns at 1 MiB; one RingChannel per channel cost ~900 ns a slice on the
+// H200 host, 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel
+// sent its first slice of the operation on a channel (NCCL leaves channels without work
+// idle; a round trip through the CPU per step would set the pace otherwise), up to the
+// operation's slice count, and past it only as far as R's own sends (a channel NCCL gave more
+// than the estimate). Other operations (broadcast, reduce, or one the tuner did not log) use
+// the channel's own RingChannel: one-step units, at most one ahead of what R consumed.
 //
 // Bytes per unit: the operation's per-channel traffic (collective log: function, size,
 // channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc
@@ -72,9 +78,11 @@ struct P2pRelease {
 class P2pPacer {
  public:
   static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
-  using MakeChannel = std::function<std::shared_ptr<live::RingChannel>()>;
+  // `connection`: true = one ring channel R connected (shared by its send and recv
+  // connection); false = an operation's schedule (not a channel R connected).
+  using MakeChannel = std::function<std::shared_ptr<live::RingChannel>(bool connection)>;
 
-  // `make` builds the timing of one ring channel (shared by its send and recv connection).
+  // `make` builds the timing of one ring channel.
   P2pPacer(int nranks, MakeChannel make);
 
   // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
@@ -96,17 +104,20 @@ class P2pPacer {
 
  private:
   struct Channel {
-    std::shared_ptr<live::RingChannel> ring;
+    std::shared_ptr<live::RingChannel> ring;  // asymmetric operations
     int send = -1, recv = -1;  // connection indices
     std::uint64_t op_sends = 0;      // R's send slices in the current operation
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
-    std::uint64_t recv_units = 0;   // receive slices over the channel's life (RingChannel unit)
+    std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
-    bool recv_in_op = false;         // postRecv'd this operation
+    bool recv_in_op = false;         // postRecv'd this operation (asymmetric)
+    live::TimeNs start = 0;          // symmetric: the chain's start on this channel
+    live::TimeNs send_free = 0;      // symmetric: R's share of its send link is free
   };
   struct Conn {
     bool send = false;
     int channel = 0;
+    Channel* ch = nullptr;  // channels_[channel]
     std::uint64_t seen = 0;      // R's counter in the pool block
     std::uint64_t released = 0;  // the value of R's own counter, released so far
     // send: credits (time, head value) not yet released.
@@ -116,6 +127,8 @@ class P2pPacer {
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
+  // Symmetric operations: unit k's arrival after its channel's chain started.
+  [[nodiscard]] live::TimeNs scheduled(std::uint64_t k);
   // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
   // Drops the head changes no later unit can need (its `need` only grows).
   [[nodiscard]] static std::optional<live::TimeNs> slotFree(Conn& c, std::uint64_t end,
@@ -129,6 +142,10 @@ class P2pPacer {
   live::TimeNs op_start_ = 0;
   RingOpShape shape_;
   int op_channels_ = 0;
+  // The symmetric operation's schedule (see the header comment).
+  std::shared_ptr<live::RingChannel> sched_ring_;
+  std::vector<live::TimeNs> sched_;
+  live::TimeNs send_occupancy_ = 0;  // a send unit on R's share of its link
 };
 
 }  // namespace crystal::plugin

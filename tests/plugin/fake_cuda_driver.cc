@@ -274,16 +274,16 @@ bool p2pAgentPass() {
            1'000'000'000u;
   };
   for (std::uint32_t i = 0; i < n; ++i) {
-    pa::Conn& c = t->conns[i];
-    const std::uint64_t w = *static_cast<std::uint64_t*>(ptr(c.watch));
-    if (trace && w != std::atomic_ref(c.seen).load()) std::atomic_ref(c.seen_at).store(timer());
-    std::atomic_ref(c.seen).store(w);
-    const std::uint64_t r = std::atomic_ref(c.release).load();
+    const std::uint64_t w = *static_cast<std::uint64_t*>(ptr(t->watch[i]));
+    if (trace && w != std::atomic_ref(t->seen[i]).load())
+      std::atomic_ref(t->seen_at[i]).store(timer());
+    std::atomic_ref(t->seen[i]).store(w);
+    const std::uint64_t r = std::atomic_ref(t->release[i]).load();
     if (r != 0) {
-      *static_cast<std::uint64_t*>(ptr(c.target)) = r;
-      if (trace && std::atomic_ref(c.stored).load() != r) {
-        std::atomic_ref(c.stored_at).store(timer());
-        std::atomic_ref(c.stored).store(r);
+      *static_cast<std::uint64_t*>(ptr(t->target[i])) = r;
+      if (trace && std::atomic_ref(t->stored[i]).load() != r) {
+        std::atomic_ref(t->stored_at[i]).store(timer());
+        std::atomic_ref(t->stored[i]).store(r);
       }
     }
   }

@@ -107,18 +107,26 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
 }
 
-// Over several target nodes the rings also cross NET, timed by the NET path's own model:
-// nothing of the node's P2P side is paced (it runs free).
-TEST_F(P2pAgentTest, CommsOverSeveralNodesAreNotPaced) {
+// Over several target nodes a node's first and last ring positions also cross the NET, timed
+// by the NET path's own model: nothing of theirs is paced (it runs free). A rank in the middle
+// of its node has only GPUs of its node as ring neighbours: paced.
+TEST_F(P2pAgentTest, OverSeveralNodesOnlyTheMiddleOfANodeIsPaced) {
   Config cfg;
   cfg.cluster.nodes = 2;
   plugin::PluginState::get().configure(cfg);
-  std::string why;
-  auto a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), &why);
-  ASSERT_TRUE(a) << why;
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
-  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 1, 16, 0, true, 1}));
-  EXPECT_FALSE(a->add({addr(r_tail_), addr(v_head_), 15, 16, 0, false, 1}));
+  for (const int rank : {0, 7, 8, 15, 5}) {
+    std::string why;
+    auto a = P2pAgent::create(kHash, rank, 16, reinterpret_cast<void*>(0x1), &why);
+    ASSERT_TRUE(a) << why;
+    const bool middle = rank == 5;
+    EXPECT_EQ(a->paces(), middle) << rank;
+    EXPECT_EQ(a->add({addr(r_head_), addr(v_tail_), (rank + 1) % 16, 16, 0, true, 1}), middle)
+        << rank;
+    EXPECT_EQ(a->add({addr(r_tail_), addr(v_head_), (rank + 15) % 16, 16, 0, false, 1}), middle)
+        << rank;
+    P2pAgent::forget(kHash);
+  }
 }
 
 TEST_F(P2pAgentTest, StreamUnderGraphCaptureIsRefused) {

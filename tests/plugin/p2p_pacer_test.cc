@@ -28,6 +28,12 @@ Config oneNode() {
   return cfg;
 }
 
+Config nodes(int n) {
+  Config cfg = oneNode();
+  cfg.cluster.nodes = n;
+  return cfg;
+}
+
 // One ring channel of the real rank as NCCL 2.28.9's Simple ring kernel runs it with an
 // instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
 // send head), then post both (V's recv tail, V's send head). The slice program is
@@ -123,15 +129,17 @@ struct Setup {
   std::vector<KernelChannel> chans;
 };
 
-std::unique_ptr<Setup> connect(int nranks, int channels) {
-  const Config cfg = oneNode();
+std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
+                               const Config& cfg = oneNode()) {
   plugin::PluginState::get().configure(cfg);
   const live::CommLinks links = live::commLinks(plugin::PluginState::get().model(), cfg.cluster,
                                                 nranks);
   auto busy = std::make_shared<std::atomic<int>>(0);
   auto connected = std::make_shared<std::atomic<int>>(channels);
   auto s = std::make_unique<Setup>(Setup{
-      P2pPacer(nranks, [=] { return plugin::makeRingChannel(links, 0, busy, connected); }), {}});
+      P2pPacer(nranks,
+               [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); }),
+      {}});
   // NCCL's exchange: receive entries, then send entries, by channel ordinal.
   s->chans.resize(static_cast<std::size_t>(channels));
   for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
@@ -139,8 +147,8 @@ std::unique_ptr<Setup> connect(int nranks, int channels) {
   return s;
 }
 
-double modelUs(Func f, std::uint64_t bytes, int nranks, int channels) {
-  const Config cfg = oneNode();
+double modelUs(Func f, std::uint64_t bytes, int nranks, int channels,
+               const Config& cfg = oneNode()) {
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
   const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
@@ -173,9 +181,8 @@ TEST(P2pPacer, RingOpShapeFollowsNcclChunking) {
   EXPECT_FALSE(plugin::ringOpShape(std::nullopt, 8, 16).symmetric);
 }
 
-TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
-  constexpr int n = 8, channels = 16;
-  auto s = connect(n, channels);
+void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
+  auto s = connect(n, channels, rank, cfg);
   TimeNs start = 1'000'000'000;
   for (Func f : {Func::AllReduce, Func::AllGather, Func::ReduceScatter})
     for (std::uint64_t b = MiB; b <= 1024 * MiB; b *= 16) {
@@ -188,14 +195,23 @@ TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
       const Result r = runOp(s->pacer, s->chans, e, start);
       ASSERT_FALSE(r.stalled) << model::toString(f) << " " << b;
       EXPECT_FALSE(r.over_released) << model::toString(f) << " " << b;
-      const double want = modelUs(f, b, n, channels);
-      std::printf("%-13s %6llu MiB: paced %10.1f us, model %10.1f us, %+6.2f %%\n",
-                  std::string(model::toString(f)).c_str(),
+      const double want = modelUs(f, b, n, channels, cfg);
+      std::printf("%3d ranks, rank %2d: %-13s %6llu MiB: paced %10.1f us, model %10.1f us, "
+                  "%+6.2f %%\n",
+                  n, rank, std::string(model::toString(f)).c_str(),
                   static_cast<unsigned long long>(b / MiB), r.us, want,
                   100 * (r.us - want) / want);
       EXPECT_NEAR(r.us, want, 0.02 * want) << model::toString(f) << " " << b;
       start += static_cast<TimeNs>(r.us * 1e3) + 1'000'000'000;
     }
+}
+
+TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) { expectModelTimes(8, 16, 0, oneNode()); }
+
+// Over 8 nodes a rank in the middle of its node: the chain to it runs through the NET hop
+// between nodes (period of 8 positions), and the ring takes the model's time.
+TEST(P2pPacer, MiddleOfANodeOverSeveralNodesTakesTheModelsTime) {
+  expectModelTimes(64, 16, 13, nodes(8));
 }
 
 // Receives run open loop once R's kernel is in the operation on a channel, never past the
