@@ -212,9 +212,10 @@ P2pAgent::~P2pAgent() {
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
   return fmt::format("{} paced connections, {} operations done, {} kernel launches, {} kernel "
-                     "starts, kernel state {}, want {}",
+                     "starts, {} kernel passes, kernel state {}, want {}",
                      table_ ? word(table_->n).load() : 0, ops_done_.load(), launches_,
                      table_ ? word(table_->starts).load() : 0,
+                     table_ ? word(table_->passes).load() : 0,
                      table_ ? word(table_->state).load() : 0,
                      table_ ? word(table_->want).load() : 0);
 }
@@ -375,7 +376,9 @@ void P2pAgent::run() {
           ++ops_started_;
         }
         if (d_.eventQuery(p.after) == cuda::kNotReady) break;
-        if (trace_) trace_->record({.t = now, .kind = 'D'});
+        if (trace_)
+          trace_->record(
+              {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});
         done_events.push_back(p.before);
         done_events.push_back(p.after);
         ops_.pop_front();

@@ -36,7 +36,8 @@ struct Table {
   std::uint32_t trace;   // CPU: 1 = stamp times (read once per kernel start)
   std::uint32_t pad1;
   std::uint64_t gpu_now;  // trace: the global timer, every pass
-  std::uint64_t pad[3];
+  std::uint64_t passes;   // passes of the kernels so far (diagnostics)
+  std::uint64_t pad[2];
   std::uint64_t watch[kMaxConns];    // device address (read by the kernel)
   std::uint64_t target[kMaxConns];   // device address (written by the kernel)
   std::uint64_t seen[kMaxConns];     // kernel -> CPU

@@ -4,7 +4,7 @@
 // per event, times in ns on the pacing thread's clock (live::nowNs):
 //   S  the stream reached an operation (value: its index; due_ns: its bytes and op: its
 //      collective, from the tuner's log entry)
-//   D  the stream went past it
+//   D  the stream went past it (value: the agent kernel's passes so far)
 //   o  the CPU saw R's counter of a connection move to `value`; gpu_ns: when the agent
 //      kernel saw it
 //   r  the CPU released `value` for R's own counter; due_ns: when the model made it due

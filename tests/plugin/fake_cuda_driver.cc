@@ -288,6 +288,7 @@ bool p2pAgentPass() {
     }
   }
   if (trace) std::atomic_ref(t->gpu_now).store(timer());
+  std::atomic_ref(t->passes).fetch_add(1);
   if (std::atomic_ref(t->want).load() == 0) {
     std::atomic_ref(t->state).store(pa::kExiting);
     return false;

@@ -18,6 +18,7 @@ operation), it prints in microseconds:
   consume     mean, per receive stored, R's kernel moving its recv head to that value
               after the store (R's processing of the slot: its step, if it waited on us)
   to_cpu      mean CPU saw - GPU saw, per counter move (the mapped table's latency + poll)
+  pass        op / the agent kernel's passes during it (D rows carry the kernel's count)
   gated       share of receive releases due less than 1 us after the CPU saw R empty the
               slot the unit needs (NCCL's 8-step window closed the loop through the CPU)
 """
@@ -61,7 +62,7 @@ def mean(xs):
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def describe(start, end, rows):
+def describe(start, end, rows, passes_before):
     us = 1e-3
     moves = [r for r in rows if r["kind"] == "o" and r["gpu_ns"] >= 0]
     sends = [r for r in moves if r["dir"] == "s"]
@@ -112,10 +113,13 @@ def describe(start, end, rows):
         if i < len(hs) and 0 <= r["due_ns"] - hs[i][1] < 1000:
             gated += 1
     out["gated"] = gated / len(recv_rel) if recv_rel else float("nan")
+    passes = end["value"] - passes_before if end and passes_before is not None else 0
+    out["pass"] = out["op"] / passes if passes > 0 else float("nan")
     return out
 
 
-COLS = ("op", "gpu_span", "model", "first_send", "cpu_late", "store", "consume", "to_cpu")
+COLS = ("op", "gpu_span", "model", "first_send", "cpu_late", "store", "consume", "to_cpu",
+        "pass")
 
 
 def main():
@@ -130,9 +134,11 @@ def main():
     print("| collective | bytes | n | " + " | ".join(COLS) + " | gated |")
     print("|---|---|---|" + "---|" * (len(COLS) + 1))
     groups = collections.OrderedDict()
+    passes = None
     for i, (s, d, body) in enumerate(ops):
         key = (i,) if args.each else (s["func"], s["due_ns"])
-        groups.setdefault(key, []).append((s, describe(s, d, body)))
+        groups.setdefault(key, []).append((s, describe(s, d, body, passes)))
+        passes = d["value"] if d else None
     for key, items in groups.items():
         s = items[0][0]
         cells = []
