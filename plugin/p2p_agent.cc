@@ -238,6 +238,9 @@ void P2pAgent::takeConnection(const P2pConnection& c) {
   const std::uint32_t i = word(table_->n).load(std::memory_order_relaxed);
   table_->watch[i] = c.watch;
   table_->target[i] = c.target;
+  table_->kind[i] = c.send ? 1 : 0;
+  table_->unit_steps[i] = 1;
+  word(table_->occupancy[i]).store(0, std::memory_order_relaxed);
   word(table_->seen[i]).store(0, std::memory_order_relaxed);
   word(table_->release[i])
       .store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
@@ -259,7 +262,8 @@ cuda::Event P2pAgent::event() {
 
 void P2pAgent::launch() {
   void* args[] = {&table_dev_};
-  check(d_.launchKernel(fn_, 1, 1, 1, pa::kThreads, 1, 1, 0, stream_, args, nullptr),
+  check(d_.launchKernel(fn_, 1, 1, 1, pa::kThreads + pa::kReaderThreads, 1, 1, 0, stream_, args,
+                       nullptr),
         "cuLaunchKernel (P2P agent)");
   ++launches_;
 }
@@ -306,6 +310,35 @@ void P2pAgent::after(const Op& op) {
     }
   }
   wake_.notify_all();
+}
+
+void P2pAgent::publishSendPace() {
+  const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
+  const auto occupancy = static_cast<std::uint64_t>(std::max<live::TimeNs>(0, pacer_.sendOccupancy()));
+  const auto steps = static_cast<std::uint32_t>(pacer_.sendUnitSteps());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (table_->kind[i] == 0) continue;
+    word(table_->unit_steps[i]).store(steps, std::memory_order_relaxed);
+    word(table_->occupancy[i]).store(occupancy, std::memory_order_release);
+  }
+}
+
+void P2pAgent::updateLead(live::TimeNs now) {
+  // The kernel's reader pass, measured over >= 200 us windows while it runs.
+  const std::uint64_t passes = word(table_->passes).load(std::memory_order_relaxed);
+  if (lead_at_ == 0 || passes < lead_passes_) {
+    lead_at_ = now;
+    lead_passes_ = passes;
+    return;
+  }
+  const live::TimeNs dt = now - lead_at_;
+  if (dt < 200'000) return;
+  if (passes > lead_passes_) {
+    const live::TimeNs pass = dt / static_cast<live::TimeNs>(passes - lead_passes_);
+    lead_ns_ = std::min<live::TimeNs>(kMaxLeadNs, pass);
+  }
+  lead_at_ = now;
+  lead_passes_ = passes;
 }
 
 void P2pAgent::traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored) {
@@ -365,7 +398,10 @@ void P2pAgent::run() {
         if (!p.started) {
           if (d_.eventQuery(p.before) == cuda::kNotReady) break;
           p.started = true;
-          if (!free_running_) pacer_.opStarted(now, p.entry);
+          if (!free_running_) {
+            pacer_.opStarted(now, p.entry);
+            publishSendPace();
+          }
           if (trace_)
             trace_->record({.t = now,
                             .due = p.entry ? static_cast<live::TimeNs>(p.entry->bytes) : -1,
@@ -412,8 +448,11 @@ void P2pAgent::run() {
                                       "({})",
                                       static_cast<double>(stall_ns_) / 1e9, ops_.size(),
                                       stateLine()));
+      // Released one kernel reader pass early: the value reaches the kernel's shared memory
+      // about then, so R sees it when the model says.
+      updateLead(now);
       out.clear();
-      (void)pacer_.release(now, out);
+      (void)pacer_.release(now + lead_ns_, out);
       for (const P2pRelease& r : out) {
         word(table_->release[static_cast<std::size_t>(r.conn)])
             .store(r.value, std::memory_order_release);
@@ -428,8 +467,10 @@ void P2pAgent::run() {
                    hash_, rank_, e.what());
       free_running_ = true;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
-      for (std::uint32_t i = 0; i < n; ++i)
+      for (std::uint32_t i = 0; i < n; ++i) {
+        word(table_->occupancy[i]).store(0, std::memory_order_release);
         word(table_->release[i]).store(std::uint64_t{1} << 62, std::memory_order_release);
+      }
     }
   }
 }

@@ -108,6 +108,10 @@ class P2pAgent {
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
+  // The operation's send units (occupancy, steps) into the table, for the kernel's credits.
+  void publishSendPace();
+  // The kernel's reader pass time (lead_ns_), from its pass count.
+  void updateLead(live::TimeNs now);
   // Trace: the GPU clock sample and what the kernel stored since the last look.
   void traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored);
 
@@ -146,6 +150,11 @@ class P2pAgent {
   P2pPacer pacer_;
   std::unique_ptr<P2pTrace> trace_;  // CRYSTAL_P2P_TRACE (pacing thread only, then ~P2pAgent)
   std::uint64_t ops_started_ = 0;
+  // Receives are released this much before they are due (the kernel's reader pass).
+  static constexpr live::TimeNs kMaxLeadNs = 20'000;
+  live::TimeNs lead_ns_ = 0;
+  live::TimeNs lead_at_ = 0;
+  std::uint64_t lead_passes_ = 0;
   std::deque<Pending> ops_;
   std::atomic<std::uint64_t> ops_done_{0};
   std::thread thread_;

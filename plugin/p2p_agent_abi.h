@@ -2,9 +2,18 @@
 // p2p_agent_kernel.cu). It lies in pinned, device-mapped host memory.
 //
 // Per connection the kernel copies `watch` (a counter in a pool block that the real rank's
-// NCCL kernel moves: V's recv tail, V's send head) to `seen`, and stores `release` at
-// `target` (the real rank's own send head or recv tail) whenever the CPU changes it. The
-// CPU fills a connection's `watch` and `target` before it raises `n` past it.
+// NCCL kernel moves: V's recv tail for a send connection, V's send head for a receive one) to
+// `seen`, and moves `target` (R's own send head or recv tail) by the rules of
+// p2p_agent_rules.h: a receive's to min(`release`, head + NCCL_STEPS), where the CPU releases
+// by the model; a send's credits itself, `occupancy` ns after each unit of `unit_steps`
+// steps R sent. The CPU fills a connection's `watch`, `target` and `kind` before it raises
+// `n` past it, and sets `occupancy` and `unit_steps` per operation.
+//
+// Threads: one per connection (`kThreads`) loop on GPU memory only (R's counters, the
+// global timer, shared memory); one more warp (`kReaderThreads`) copies the table's words the
+// CPU writes (`release`, `occupancy`, `unit_steps`, `n`, `want`) into shared memory, so a
+// PCIe read of mapped host memory (~8 us on the H200 host) delays only the CPU's releases,
+// never the kernel's reaction to R.
 //
 // Lifetime (the flag writer's protocol, flag_ring.h): the kernel runs while `want` is 1.
 // Seeing 0 it sets state = kExiting, fences, and looks again; still 0 -> it returns. The CPU
@@ -23,6 +32,7 @@ namespace crystal::plugin::p2p_agent {
 
 inline constexpr std::uint32_t kMaxConns = 256;  // 64 channels x 2 sides x 2 graphs
 inline constexpr std::uint32_t kThreads = 256;   // one per connection
+inline constexpr std::uint32_t kReaderThreads = 32;
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 
 // One array per field (a connection is an index): a warp's 32 `release` words are one
@@ -41,12 +51,15 @@ struct Table {
   std::uint64_t watch[kMaxConns];    // device address (read by the kernel)
   std::uint64_t target[kMaxConns];   // device address (written by the kernel)
   std::uint64_t seen[kMaxConns];     // kernel -> CPU
-  std::uint64_t release[kMaxConns];  // CPU -> kernel (0: nothing to store yet)
+  std::uint64_t release[kMaxConns];  // CPU -> kernel, receives (0: nothing to store yet)
   // Trace only (kernel -> CPU, global timer ns).
   std::uint64_t seen_at[kMaxConns];
   std::uint64_t stored[kMaxConns];
   std::uint64_t stored_at[kMaxConns];
+  std::uint64_t occupancy[kMaxConns];  // CPU -> kernel, sends: ns per unit (0: at once)
+  std::uint32_t unit_steps[kMaxConns];  // CPU -> kernel, sends: counter steps per unit
+  std::uint32_t kind[kMaxConns];        // CPU -> kernel: 1 send, 0 receive
 };
-static_assert(sizeof(Table) == 64 + 7 * 8 * kMaxConns);
+static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

@@ -1,16 +1,16 @@
-// The P2P agent kernel (protocol: p2p_agent_abi.h): one block, one thread per connection of
-// the real rank to a virtual GPU of its node. It stands in for those GPUs' kernels on the
-// real GPU: it shows the CPU how far the real rank's NCCL kernel moved the counters it writes
-// into the virtual side's blocks, and moves the real rank's own counters to the values the
-// CPU's model released.
+// The P2P agent kernel (protocol: p2p_agent_abi.h, rules: p2p_agent_rules.h): one block that
+// stands in, on the real GPU, for the kernels of the virtual GPUs of R's node. It shows the
+// CPU how far R's NCCL kernel moved the counters it writes into the virtual side's blocks,
+// and moves R's own counters: receive tails as far as the CPU's model released and R's slots
+// allow, send heads as R's units cross its link.
 //
-// A pass is as short as one PCIe read: every load from the mapped table (a warp's 32
-// `release` words, `want`, `n`) is issued before any of them is used, and nothing waits for
-// a write to reach host memory (no fence in the loop; the stores to R's counters are
-// volatile, in the GPU's memory, and R's kernel polls them). The H200 trace of 2026-12-04
-// showed ~9 us passes when each thread read its `release` word, then fenced after its store,
-// then thread 0 read `want` in turn.
+// Connection threads touch only GPU memory, shared memory and the global timer in their
+// loop, and write to the mapped table without waiting (posted writes); the reader warp does
+// every read of the table. The H200 trace of 2026-12-04 measured a pass that read the table
+// at ~8 us, and a step's round trip through the CPU (R's move seen, released, stored) at
+// 25-30 us: the per-step reactions now happen here.
 #include "p2p_agent_abi.h"
+#include "p2p_agent_rules.h"
 
 namespace pa = crystal::plugin::p2p_agent;
 
@@ -23,67 +23,122 @@ __device__ __forceinline__ unsigned long long globalTimer() {
 }  // namespace
 
 extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
+  __shared__ unsigned long long s_release[pa::kMaxConns];
+  __shared__ unsigned long long s_occupancy[pa::kMaxConns];
+  __shared__ unsigned s_steps[pa::kMaxConns];
+  __shared__ unsigned s_n;
   __shared__ int s_leave, s_trace;
   volatile pa::Table* t = table;
+  volatile unsigned long long* release = s_release;
+  volatile unsigned long long* occupancy = s_occupancy;
+  volatile unsigned* steps = s_steps;
+  volatile unsigned* n_ready = &s_n;
+  volatile int* leave = &s_leave;
   const unsigned i = threadIdx.x;
+  if (i < pa::kMaxConns) {
+    s_release[i] = 0;
+    s_occupancy[i] = 0;
+    s_steps[i] = 1;
+  }
   if (i == 0) {
     t->starts = t->starts + 1;
     t->state = pa::kRunning;  // a kernel queued behind one that left finds kExiting
     s_leave = 0;
+    s_n = 0;
     s_trace = t->trace != 0;
   }
-  const unsigned long long passes_before = i == 0 ? t->passes : 0;
   __syncthreads();
   const bool trace = s_trace != 0;
-  bool mine = false;
-  volatile unsigned long long* watch = nullptr;
-  volatile unsigned long long* target = nullptr;
-  unsigned long long seen = ~0ull, stored = 0, passes = 0;
-  for (;;) {
-    // Loads first, uses after: the table's words travel over PCIe together.
-    const unsigned n = mine ? 0u : t->n;
-    const unsigned long long r = mine ? t->release[i] : 0;
-    const unsigned want = i == 0 ? t->want : 1u;
-    const unsigned long long w = mine ? *watch : 0;
-    if (mine) {
-      if (r != stored) {
-        *target = r;
-        stored = r;
-        if (trace) {
-          t->stored_at[i] = globalTimer();
-          t->stored[i] = r;
+
+  if (i >= pa::kThreads) {  // the reader warp
+    const unsigned lane = i - pa::kThreads;
+    constexpr unsigned kPer = pa::kMaxConns / pa::kReaderThreads;
+    const unsigned long long passes_before = lane == 0 ? t->passes : 0;
+    unsigned long long passes = 0;
+    for (;;) {
+      // Loads first, uses after: one PCIe round trip per pass.
+      const unsigned n = t->n;
+      const unsigned want = t->want;
+      unsigned long long r[kPer], o[kPer];
+      unsigned st[kPer];
+#pragma unroll
+      for (unsigned k = 0; k < kPer; ++k) {
+        const unsigned j = lane + k * pa::kReaderThreads;
+        r[k] = t->release[j];
+        o[k] = t->occupancy[j];
+        st[k] = t->unit_steps[j];
+      }
+#pragma unroll
+      for (unsigned k = 0; k < kPer; ++k) {
+        const unsigned j = lane + k * pa::kReaderThreads;
+        release[j] = r[k];
+        occupancy[j] = o[k];
+        steps[j] = st[k];
+      }
+      __threadfence_block();
+      __syncwarp();
+      if (lane == 0) {
+        *n_ready = n;  // the connections' words above were filled before n was raised
+        t->passes = passes_before + ++passes;
+        if (trace) t->gpu_now = globalTimer();
+        if (want == 0) {
+          t->state = pa::kExiting;
+          __threadfence_system();
+          if (t->want == 0)
+            *leave = 1;
+          else
+            t->state = pa::kRunning;
         }
       }
+      __syncwarp();
+      if (*leave) break;
+    }
+  } else {  // connection i
+    bool mine = false, send = false;
+    volatile unsigned long long* watch = nullptr;
+    volatile unsigned long long* target = nullptr;
+    unsigned long long seen = 0, stored = 0;
+    pa::CreditQueue q;
+    for (;;) {
+      if (*leave) break;
+      if (!mine) {
+        if (i >= *n_ready) continue;
+        mine = true;
+        watch = reinterpret_cast<volatile unsigned long long*>(t->watch[i]);
+        target = reinterpret_cast<volatile unsigned long long*>(t->target[i]);
+        send = t->kind[i] != 0;
+        // R's counter as the last kernel (or NCCL's setup) left it: what R sent beyond it
+        // (R's kernel may start before this one) is credited from now on.
+        stored = *target;
+        q.seen = stored;
+        seen = ~0ull;  // published on the first pass
+      }
+      const unsigned long long w = *watch;
+      const unsigned long long now = globalTimer();
       if (w != seen) {
-        if (trace) t->seen_at[i] = globalTimer();
+        if (send) pa::creditsSent(q, w, now, occupancy[i], steps[i]);
+        if (trace) t->seen_at[i] = now;
         t->seen[i] = w;
         seen = w;
       }
-    } else if (i < n) {  // the CPU filled this connection before raising n
-      mine = true;
-      watch = reinterpret_cast<volatile unsigned long long*>(t->watch[i]);
-      target = reinterpret_cast<volatile unsigned long long*>(t->target[i]);
-    }
-    if (i == 0) {
-      t->passes = passes_before + ++passes;
-      if (trace) t->gpu_now = globalTimer();
-      if (want == 0) {
-        t->state = pa::kExiting;
-        __threadfence_system();
-        if (t->want == 0)
-          s_leave = 1;
-        else
-          t->state = pa::kRunning;
+      const unsigned long long v =
+          send ? pa::creditsDue(q, now) : pa::gatedTail(release[i], w);
+      if (v > stored) {
+        *target = v;
+        __threadfence();  // out to R's kernel now (a store left in the SM's queue slowed R)
+        stored = v;
+        if (trace) {
+          t->stored_at[i] = globalTimer();
+          t->stored[i] = v;
+        }
       }
     }
-    __syncthreads();
-    if (s_leave) break;
-    __syncthreads();
-  }
-  // Whatever the CPU released last is stored before the kernel goes.
-  if (mine) {
-    const unsigned long long r = t->release[i];
-    if (r != stored) *target = r;
+    // Leaving: nothing is outstanding (R's operations are done): every unit R sent is
+    // credited, and a receive gets the CPU's last release within R's slots.
+    if (mine) {
+      const unsigned long long v = send ? *watch : pa::gatedTail(t->release[i], *watch);
+      if (v > stored) *target = v;
+    }
   }
   __threadfence_system();
 }

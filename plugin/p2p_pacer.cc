@@ -103,7 +103,14 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     sched_ring_ = make_(false);
     sched_ring_->postRecv(0, 0, true, shape_.slices_per_step,
                           static_cast<int>(model::Proto::Simple), chans, 1);
-    send_occupancy_ = sched_ring_->postSend(0, shape_.unit_bytes, chans);
+    (void)sched_ring_->postSend(0, shape_.unit_bytes, chans);  // the units' size
+    send_occupancy_ = sched_ring_->sendOccupancy(shape_.unit_bytes, chans);
+  } else {
+    // A chain root's sends are paced by the chain's slowest link (any channel's model).
+    const auto first = channels_.begin();
+    send_occupancy_ = first == channels_.end()
+                          ? 0
+                          : first->second.ring->sendOccupancy(shape_.unit_bytes, op_channels_);
   }
   for (auto& [ordinal, ch] : channels_) {
     ch.op_sends = 0;
@@ -127,23 +134,17 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     c.heads.emplace_back(value, now);
     return;
   }
-  // R filled slots: one unit per slice (a poll may see several at once).
+  // R filled slots: one unit per slice (a poll may see several at once). The agent kernel
+  // credits them; an asymmetric operation's model still wants them (sizes, a root's pace).
   const auto step = static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
   const bool symmetric = in_op_ && shape_.symmetric;
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
-    live::TimeNs done = 0;
     if (symmetric) {
-      if (ch.op_sends == 0) {  // the chain started at the operation, or here if earlier
-        ch.start = std::min(op_start_, now);
-        ch.send_free = 0;
-      }
-      ch.send_free = std::max(now, ch.send_free) + send_occupancy_;
-      done = ch.send_free;
+      if (ch.op_sends == 0) ch.start = std::min(op_start_, now);  // the chain started
     } else {
-      done = ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
+      (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     }
-    c.credits.emplace_back(std::max(done, now), end);
     ++ch.op_sends;
     c.seen = end;
   }
@@ -163,16 +164,10 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
   live::TimeNs next = kNever;
   for (std::size_t i = 0; i < conns_.size(); ++i) {
     Conn& c = conns_[i];
+    if (c.send || !in_op_) continue;
     std::uint64_t value = c.released;
     live::TimeNs due = 0;
-    if (c.send) {
-      while (!c.credits.empty() && c.credits.front().first <= now) {
-        value = std::max(value, c.credits.front().second);
-        due = c.credits.front().first;
-        c.credits.pop_front();
-      }
-      if (!c.credits.empty()) next = std::min(next, c.credits.front().first);
-    } else if (in_op_) {
+    {
       Channel& ch = *c.ch;
       for (;;) {
         std::uint64_t end = 0;
@@ -189,12 +184,13 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
           if (value > c.seen) break;
           end = value + 1;
         }
-        const auto posted = slotFree(c, end, op_start_);
-        if (!posted) break;
         live::TimeNs arrival = 0;
         if (shape_.symmetric) {
-          arrival = std::max(*posted, ch.start + scheduled(ch.op_recv_done));
+          // The kernel holds it until R's slot is free (p2p_agent_rules.h).
+          arrival = ch.start + scheduled(ch.op_recv_done);
         } else {
+          const auto posted = slotFree(c, end, op_start_);
+          if (!posted) break;
           const std::uint64_t unit = ch.recv_units;
           ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
                             static_cast<int>(model::Proto::Simple), op_channels_,

@@ -7,28 +7,26 @@
 // write: the head of R's own send block (credit) and the tail of R's own recv block (data).
 // The blocks of V lie in R's process (block_pool.h), so R's process sees the first two (the
 // agent kernel copies them to host memory, p2p_agent.h) and writes the other two when the
-// model says V would have: this class decides which value and when; it touches no GPU.
+// model says V would have. The agent kernel applies two rules itself, on the GPU
+// (p2p_agent_rules.h): a receive tail never passes R's head + NCCL_STEPS (V fills a slot only
+// once R emptied it), and a send unit is credited `sendOccupancy()` after R sent it (when it
+// left R's share of the link). This class decides the rest: which receive values to release
+// and when, by the model; it touches no GPU.
 //
 // Units are NCCL slices (Simple: StepPerSlice steps of the counters), as the NET path's
-// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel model times them:
-// - R's send unit (tail moved by one slice): its completion (when it left R's share of the
-//   link) releases R's head to the unit's end (V consumed it).
-// - R's recv unit k of an operation: "posted" once its slot is free (R's head, as R moved it
-//   in V's send block, within NCCL_STEPS of the unit's end); its arrival releases R's tail
-//   to the unit's end.
+// isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel model times them.
 // In a ring all-reduce, all-gather or reduce-scatter every member sends and receives the same
 // slices, and every channel of the operation runs the same chain: one RingChannel anchored at
 // 0 (the operation's schedule) gives unit k's arrival after the chain's start, and each
-// channel adds its own start (the operation's, or R's first send on it if that came first)
-// and waits for its slots; a send's credit is its own start plus the unit's share of R's
-// link. That keeps the CPU's work per slice a few array reads (28 channels x 2 sides move
-// a slice every ~100 ns at 1 MiB; one RingChannel per channel cost ~900 ns a slice on the
-// H200 host, 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel
-// sent its first slice of the operation on a channel (NCCL leaves channels without work
-// idle; a round trip through the CPU per step would set the pace otherwise), up to the
-// operation's slice count, and past it only as far as R's own sends (a channel NCCL gave more
-// than the estimate). Other operations (broadcast, reduce, or one the tuner did not log) use
-// the channel's own RingChannel: one-step units, at most one ahead of what R consumed.
+// channel adds its own start (the operation's, or R's first send on it if that came first).
+// That keeps the CPU's work per slice a few array reads (28 channels x 2 sides move a slice
+// every ~100 ns at 1 MiB; one RingChannel per channel cost ~900 ns a slice on the H200 host,
+// 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel sent its
+// first slice of the operation on a channel (NCCL leaves channels without work idle), up to
+// the operation's slice count, and past it only as far as R's own sends (a channel NCCL gave
+// more than the estimate). Other operations (broadcast, reduce, or one the tuner did not log)
+// use the channel's own RingChannel: one-step units, "posted" once the slot is free (as the
+// CPU saw R's head), at most one ahead of what R consumed.
 //
 // Bytes per unit: the operation's per-channel traffic (collective log: function, size,
 // channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc
@@ -97,10 +95,14 @@ class P2pPacer {
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
   // recv connector) to `value`. Values only grow; a smaller one is ignored.
   void observe(int i, std::uint64_t value, live::TimeNs now);
-  // Appends each connection whose counter in R's block is due to move by `now` (R's send
-  // head, R's recv tail), the newest value only, with the time it became due; returns when
-  // the next one is due (kNever: none pending, or pending on R).
+  // Appends each receive connection whose tail in R's block is due to move by `now`, the
+  // newest value only, with the time it became due; returns when the next one is due
+  // (kNever: none pending, or pending on R). Send heads are the agent kernel's (credits).
   live::TimeNs release(live::TimeNs now, std::vector<P2pRelease>& out);
+  // The current operation's send units, for the agent kernel's credits: how long one
+  // occupies R's share of its link (ns), and its counter steps.
+  [[nodiscard]] live::TimeNs sendOccupancy() const { return send_occupancy_; }
+  [[nodiscard]] int sendUnitSteps() const { return std::max(1, shape_.slice_steps); }
 
  private:
   struct Channel {
@@ -112,16 +114,13 @@ class P2pPacer {
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
     bool recv_in_op = false;         // postRecv'd this operation (asymmetric)
     live::TimeNs start = 0;          // symmetric: the chain's start on this channel
-    live::TimeNs send_free = 0;      // symmetric: R's share of its send link is free
   };
   struct Conn {
     bool send = false;
     int channel = 0;
     Channel* ch = nullptr;  // channels_[channel]
     std::uint64_t seen = 0;      // R's counter in the pool block
-    std::uint64_t released = 0;  // the value of R's own counter, released so far
-    // send: credits (time, head value) not yet released.
-    std::deque<std::pair<live::TimeNs, std::uint64_t>> credits;
+    std::uint64_t released = 0;  // recv: the value of R's own tail, released so far
     // recv: R's head at the operation's start, and its changes since (value, time).
     std::uint64_t head_at_op = 0;
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
@@ -145,7 +144,7 @@ class P2pPacer {
   // The symmetric operation's schedule (see the header comment).
   std::shared_ptr<live::RingChannel> sched_ring_;
   std::vector<live::TimeNs> sched_;
-  live::TimeNs send_occupancy_ = 0;  // a send unit on R's share of its link
+  live::TimeNs send_occupancy_ = 0;  // a send unit on R's share of its link (this operation)
 };
 
 }  // namespace crystal::plugin

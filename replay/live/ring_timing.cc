@@ -48,6 +48,14 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   return d - out.latency_ns;
 }
 
+TimeNs RingChannel::sendOccupancy(std::uint64_t bytes, int channels) {
+  std::lock_guard lock(mu_);
+  const int ch = channels > 0 ? channels : op_channels_;
+  const RingHop& out = in_op_ ? chain()[0] : slowest();
+  const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
+  return out.occupancy(bytes, busy, ch > 0 ? ch : connected_->load(std::memory_order_relaxed));
+}
+
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                              std::uint64_t bytes) {
   const TimeNs start = std::max(ready, free_at);

@@ -8,6 +8,7 @@
 
 #include "mirror_kernel_abi.h"
 #include "p2p_agent_abi.h"
+#include "p2p_agent_rules.h"
 
 namespace crystal::test {
 namespace {
@@ -141,6 +142,14 @@ Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
 }
 int g_module = 0, g_function = 0, g_mirror_function = 0, g_p2p_function = 0;
 plugin::p2p_agent::Table* g_p2p = nullptr;  // the table of the latest P2P agent launch
+// The state of the "agent kernel" running now (p2p_agent_kernel.cu's per-connection
+// registers), fresh at each launch.
+struct FakeAgentConn {
+  bool mine = false;
+  std::uint64_t seen = 0, stored = 0;
+  plugin::p2p_agent::CreditQueue q;
+};
+std::vector<FakeAgentConn> g_agent_conns;
 Result moduleLoad(void** m, const void*) {
   if (!g.module_loads) return 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
   *m = &g_module;
@@ -226,6 +235,7 @@ Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigne
     g_p2p = static_cast<plugin::p2p_agent::Table*>(ptr(*static_cast<DevicePtr*>(params[0])));
     std::atomic_ref(g_p2p->starts).fetch_add(1);
     std::atomic_ref(g_p2p->state).store(plugin::p2p_agent::kRunning);
+    g_agent_conns.clear();
     (void)p2pAgentPass();
     return 0;
   }
@@ -273,24 +283,49 @@ bool p2pAgentPass() {
                                           .count()) -
            1'000'000'000u;
   };
+  const auto counter = [](std::uint64_t address) -> std::uint64_t& {
+    return *static_cast<std::uint64_t*>(ptr(address));
+  };
+  g_agent_conns.resize(pa::kMaxConns);
+  const bool leaving = std::atomic_ref(t->want).load() == 0;
   for (std::uint32_t i = 0; i < n; ++i) {
-    const std::uint64_t w = *static_cast<std::uint64_t*>(ptr(t->watch[i]));
-    if (trace && w != std::atomic_ref(t->seen[i]).load())
-      std::atomic_ref(t->seen_at[i]).store(timer());
-    std::atomic_ref(t->seen[i]).store(w);
-    const std::uint64_t r = std::atomic_ref(t->release[i]).load();
-    if (r != 0) {
-      *static_cast<std::uint64_t*>(ptr(t->target[i])) = r;
-      if (trace && std::atomic_ref(t->stored[i]).load() != r) {
+    FakeAgentConn& c = g_agent_conns[i];
+    const bool send = t->kind[i] != 0;
+    std::uint64_t& target = counter(t->target[i]);
+    const std::uint64_t w = std::atomic_ref(counter(t->watch[i])).load();
+    if (!c.mine) {
+      c = FakeAgentConn{};
+      c.mine = true;
+      c.stored = std::atomic_ref(target).load();
+      c.q.seen = c.stored;
+      c.seen = ~std::uint64_t{0};
+    }
+    const std::uint64_t now = timer();
+    if (w != c.seen) {
+      if (send)
+        pa::creditsSent(c.q, w, now, std::atomic_ref(t->occupancy[i]).load(),
+                        std::atomic_ref(t->unit_steps[i]).load());
+      if (trace) std::atomic_ref(t->seen_at[i]).store(now);
+      std::atomic_ref(t->seen[i]).store(w);
+      c.seen = w;
+    }
+    const std::uint64_t release = std::atomic_ref(t->release[i]).load();
+    std::uint64_t v = send ? pa::creditsDue(c.q, now) : pa::gatedTail(release, w);
+    if (leaving) v = send ? w : pa::gatedTail(release, w);
+    if (v > c.stored) {
+      std::atomic_ref(target).store(v);
+      c.stored = v;
+      if (trace) {
         std::atomic_ref(t->stored_at[i]).store(timer());
-        std::atomic_ref(t->stored[i]).store(r);
+        std::atomic_ref(t->stored[i]).store(v);
       }
     }
   }
   if (trace) std::atomic_ref(t->gpu_now).store(timer());
   std::atomic_ref(t->passes).fetch_add(1);
-  if (std::atomic_ref(t->want).load() == 0) {
+  if (leaving) {
     std::atomic_ref(t->state).store(pa::kExiting);
+    g_agent_conns.clear();
     return false;
   }
   return true;

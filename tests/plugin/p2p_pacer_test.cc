@@ -10,6 +10,7 @@
 
 #include "crystal/model/nccl_model.h"
 #include "nccl_constants.h"
+#include "p2p_agent_rules.h"
 #include "p2p_pacer.h"
 #include "state.h"
 
@@ -36,7 +37,9 @@ Config nodes(int n) {
 
 // One ring channel of the real rank as NCCL 2.28.9's Simple ring kernel runs it with an
 // instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
-// send head), then post both (V's recv tail, V's send head). The slice program is
+// send head), then post both (V's recv tail, V's send head). R's tail and head move as the
+// agent kernel moves them (p2p_agent_rules.h: the pacer's release within R's slots; credits
+// a unit's occupancy after R sent it), with no delay. The slice program is
 // device/all_reduce.h's (step 0 sends, 2n-3 steps receive and send, the last receives) or
 // all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives).
 struct KernelChannel {
@@ -45,8 +48,9 @@ struct KernelChannel {
   std::vector<std::pair<bool, bool>> slices;
   std::size_t next = 0;
   std::uint64_t send_step = 0, recv_step = 0;  // R's own step counters
-  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (what the pacer wrote)
-  std::uint64_t max_tail = 0;
+  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (the agent's)
+  std::uint64_t released = 0;                  // the pacer's release of the recv tail
+  plugin::p2p_agent::CreditQueue credits;
 };
 
 std::vector<std::pair<bool, bool>> program(Func f, int n, std::uint64_t units) {
@@ -74,6 +78,7 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
   TimeNs now = start, end = start;
   std::vector<plugin::P2pRelease> out;
   Result r;
+  for (auto& c : chans) c.credits = plugin::p2p_agent::CreditQueue{.seen = c.send_step};
   for (int guard = 0; guard < 10'000'000; ++guard) {
     bool moved = true;
     while (moved) {
@@ -86,6 +91,9 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
         if (send) {
           c.send_step += kSliceSteps;
           pacer.observe(c.send_conn, c.send_step, now);
+          plugin::p2p_agent::creditsSent(c.credits, c.send_step, static_cast<std::uint64_t>(now),
+                                         static_cast<std::uint64_t>(pacer.sendOccupancy()),
+                                         static_cast<std::uint32_t>(pacer.sendUnitSteps()));
         }
         if (recv) {
           c.recv_step += kSliceSteps;
@@ -96,19 +104,34 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
         moved = true;
       }
       out.clear();
-      const TimeNs due = pacer.release(now, out);
+      TimeNs due = pacer.release(now, out);
       for (const auto& [i, v, at] : out)
         for (auto& c : chans) {
-          if (i == c.send_conn) c.head = v;
-          if (i == c.recv_conn) c.tail = v;
+          EXPECT_NE(i, c.send_conn) << "send heads are the agent kernel's";
+          if (i == c.recv_conn) c.released = v;
         }
-      if (!out.empty()) moved = true;
+      // The agent kernel's rules.
+      for (auto& c : chans) {
+        const std::uint64_t tail = plugin::p2p_agent::gatedTail(c.released, c.recv_step);
+        const std::uint64_t head =
+            plugin::p2p_agent::creditsDue(c.credits, static_cast<std::uint64_t>(now));
+        if (tail > c.tail) {
+          c.tail = tail;
+          moved = true;
+        }
+        if (head > c.head) {
+          c.head = head;
+          moved = true;
+        }
+        const std::uint64_t next = plugin::p2p_agent::creditsNext(c.credits);
+        if (next != ~std::uint64_t{0}) due = std::min(due, static_cast<TimeNs>(next));
+      }
       if (!moved) {
         bool done = true;
         for (const auto& c : chans) done = done && c.next >= c.slices.size();
         if (done) {
           pacer.opsDone();
-          for (const auto& c : chans) r.over_released |= c.tail > c.recv_step;
+          for (const auto& c : chans) r.over_released |= c.released > c.recv_step;
           r.us = static_cast<double>(end - start) / 1e3;
           return r;
         }
@@ -215,12 +238,17 @@ TEST(P2pPacer, MiddleOfANodeOverSeveralNodesTakesTheModelsTime) {
 }
 
 // Receives run open loop once R's kernel is in the operation on a channel, never past the
-// operation's slices; a channel without a send of R's gets none.
+// operation's slices (R's slots are the agent kernel's to enforce); a channel without a send
+// of R's gets none. Sends are credited by the kernel, from the operation's unit occupancy.
 TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   auto s = connect(8, 2);
   // 8 MiB all-reduce on 2 channels: one loop of 2 * 7 sends of 2 slices = 28 slices each.
   s->pacer.opStarted(0, live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
                                               model::Proto::Simple, 8 * MiB, 2});
+  // A unit of 8 MiB * 14/8 / 2 channels / 28 over NVLink shared by 2 channels: ~1-2 us.
+  EXPECT_GT(s->pacer.sendOccupancy(), 500);
+  EXPECT_LT(s->pacer.sendOccupancy(), 5'000);
+  EXPECT_EQ(s->pacer.sendUnitSteps(), 2);
   std::vector<plugin::P2pRelease> out;
   EXPECT_EQ(s->pacer.release(1'000'000, out), P2pPacer::kNever);  // nothing sent: nothing due
   EXPECT_TRUE(out.empty());
@@ -230,31 +258,22 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   EXPECT_TRUE(out.empty());
   EXPECT_GT(due, 1'000);
   EXPECT_LT(due, 100'000);  // a slice of 8 MiB / 2 / 8 / 2 over NVLink
-  // Long after: the receives that fit NCCL's 8 slots (R emptied none yet), and the first
-  // send's credit.
-  (void)s->pacer.release(1'000'000'000, out);
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{8}));
-  EXPECT_EQ(std::make_pair(out[1].conn, out[1].value), std::make_pair(send, std::uint64_t{2}));
-  // Each with the time the model made it due: the first send's credit was the earliest event
-  // pending at 1 us, the fourth receive slice came after it.
-  EXPECT_EQ(out[1].due, due);
-  EXPECT_GT(out[0].due, due);
-  EXPECT_LT(out[0].due, 100'000);
-  // R emptied 27 slices: the rest of the operation's 28, and no more.
-  s->pacer.observe(recv, 54, 1'000'000'000);
-  out.clear();
+  // Long after: every receive of the operation's 28 slices on channel 0 (whatever R's slots
+  // allow), with the time the last became due; nothing for channel 1 or any send.
   (void)s->pacer.release(1'000'000'000, out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{56}));
+  EXPECT_GT(out[0].due, due);
+  EXPECT_LT(out[0].due, 1'000'000);
+  out.clear();
+  (void)s->pacer.release(1'000'000'000, out);
+  EXPECT_TRUE(out.empty());
   // R goes on past the estimate (NCCL gave this channel more): receives follow its sends.
   s->pacer.observe(recv, 56, 1'000'000'000);
   for (std::uint64_t v = 4; v <= 60; v += 2) s->pacer.observe(send, v, 1'000'000'000);
-  out.clear();
   (void)s->pacer.release(2'000'000'000, out);
-  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{60}));
-  EXPECT_EQ(std::make_pair(out[1].conn, out[1].value), std::make_pair(send, std::uint64_t{60}));
 }
 
 }  // namespace

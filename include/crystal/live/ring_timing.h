@@ -95,6 +95,9 @@ class RingChannel {
   // chain's slowest link). `channels`: the ring channels its operation runs on (NCCL's
   // profiler), 0 = unknown (the channels connected); they share the link.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, int channels = 0);
+  // How long a send unit of `bytes` occupies the real rank's share of its link, as postSend
+  // would take it on an idle link (a chain root's: of the chain's slowest link).
+  [[nodiscard]] TimeNs sendOccupancy(std::uint64_t bytes, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
   // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol

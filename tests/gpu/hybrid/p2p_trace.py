@@ -13,17 +13,18 @@ operation), it prints in microseconds:
   gpu_span    first to last counter move of R's kernel the agent saw in the operation
   model       first to last receive due: the model's span of the operation
   first_send  S to the first send slice the agent saw (R's kernel start, as the CPU saw S)
-  cpu_late    mean released - due (the pacing thread's lateness)
-  store       mean stored - released (the agent kernel's pass and PCIe read)
+  cpu_late    mean released - due (the pacing thread's lateness; negative by the lead it
+              releases with, one reader pass of the agent kernel)
+  store       mean stored - released, for stores of a released value (the kernel's reader
+              pass: PCIe read of the table)
   consume     mean, per receive stored, R's kernel moving its recv head to that value
               after the store (R's processing of the slot: its step, if it waited on us)
   to_cpu      mean CPU saw - GPU saw, per counter move (the mapped table's latency + poll)
-  pass        op / the agent kernel's passes during it (D rows carry the kernel's count)
-  gated       share of receive releases due less than 1 us after the CPU saw R empty the
-              slot the unit needs (NCCL's 8-step window closed the loop through the CPU)
+  pass        op / the agent kernel's reader passes during it (D rows carry the count)
+  gated       share of receive stores below the newest release: R's slots (head + 8) held
+              them, the kernel let them through as R emptied a slot
 """
 import argparse
-import bisect
 import collections
 import csv
 import statistics
@@ -100,19 +101,17 @@ def describe(start, end, rows, passes_before):
                     break
     out["consume"] = mean(consume)
     out["to_cpu"] = mean([(r["t_ns"] - r["gpu_ns"]) * us for r in moves])
-    # Gated: the unit's due is within 1 us after the CPU saw R's head reach end - 8.
-    seen_heads = collections.defaultdict(list)
-    for r in rows:
-        if r["kind"] == "o" and r["dir"] == "r":
-            seen_heads[r["conn"]].append((r["value"], r["t_ns"]))
+    # Gated: a receive store below what the CPU had released by then.
+    recv_stores = [r for r in rows if r["kind"] == "g" and r["dir"] == "r"]
+    newest = collections.defaultdict(int)
     gated = 0
-    for r in recv_rel:
-        need = r["value"] - 8
-        hs = seen_heads.get(r["conn"], [])
-        i = bisect.bisect_left([v for v, _ in hs], need)
-        if i < len(hs) and 0 <= r["due_ns"] - hs[i][1] < 1000:
+    for r in sorted([x for x in rows if x["kind"] in "rg" and x["dir"] == "r"],
+                    key=lambda x: x["t_ns"]):
+        if r["kind"] == "r":
+            newest[r["conn"]] = max(newest[r["conn"]], r["value"])
+        elif r["value"] < newest[r["conn"]]:
             gated += 1
-    out["gated"] = gated / len(recv_rel) if recv_rel else float("nan")
+    out["gated"] = gated / len(recv_stores) if recv_stores else float("nan")
     passes = end["value"] - passes_before if end and passes_before is not None else 0
     out["pass"] = out["op"] / passes if passes > 0 else float("nan")
     return out
