@@ -59,9 +59,7 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
-      paces_(links.shape.nnodes <= 1 ||
-             (rank % std::max(1, links.shape.ranks_per_node) != 0 &&
-              rank % std::max(1, links.shape.ranks_per_node) != links.shape.ranks_per_node - 1)),
+      multi_node_(links.shape.nnodes > 1),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
@@ -221,7 +219,7 @@ std::string P2pAgent::stateLine() const {
 }
 
 bool P2pAgent::add(const P2pConnection& c) {
-  if (!paces_ || c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
+  if (c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
   const int want_peer = c.send ? (rank_ + 1) % nranks_ : (rank_ - 1 + nranks_) % nranks_;
   if (c.peer != want_peer) return false;
   {
@@ -310,6 +308,13 @@ void P2pAgent::after(const Op& op) {
     }
   }
   wake_.notify_all();
+}
+
+void P2pAgent::findNetRings() {
+  // NCCL connects the NET side at its first collective (runtime connect): look until found.
+  for (const int ordinal : pacer_.wantNetRings())
+    if (auto ring = PluginState::get().ringReceiving(hash_, rank_, ordinal))
+      pacer_.setNetRing(ordinal, std::move(ring));
 }
 
 void P2pAgent::publishSendPace() {
@@ -401,6 +406,7 @@ void P2pAgent::run() {
           if (!free_running_) {
             pacer_.opStarted(now, p.entry);
             publishSendPace();
+            if (multi_node_) findNetRings();
           }
           if (trace_)
             trace_->record({.t = now,

@@ -77,17 +77,12 @@ class P2pAgent {
   P2pAgent(const P2pAgent&) = delete;
   P2pAgent& operator=(const P2pAgent&) = delete;
 
-  // Takes a connection to pace: true for a ring connection to R's ring neighbour when both of
-  // R's ring neighbours are GPUs of its node (a comm of one target node, or R in the middle
-  // of its node's ring positions); false for one it does not pace (the caller stores the
-  // free-running value). At the first or last position of a node over several nodes one
-  // neighbour is across the NET, which the NET path times with a model of its own, and two
-  // models of one ring channel disagree (64 ranks on the H200, 2026-12-04: ~15 ms per
-  // all-gather): there, free-running P2P hops leave the NET hop to set the ring's pace.
+  // Takes a connection to pace: true for a ring connection to R's ring neighbour; false for one
+  // it does not pace (the caller stores the free-running value). In a comm over several nodes
+  // a node's first position receives over the NET and its last sends over the NET: the NET
+  // path times that hop, and R's sends over P2P on a channel whose receive is NET's are fed
+  // to the NET path's ring model of that channel (p2p_pacer.h).
   [[nodiscard]] bool add(const P2pConnection& c);
-  // Whether it paces anything at all: the interposer brackets NCCL's calls only for such an
-  // agent.
-  [[nodiscard]] bool paces() const noexcept { return paces_; }
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
   // stream under graph capture (the pacing needs the stream's events).
@@ -108,6 +103,8 @@ class P2pAgent {
   void launch();                      // under in_mu_
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
+  // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
+  void findNetRings();
   // The operation's send units (occupancy, steps) into the table, for the kernel's credits.
   void publishSendPace();
   // The kernel's reader pass time (lead_ns_), from its pass count.
@@ -124,7 +121,7 @@ class P2pAgent {
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
   const int rank_, nranks_;
-  const bool paces_;  // R's ring neighbours are both on its target node (see add())
+  const bool multi_node_;  // the comm spans several target nodes
   const cuda::Context ctx_;
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;

@@ -65,6 +65,18 @@ int P2pPacer::add(bool send, int ordinal) {
   return i;
 }
 
+std::vector<int> P2pPacer::wantNetRings() const {
+  std::vector<int> out;
+  for (const auto& [ordinal, ch] : channels_)
+    if (ch.send >= 0 && ch.recv < 0 && !ch.net_ring) out.push_back(ordinal);
+  return out;
+}
+
+void P2pPacer::setNetRing(int ordinal, std::shared_ptr<live::RingChannel> ring) {
+  const auto it = channels_.find(ordinal);
+  if (it != channels_.end()) it->second.net_ring = std::move(ring);
+}
+
 void P2pPacer::endOp() {
   if (!in_op_) return;
   in_op_ = false;
@@ -116,6 +128,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     ch.op_sends = 0;
     ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
     ch.op_recv_done = 0;
+    ch.start = op_start_;  // a channel without a paced send runs from here
     if (ch.recv >= 0) {
       Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
       r.heads.clear();
@@ -145,6 +158,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     } else {
       (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     }
+    if (ch.net_ring) (void)ch.net_ring->postSend(now, shape_.unit_bytes, op_channels_);
     ++ch.op_sends;
     c.seen = end;
   }
@@ -175,7 +189,8 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past
           // that count (a partition NCCL cut differently) only as far as R's own sends.
-          const std::uint64_t sent = ch.op_sends;
+          // A channel whose send R makes over the NET (none paced here) runs from the start.
+          const std::uint64_t sent = ch.send >= 0 ? ch.op_sends : shape_.units;
           if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
           end = ch.op_recv_base +
                 (ch.op_recv_done + 1) * static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));

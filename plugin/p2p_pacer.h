@@ -24,7 +24,12 @@
 // 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel sent its
 // first slice of the operation on a channel (NCCL leaves channels without work idle), up to
 // the operation's slice count, and past it only as far as R's own sends (a channel NCCL gave
-// more than the estimate). Other operations (broadcast, reduce, or one the tuner did not log)
+// more than the estimate); a channel with no paced send (R sends over the NET: the last of its
+// node's positions in a comm over several nodes) runs from the operation's start. A channel
+// with no paced receive (R receives over the NET: its node's first position) tells the NET
+// path's RingChannel of that ordinal about R's sends (setNetRing), which sizes and anchors the
+// NET receives by them as it would by R's NET sends. Other operations (broadcast, reduce, or
+// one the tuner did not log)
 // use the channel's own RingChannel: one-step units, "posted" once the slot is free (as the
 // CPU saw R's head), at most one ahead of what R consumed.
 //
@@ -87,6 +92,10 @@ class P2pPacer {
   // k-th connected channel. Returns its index (observe/release use it).
   int add(bool send, int ordinal);
   [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
+  // Channels with a paced send and no paced receive, by ordinal, that have no NET ring yet.
+  [[nodiscard]] std::vector<int> wantNetRings() const;
+  // The NET path's RingChannel receiving for channel `ordinal` (see the header comment).
+  void setNetRing(int ordinal, std::shared_ptr<live::RingChannel> ring);
 
   // R's stream reached an operation (the previous one, if any, ended): `op` is its log entry.
   void opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op);
@@ -107,6 +116,7 @@ class P2pPacer {
  private:
   struct Channel {
     std::shared_ptr<live::RingChannel> ring;  // asymmetric operations
+    std::shared_ptr<live::RingChannel> net_ring;  // R's receive on this channel is NET's
     int send = -1, recv = -1;  // connection indices
     std::uint64_t op_sends = 0;      // R's send slices in the current operation
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started

@@ -168,6 +168,26 @@ std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
   return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send, c.nranks);
 }
 
+std::shared_ptr<live::RingChannel> NetContext::ringReceiving(std::uint64_t comm, int self_rank,
+                                                             int ordinal) {
+  std::lock_guard lock(mu);
+  if (comm_id != 0 && comm_id != comm) return nullptr;
+  const auto p = plans_.find({comm, self_rank});
+  if (p == plans_.end()) return nullptr;
+  const auto ch = p->second.channels.find(ordinal);
+  if (ch == p->second.channels.end() || !ch->second.has_recv) return nullptr;
+  return ch->second.ring;
+}
+
+std::shared_ptr<live::RingChannel> PluginState::ringReceiving(std::uint64_t comm, int self_rank,
+                                                              int ordinal) {
+  std::lock_guard lock(mu_);
+  if (auto r = default_ctx_.ringReceiving(comm, self_rank, ordinal)) return r;
+  for (auto& c : contexts_)
+    if (auto r = c.ringReceiving(comm, self_rank, ordinal)) return r;
+  return nullptr;
+}
+
 PluginState& PluginState::get() {
   static PluginState state;
   return state;

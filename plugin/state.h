@@ -73,6 +73,11 @@ struct NetContext {
   // The operation queue of a ring connection (op_segments.h), which
   // PluginState::proxyOpStarted feeds; nullptr for other connections.
   [[nodiscard]] std::shared_ptr<OpSegments> opSegmentsFor(const VirtualConn& c);
+  // The RingChannel of ring channel `ordinal` of real rank `self_rank` in comm `comm` whose
+  // receive from the previous member is a NET connection of this context, or nullptr. (P2P
+  // pacing feeds it the rank's sends over P2P, plugin/p2p_pacer.h.)
+  [[nodiscard]] std::shared_ptr<live::RingChannel> ringReceiving(std::uint64_t comm,
+                                                                 int self_rank, int ordinal);
 
  private:
   struct RingPlan {
@@ -155,6 +160,9 @@ class PluginState {
   void dropContext(NetContext* ctx);
   [[nodiscard]] NetContext* checkContext(void* ctx);  // throws BadUsage if unknown
   [[nodiscard]] NetContext* defaultContext() { return &default_ctx_; }
+  // NetContext::ringReceiving over every context, or nullptr.
+  [[nodiscard]] std::shared_ptr<live::RingChannel> ringReceiving(std::uint64_t comm,
+                                                                 int self_rank, int ordinal);
 
   // Operation queues by (NCCL commHash, channel, peer rank, direction). A ring connection's
   // channel is its exchange ordinal (NCCL connects ring channels 0..n-1 in one exchange).

@@ -276,5 +276,58 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{60}));
 }
 
+// A node's last position over several nodes sends over the NET (no paced send): its P2P
+// receives run from the operation's start, up to the operation's slices.
+TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
+  const Config cfg = nodes(2);
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, 16);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(1);
+  P2pPacer pacer(16, [=](bool) { return plugin::makeRingChannel(links, 7, busy, connected); });
+  const int recv = pacer.add(false, 0);
+  EXPECT_TRUE(pacer.wantNetRings().empty());
+  pacer.opStarted(1'000, live::CollectiveEntry{Func::AllGather, model::Algo::Ring,
+                                               model::Proto::Simple, 16 * MiB, 1});
+  std::vector<plugin::P2pRelease> out;
+  const TimeNs due = pacer.release(1'000, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_GT(due, 1'000);
+  EXPECT_LT(due, 100'000);
+  (void)pacer.release(1'000'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].conn, recv);
+  EXPECT_EQ(out[0].value, 15u * 2 * 2);  // 15 steps of 2 slices of 2 counter steps
+}
+
+// A node's first position receives over the NET: R's P2P sends on that channel go to the NET
+// path's RingChannel, which sizes and anchors the NET receives by them.
+TEST(P2pPacer, SendOnlyChannelFeedsTheNetRing) {
+  const Config cfg = nodes(2);
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, 16);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(1);
+  P2pPacer pacer(16, [=](bool) { return plugin::makeRingChannel(links, 0, busy, connected); });
+  const int send = pacer.add(true, 0);
+  ASSERT_EQ(pacer.wantNetRings(), std::vector<int>{0});
+  auto net = plugin::makeRingChannel(links, 0, std::make_shared<std::atomic<int>>(0),
+                                     std::make_shared<std::atomic<int>>(1));
+  pacer.setNetRing(0, net);
+  EXPECT_TRUE(pacer.wantNetRings().empty());
+  pacer.opStarted(1'000, live::CollectiveEntry{Func::AllGather, model::Algo::Ring,
+                                               model::Proto::Simple, 16 * MiB, 1});
+  // NCCL's proxy posts the NET receive; without R's send the NET model cannot size it yet.
+  net->postRecv(0, 2'000, true, 2, static_cast<int>(model::Proto::Simple), 1, 1);
+  EXPECT_FALSE(net->recvArrival(0, 2'000, 524'288, 3'000).has_value());
+  pacer.observe(send, 2, 3'000);  // R's first slice over P2P
+  const auto arrival = net->recvArrival(0, 2'000, 524'288, 3'000);
+  ASSERT_TRUE(arrival.has_value());
+  EXPECT_GT(*arrival, 2'000);
+  EXPECT_LT(*arrival, 100'000);
+}
+
 }  // namespace
 }  // namespace crystal::test
