@@ -9,6 +9,8 @@
 #include <map>
 #include <thread>
 
+#include <sched.h>
+
 #include "crystal/base/log.h"
 #include "errors.h"
 #include "params.h"
@@ -210,10 +212,10 @@ P2pAgent::~P2pAgent() {
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
   return fmt::format("{} paced connections, {} operations done, {} kernel launches, {} kernel "
-                     "starts, {} kernel passes, kernel state {}, want {}",
+                     "starts, {} kernel passes, {} NET ring models fed, kernel state {}, want {}",
                      table_ ? word(table_->n).load() : 0, ops_done_.load(), launches_,
                      table_ ? word(table_->starts).load() : 0,
-                     table_ ? word(table_->passes).load() : 0,
+                     table_ ? word(table_->passes).load() : 0, net_rings_.load(),
                      table_ ? word(table_->state).load() : 0,
                      table_ ? word(table_->want).load() : 0);
 }
@@ -312,9 +314,20 @@ void P2pAgent::after(const Op& op) {
 
 void P2pAgent::findNetRings() {
   // NCCL connects the NET side at its first collective (runtime connect): look until found.
-  for (const int ordinal : pacer_.wantNetRings())
-    if (auto ring = PluginState::get().ringReceiving(hash_, rank_, ordinal))
+  const std::vector<int> want = pacer_.wantNetRings();
+  int found = 0;
+  for (const int ordinal : want)
+    if (auto ring = PluginState::get().ringReceiving(hash_, rank_, ordinal)) {
       pacer_.setNetRing(ordinal, std::move(ring));
+      ++found;
+    }
+  net_rings_.fetch_add(found, std::memory_order_relaxed);
+  if (found > 0 || (!want.empty() && !net_rings_missed_)) {
+    CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: {} of {} channels that receive over the NET "
+                 "found their NET ring model",
+                 hash_, rank_, found, want.size());
+    net_rings_missed_ = found < static_cast<int>(want.size());
+  }
 }
 
 void P2pAgent::publishSendPace() {
@@ -367,6 +380,11 @@ void P2pAgent::traceKernel(live::TimeNs now, std::vector<std::uint64_t>& stored)
 
 void P2pAgent::run() {
   (void)d_.ctxSetCurrent(ctx_);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+    CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: pacing thread may run on {} CPUs", hash_, rank_,
+                 CPU_COUNT(&cpus));
   std::vector<P2pRelease> out;
   std::vector<std::uint64_t> seen, stored;
   std::vector<cuda::Event> done_events;
@@ -431,10 +449,12 @@ void P2pAgent::run() {
       if (free_running_) continue;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       seen.resize(n, 0);
+      bool moved = false;
       for (std::uint32_t i = 0; i < n; ++i) {
         const std::uint64_t v = word(table_->seen[i]).load(std::memory_order_acquire);
         if (v != seen[i]) {
           seen[i] = v;
+          moved = true;
           progress_at = now;
           pacer_.observe(static_cast<int>(i), v, now);
           if (trace_)
@@ -459,6 +479,10 @@ void P2pAgent::run() {
       updateLead(now);
       out.clear();
       (void)pacer_.release(now + lead_ns_, out);
+      // A pass with nothing to do gives the core away: NCCL's proxy thread may share it (its
+      // affinity is the GPU's CPUs), and a spinning pacer starved it (64 ranks, rank 0: each
+      // NET receive first tested ~150 us after its post).
+      if (out.empty() && !moved) std::this_thread::yield();
       for (const P2pRelease& r : out) {
         word(table_->release[static_cast<std::size_t>(r.conn)])
             .store(r.value, std::memory_order_release);

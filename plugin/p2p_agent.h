@@ -147,6 +147,8 @@ class P2pAgent {
   P2pPacer pacer_;
   std::unique_ptr<P2pTrace> trace_;  // CRYSTAL_P2P_TRACE (pacing thread only, then ~P2pAgent)
   std::uint64_t ops_started_ = 0;
+  std::atomic<int> net_rings_{0};  // channels whose NET ring model gets R's P2P sends
+  bool net_rings_missed_ = false;   // said once that some were not found
   // Receives are released this much before they are due (the kernel's reader pass).
   static constexpr live::TimeNs kMaxLeadNs = 20'000;
   live::TimeNs lead_ns_ = 0;
