@@ -171,6 +171,7 @@ case "$case_name" in
          # process (CRYSTAL_P2P_POOL, 64,64 by default) and paced by the ring model
          # (CRYSTAL_P2P_PACE=0: free-running). With P2P_OPS (e.g. allreduce,allgather) the
          # case runs those ops from 1 MiB to 1 GiB and prints them beside `crystal simulate`.
+         # CRYSTAL_P2P_TRACE=PREFIX: per-event trace of the pacing (p2p_trace.py reads it).
          n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml
          sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
            if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
