@@ -407,8 +407,9 @@ void P2pAgent::run() {
       in_ops_.clear();
       if (ops_.empty()) {
         // Nothing outstanding: the kernel may leave (the next operation's after() raises
-        // `want` again under this lock).
+        // `want` again under this lock), and its pass time is measured anew when it runs.
         word(table_->want).store(0, std::memory_order_release);
+        lead_at_ = 0;
         continue;
       }
     }

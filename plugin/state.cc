@@ -181,6 +181,7 @@ std::shared_ptr<live::RingChannel> NetContext::ringReceiving(std::uint64_t comm,
 
 std::shared_ptr<live::RingChannel> PluginState::ringReceiving(std::uint64_t comm, int self_rank,
                                                               int ordinal) {
+  // Lock order: mu_, then a context's mu (no code under a context's mu takes mu_).
   std::lock_guard lock(mu_);
   if (auto r = default_ctx_.ringReceiving(comm, self_rank, ordinal)) return r;
   for (auto& c : contexts_)

@@ -185,6 +185,9 @@ TEST_F(P2pAgentTest, TraceRecordsEveryLegOfAnOperation) {
   std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);
   std::atomic_ref(v_tail_).store(2);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8 && load(r_head_) == 2; }));
+  // The trace samples what the kernel stored on each pass of the (spinning) pacing thread:
+  // give it time to see the gated 8 before the 56 replaces it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   std::atomic_ref(v_head_).store(56);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 56; }));
   gpu_->complete = true;
