@@ -126,7 +126,11 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   }
   for (auto& [ordinal, ch] : channels_) {
     ch.op_sends = 0;
-    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].released : 0;
+    // Units count from R's recv head (the end of what it consumed), not from what was
+    // released: a release past the last operation's need (R's sends of this operation seen
+    // before its start extend the last one's receives) would put every unit of this one that
+    // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces).
+    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].seen : 0;
     ch.op_recv_done = 0;
     ch.start = op_start_;  // a channel without a paced send runs from here
     if (ch.recv >= 0) {
@@ -145,6 +149,10 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   if (!c.send) {  // R emptied slots: later receives may be posted
     c.seen = value;
     c.heads.emplace_back(value, now);
+    // Before the operation's first release R's head can only move through what was released
+    // before it (the last operation's, seen late, or released past its need): not this one's.
+    if (in_op_ && shape_.symmetric && ch.op_recv_done == 0)
+      ch.op_recv_base = std::max(ch.op_recv_base, value);
     return;
   }
   // R filled slots: one unit per slice (a poll may see several at once). The agent kernel

@@ -276,6 +276,30 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
   EXPECT_EQ(std::make_pair(out[0].conn, out[0].value), std::make_pair(recv, std::uint64_t{60}));
 }
 
+// An operation's units count from R's recv head at its start: receives released past the
+// last operation's need (here: R's sends of the next operation seen before its start
+// extended the last one) do not move every unit of the next one ahead.
+TEST(P2pPacer, UnitsCountFromRsHeadNotFromWhatWasReleased) {
+  auto s = connect(8, 2);
+  const live::CollectiveEntry op{Func::AllReduce, model::Algo::Ring, model::Proto::Simple,
+                                 8 * MiB, 2};  // 28 slices of 2 steps per channel
+  const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
+  s->pacer.opStarted(0, op);
+  for (std::uint64_t v = 2; v <= 60; v += 2) s->pacer.observe(send, v, 1'000);  // 2 too many
+  std::vector<plugin::P2pRelease> out;
+  (void)s->pacer.release(1'000'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].value, 60u);  // as far as R's sends
+  s->pacer.observe(recv, 56, 1'000'000'000);  // R consumed its 28 slices
+  s->pacer.opsDone();
+  s->pacer.opStarted(2'000'000'000, op);
+  s->pacer.observe(send, 62, 2'000'000'000);
+  out.clear();
+  (void)s->pacer.release(3'000'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].value, 56u + 56u);
+}
+
 // A node's last position over several nodes sends over the NET (no paced send): its P2P
 // receives run from the operation's start, up to the operation's slices.
 TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
