@@ -211,9 +211,10 @@ P2pAgent::~P2pAgent() {
 
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
-  return fmt::format("{} paced connections, {} operations done, {} kernel launches, {} kernel "
-                     "starts, {} kernel passes, {} NET ring models fed, kernel state {}, want {}",
-                     table_ ? word(table_->n).load() : 0, ops_done_.load(), launches_,
+  return fmt::format("{} paced connections ({} running free), {} operations done, {} kernel "
+                     "launches, {} kernel starts, {} kernel passes, {} NET ring models fed, "
+                     "kernel state {}, want {}",
+                     table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), launches_,
                      table_ ? word(table_->starts).load() : 0,
                      table_ ? word(table_->passes).load() : 0, net_rings_.load(),
                      table_ ? word(table_->state).load() : 0,
@@ -221,9 +222,22 @@ std::string P2pAgent::stateLine() const {
 }
 
 bool P2pAgent::add(const P2pConnection& c) {
-  if (c.graph != 1 || c.nranks != nranks_ || c.nranks < 2) return false;
+  // NCCL keeps one connector per (channel, peer, direction) whatever graph set it up: a tree
+  // connected first to the same neighbour (graph byte 2) is the one the ring then uses (64
+  // ranks, all-reduces first: every ring ran on tree-made connectors). So the peer decides.
   const int want_peer = c.send ? (rank_ + 1) % nranks_ : (rank_ - 1 + nranks_) % nranks_;
-  if (c.peer != want_peer) return false;
+  if (c.graph == 0 || c.nranks != nranks_ || c.nranks < 2 || c.peer != want_peer) {
+    // Said for every connection (a few per channel and graph, at connect time): which ones
+    // run free, and why, is what a pacing that paces nothing needs explained.
+    CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: {} connection to rank {} (graph byte {}, "
+                 "ordinal {}, comm of {}) runs free: {}",
+                 hash_, rank_, c.send ? "send" : "receive", c.peer, c.graph, c.ordinal, c.nranks,
+                 c.graph == 0 ? "a p2p connection" : c.peer != want_peer ? "not a ring neighbour"
+                                                                      : "another comm size");
+    std::lock_guard lock(in_mu_);
+    ++unpaced_;
+    return false;
+  }
   {
     std::lock_guard lock(in_mu_);
     if (conns_ >= pa::kMaxConns) return false;

@@ -77,7 +77,8 @@ class P2pAgent {
   P2pAgent(const P2pAgent&) = delete;
   P2pAgent& operator=(const P2pAgent&) = delete;
 
-  // Takes a connection to pace: true for a ring connection to R's ring neighbour; false for one
+  // Takes a connection to pace: true for a collective connection (ring or tree setup: NCCL
+  // shares the connector) to R's ring neighbour; false for one
   // it does not pace (the caller stores the free-running value). In a comm over several nodes
   // a node's first position receives over the NET and its last sends over the NET: the NET
   // path times that hop, and R's sends over P2P on a channel whose receive is NET's are fed
@@ -141,6 +142,7 @@ class P2pAgent {
   std::uint64_t launches_ = 0;
   bool stopping_ = false;
   std::uint32_t conns_ = 0;  // connections taken (in_mu_)
+  std::uint32_t unpaced_ = 0;  // connections offered and left to run free (in_mu_)
   bool free_running_ = false;  // pacing failed: every counter released for good
   live::TimeNs stall_ns_ = kStallNs;
 

@@ -76,11 +76,13 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   ASSERT_TRUE(a);
   EXPECT_EQ(P2pAgent::find(kHash), a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
-  // Not paced: a tree connection, a ring connection to another peer than R's ring neighbour.
-  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 2}));
+  // Not paced: a p2p (send/recv) connection, a connection to another peer than R's ring
+  // neighbour. Paced: R's ring neighbours' connectors, whichever graph set them up (a tree's,
+  // graph byte 2, connected first, is the one NCCL's ring then uses).
+  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 0}));
   EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 2, 8, 0, true, 1}));
   EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
-  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 1}));  // recv from prev
+  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
 
   // An 8 MiB all-reduce on one channel: 28 slices of 2 steps each way.
   gpu_->complete = false;
