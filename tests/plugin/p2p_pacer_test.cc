@@ -300,16 +300,22 @@ TEST(P2pPacer, UnitsCountFromRsHeadNotFromWhatWasReleased) {
   EXPECT_EQ(out[0].value, 56u + 56u);
 }
 
+// A pacer for rank `rank` of a comm of `nranks` over `cfg`'s nodes.
+std::unique_ptr<P2pPacer> pacerOf(int rank, int nranks, const Config& cfg) {
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(1);
+  return std::make_unique<P2pPacer>(
+      nranks, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); });
+}
+
 // A node's last position over several nodes sends over the NET (no paced send): its P2P
 // receives run from the operation's start, up to the operation's slices.
 TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
-  const Config cfg = nodes(2);
-  plugin::PluginState::get().configure(cfg);
-  const live::CommLinks links =
-      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, 16);
-  auto busy = std::make_shared<std::atomic<int>>(0);
-  auto connected = std::make_shared<std::atomic<int>>(1);
-  P2pPacer pacer(16, [=](bool) { return plugin::makeRingChannel(links, 7, busy, connected); });
+  const auto p = pacerOf(7, 16, nodes(2));
+  P2pPacer& pacer = *p;
   const int recv = pacer.add(false, 0);
   EXPECT_TRUE(pacer.wantNetRings().empty());
   pacer.opStarted(1'000, live::CollectiveEntry{Func::AllGather, model::Algo::Ring,
@@ -329,12 +335,10 @@ TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
 // path's RingChannel, which sizes and anchors the NET receives by them.
 TEST(P2pPacer, SendOnlyChannelFeedsTheNetRing) {
   const Config cfg = nodes(2);
-  plugin::PluginState::get().configure(cfg);
+  const auto p = pacerOf(0, 16, cfg);
+  P2pPacer& pacer = *p;
   const live::CommLinks links =
       live::commLinks(plugin::PluginState::get().model(), cfg.cluster, 16);
-  auto busy = std::make_shared<std::atomic<int>>(0);
-  auto connected = std::make_shared<std::atomic<int>>(1);
-  P2pPacer pacer(16, [=](bool) { return plugin::makeRingChannel(links, 0, busy, connected); });
   const int send = pacer.add(true, 0);
   ASSERT_EQ(pacer.wantNetRings(), std::vector<int>{0});
   auto net = plugin::makeRingChannel(links, 0, std::make_shared<std::atomic<int>>(0),
