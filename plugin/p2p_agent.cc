@@ -61,7 +61,6 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
-      multi_node_(links.shape.nnodes > 1),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
@@ -439,7 +438,7 @@ void P2pAgent::run() {
           if (!free_running_) {
             pacer_.opStarted(now, p.entry);
             publishSendPace();
-            if (multi_node_) findNetRings();
+            findNetRings();  // none wanted on one node
           }
           if (trace_)
             trace_->record({.t = now,

@@ -122,7 +122,6 @@ class P2pAgent {
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
   const int rank_, nranks_;
-  const bool multi_node_;  // the comm spans several target nodes
   const cuda::Context ctx_;
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;

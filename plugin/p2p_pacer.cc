@@ -59,7 +59,6 @@ int P2pPacer::add(bool send, int ordinal) {
   (send ? ch.send : ch.recv) = i;
   Conn c;
   c.send = send;
-  c.channel = ordinal;
   c.ch = &ch;  // std::map nodes stay put
   conns_.push_back(std::move(c));
   return i;
@@ -132,7 +131,6 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces).
     ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].seen : 0;
     ch.op_recv_done = 0;
-    ch.start = op_start_;  // a channel without a paced send runs from here
     if (ch.recv >= 0) {
       Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
       r.heads.clear();
@@ -157,15 +155,11 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   }
   // R filled slots: one unit per slice (a poll may see several at once). The agent kernel
   // credits them; an asymmetric operation's model still wants them (sizes, a root's pace).
-  const auto step = static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
+  const auto step = static_cast<std::uint64_t>(sendUnitSteps());
   const bool symmetric = in_op_ && shape_.symmetric;
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
-    if (symmetric) {
-      if (ch.op_sends == 0) ch.start = std::min(op_start_, now);  // the chain started
-    } else {
-      (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
-    }
+    if (!symmetric) (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     if (ch.net_ring) (void)ch.net_ring->postSend(now, shape_.unit_bytes, op_channels_);
     ++ch.op_sends;
     c.seen = end;
@@ -197,11 +191,11 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past
           // that count (a partition NCCL cut differently) only as far as R's own sends.
-          // A channel whose send R makes over the NET (none paced here) runs from the start.
+          // A channel whose send R makes over the NET (none paced here) runs at once.
           const std::uint64_t sent = ch.send >= 0 ? ch.op_sends : shape_.units;
           if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
           end = ch.op_recv_base +
-                (ch.op_recv_done + 1) * static_cast<std::uint64_t>(std::max(1, shape_.slice_steps));
+                (ch.op_recv_done + 1) * static_cast<std::uint64_t>(sendUnitSteps());
         } else {
           // One step ahead of what R consumed, at most.
           if (value > c.seen) break;
@@ -210,7 +204,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         live::TimeNs arrival = 0;
         if (shape_.symmetric) {
           // The kernel holds it until R's slot is free (p2p_agent_rules.h).
-          arrival = ch.start + scheduled(ch.op_recv_done);
+          arrival = op_start_ + scheduled(ch.op_recv_done);
         } else {
           const auto posted = slotFree(c, end, op_start_);
           if (!posted) break;

@@ -17,15 +17,15 @@
 // isend/irecv are (crystal/live/ring_timing.h), so the same RingChannel model times them.
 // In a ring all-reduce, all-gather or reduce-scatter every member sends and receives the same
 // slices, and every channel of the operation runs the same chain: one RingChannel anchored at
-// 0 (the operation's schedule) gives unit k's arrival after the chain's start, and each
-// channel adds its own start (the operation's, or R's first send on it if that came first).
+// 0 (the operation's schedule) gives unit k's arrival after the chain's start, the
+// operation's (when the pacing thread saw R's stream reach it: R's first send comes after).
 // That keeps the CPU's work per slice a few array reads (28 channels x 2 sides move a slice
 // every ~100 ns at 1 MiB; one RingChannel per channel cost ~900 ns a slice on the H200 host,
 // 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel sent its
 // first slice of the operation on a channel (NCCL leaves channels without work idle), up to
 // the operation's slice count, and past it only as far as R's own sends (a channel NCCL gave
 // more than the estimate); a channel with no paced send (R sends over the NET: the last of its
-// node's positions in a comm over several nodes) runs from the operation's start. A channel
+// node's positions in a comm over several nodes) runs without waiting for one. A channel
 // with no paced receive (R receives over the NET: its node's first position) tells the NET
 // path's RingChannel of that ordinal about R's sends (setNetRing), which sizes and anchors the
 // NET receives by them as it would by R's NET sends. Other operations (broadcast, reduce, or
@@ -123,12 +123,10 @@ class P2pPacer {
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
     bool recv_in_op = false;         // postRecv'd this operation (asymmetric)
-    live::TimeNs start = 0;          // symmetric: the chain's start on this channel
   };
   struct Conn {
     bool send = false;
-    int channel = 0;
-    Channel* ch = nullptr;  // channels_[channel]
+    Channel* ch = nullptr;  // its ring channel (channels_, by ordinal)
     std::uint64_t seen = 0;      // R's counter in the pool block
     std::uint64_t released = 0;  // recv: the value of R's own tail, released so far
     // recv: R's head at the operation's start, and its changes since (value, time).
@@ -136,7 +134,7 @@ class P2pPacer {
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
-  // Symmetric operations: unit k's arrival after its channel's chain started.
+  // Symmetric operations: unit k's arrival after the operation started.
   [[nodiscard]] live::TimeNs scheduled(std::uint64_t k);
   // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
   // Drops the head changes no later unit can need (its `need` only grows).
