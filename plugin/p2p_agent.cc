@@ -56,19 +56,34 @@ std::atomic_ref<T> word(T& x) {
 }  // namespace
 
 P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-                   const live::CommLinks& links)
+                   const live::CommLinks& links, std::shared_ptr<live::TreeComm> trees)
     : d_(cuda::driver()),
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
+      trees_(std::move(trees)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
                       connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
         if (connection) connected->fetch_add(1, std::memory_order_relaxed);
         return makeRingChannel(links, rank, busy, connected);
       }) {
   log_cursor_ = log_->appended();
+  // Tree all-reduces: R's place in the target's tree (its node a chain in rank order, as
+  // NCCL builds the node of virtual GPUs), the channels' quiet time shared.
+  pacer_.setTrees(
+      [rank, nranks, ppn = trees_->shape().ranks_per_node,
+       quiet = std::make_shared<live::QuietClock>()](
+          int tree, std::function<live::TreeOpPlan(std::uint64_t)> next_op) {
+        live::TreePosition pos = live::targetTreePosition(rank, nranks, ppn, tree);
+        const bool has_parent = !pos.loop.empty();  // not the target's root
+        return std::make_shared<live::TreeChannel>(std::move(pos), has_parent, std::move(next_op),
+                                                   quiet);
+      },
+      [trees = trees_](const live::CollectiveEntry& e, int channels) {
+        return trees->plan(e, channels);
+      });
 }
 
 std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, int nranks,
@@ -86,7 +101,9 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     PluginState& st = PluginState::get();
     st.ensureInit();
     const live::CommLinks links = live::commLinks(st.model(), st.config().cluster, nranks);
-    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links));
+    auto trees =
+        std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm_hash, rank, nranks);
+    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links, trees));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);
@@ -220,12 +237,16 @@ std::string P2pAgent::stateLine() const {
                      table_ ? word(table_->want).load() : 0);
 }
 
-bool P2pAgent::add(const P2pConnection& c) {
+bool P2pAgent::add(P2pConnection c) {
   // NCCL keeps one connector per (channel, peer, direction) whatever graph set it up: a tree
   // connected first to the same neighbour (graph byte 2) is the one the ring then uses (64
-  // ranks, all-reduces first: every ring ran on tree-made connectors). So the peer decides.
-  const int want_peer = c.send ? (rank_ + 1) % nranks_ : (rank_ - 1 + nranks_) % nranks_;
-  if (c.graph == 0 || c.nranks != nranks_ || c.nranks < 2 || c.peer != want_peer) {
+  // ranks, all-reduces first: every ring ran on tree-made connectors). So the peer decides:
+  // the ring's direction, else the tree's own (up to rank - 1, from the child rank + 1).
+  const int next = (rank_ + 1) % nranks_, prev = (rank_ - 1 + nranks_) % nranks_;
+  const int want_peer = c.send ? next : prev;
+  c.tree_only = c.graph != 0 && c.peer != want_peer && c.peer == (c.send ? prev : next);
+  if (c.graph == 0 || c.nranks != nranks_ || c.nranks < 2 ||
+      (c.peer != want_peer && !c.tree_only)) {
     // Said for every connection (a few per channel and graph, at connect time): which ones
     // run free, and why, is what a pacing that paces nothing needs explained.
     CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: {} connection to rank {} (graph byte {}, "
@@ -257,7 +278,7 @@ void P2pAgent::takeConnection(const P2pConnection& c) {
   word(table_->seen[i]).store(0, std::memory_order_relaxed);
   word(table_->release[i])
       .store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
-  (void)pacer_.add(c.send, c.ordinal);  // index i: both grow only here
+  (void)pacer_.add(c.send, c.ordinal, c.tree_only);  // index i: both grow only here
   if (trace_) trace_->addConn(c.send, c.ordinal);
   word(table_->n).store(i + 1, std::memory_order_release);
 }

@@ -11,8 +11,10 @@
 // what the pacer released into the table; with none it tells the kernel to leave, so a
 // cudaDeviceSynchronize of the program returns.
 //
-// Connections that are not ring connections to R's ring neighbours (tree, p2p graphs) are
-// not paced: the caller makes the host's free-running stores for them.
+// Collective connections to R's ring neighbours are paced: the ring's (send to rank + 1,
+// receive from rank - 1, which trees share) and the tree's own (send to rank - 1, receive
+// from rank + 1). Others (p2p graphs) are not: the caller makes the host's free-running
+// stores for them.
 #pragma once
 
 #include <atomic>
@@ -27,6 +29,7 @@
 
 #include "crystal/live/collective_log.h"
 #include "crystal/live/target_model.h"
+#include "crystal/live/tree_comm.h"
 #include "cuda_driver.h"
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
@@ -45,6 +48,7 @@ struct P2pConnection {
   int ordinal = 0;
   bool send = false;
   int graph = 0;  // setup tag graph byte: 1 ring
+  bool tree_only = false;  // set by P2pAgent::add: the tree's own connector (p2p_pacer.h)
 };
 
 class P2pAgent {
@@ -83,7 +87,7 @@ class P2pAgent {
   // a node's first position receives over the NET and its last sends over the NET: the NET
   // path times that hop, and R's sends over P2P on a channel whose receive is NET's are fed
   // to the NET path's ring model of that channel (p2p_pacer.h).
-  [[nodiscard]] bool add(const P2pConnection& c);
+  [[nodiscard]] bool add(P2pConnection c);
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
   // stream under graph capture (the pacing needs the stream's events).
@@ -98,7 +102,7 @@ class P2pAgent {
 
  private:
   P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-           const live::CommLinks& links);
+           const live::CommLinks& links, std::shared_ptr<live::TreeComm> trees);
   void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
@@ -129,6 +133,7 @@ class P2pAgent {
   p2p_agent::Table* table_ = nullptr;
   cuda::DevicePtr table_dev_ = 0;
   std::shared_ptr<live::CollectiveLog> log_;
+  std::shared_ptr<live::TreeComm> trees_;  // plans and positions of tree all-reduces
   std::uint64_t log_cursor_ = 0;
 
   // The interposer's threads hand over under in_mu_; only the pacing thread touches the

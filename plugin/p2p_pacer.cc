@@ -52,13 +52,22 @@ RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nran
 
 P2pPacer::P2pPacer(int nranks, MakeChannel make) : nranks_(nranks), make_(std::move(make)) {}
 
-int P2pPacer::add(bool send, int ordinal) {
+void P2pPacer::setTrees(MakeTree make_tree, PlanTree plan) {
+  make_tree_ = std::move(make_tree);
+  plan_tree_ = std::move(plan);
+}
+
+int P2pPacer::add(bool send, int ordinal, bool tree_only) {
   const int i = static_cast<int>(conns_.size());
   Channel& ch = channels_[ordinal];
   if (!ch.ring) ch.ring = make_(true);
-  (send ? ch.send : ch.recv) = i;
+  if (tree_only)
+    (send ? ch.tree_send : ch.tree_recv) = i;
+  else
+    (send ? ch.send : ch.recv) = i;
   Conn c;
   c.send = send;
+  c.tree_only = tree_only;
   c.ch = &ch;  // std::map nodes stay put
   conns_.push_back(std::move(c));
   return i;
@@ -79,6 +88,7 @@ void P2pPacer::setNetRing(int ordinal, std::shared_ptr<live::RingChannel> ring) 
 void P2pPacer::endOp() {
   if (!in_op_) return;
   in_op_ = false;
+  tree_op_ = false;
   for (auto& [ordinal, ch] : channels_) {
     if (ch.recv_in_op) ch.ring->recvDone(true);
     ch.recv_in_op = false;
@@ -137,6 +147,43 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
       r.head_at_op = r.seen;
     }
   }
+  if (op && op->algo == model::Algo::Tree && op->func == model::Func::AllReduce && make_tree_ &&
+      plan_tree_)
+    startTreeOp(now, *op, connected);
+}
+
+void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, int connected) {
+  std::vector<Channel*> trees;
+  for (auto& [ordinal, ch] : channels_)
+    if (ch.tree_send >= 0 || ch.tree_recv >= 0) trees.push_back(&ch);
+  if (trees.empty()) return;  // R's tree neighbours are all over the NET: the NET path's
+  tree_op_ = true;
+  *tree_plan_ = plan_tree_(op, connected);
+  shape_ = RingOpShape{};
+  shape_.units = tree_plan_->units;
+  shape_.unit_bytes =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(tree_plan_->unit_bytes + 0.5));
+  // R's sends to a virtual GPU of its node cross NVLink, shared with the other direction.
+  send_occupancy_ = static_cast<live::TimeNs>(
+      live::TreeChannel::kShare *
+      static_cast<double>(tree_plan_->nvl.tx(tree_plan_->unit_bytes)));
+  // NCCL's channels 0..n-1 run tree 0 and n..2n-1 tree 1 (copied in such blocks when it adds
+  // channels); the exchange's ordinals do not say n, so the first half is taken as tree 0.
+  // The trees differ only above R's node (how deep its node sits).
+  const std::size_t half = (trees.size() + 1) / 2;
+  for (std::size_t j = 0; j < trees.size(); ++j) {
+    Channel& ch = *trees[j];
+    if (!ch.tree) {
+      ch.tree = make_tree_(j < half ? 0 : 1,
+                           [box = tree_plan_](std::uint64_t) { return *box; });
+      if (ch.tree_send >= 0) ch.tree->setSendsUp();
+    }
+    // The operation starts on every channel when R's stream reaches it (its first unit).
+    ch.tree_base = ch.tree->nextUnit();
+    ch.tree->postRecv(ch.tree_base, now, shape_.unit_bytes, true);
+    ch.up_sent = ch.down_sent = ch.child_done = 0;
+    ch.child_base = ch.tree_recv >= 0 ? conns_[static_cast<std::size_t>(ch.tree_recv)].seen : 0;
+  }
 }
 
 void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
@@ -149,8 +196,28 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     c.heads.emplace_back(value, now);
     // Before the operation's first release R's head can only move through what was released
     // before it (the last operation's, seen late, or released past its need): not this one's.
-    if (in_op_ && shape_.symmetric && ch.op_recv_done == 0)
+    if (tree_op_ && ch.tree) {
+      if (c.tree_only && ch.child_done == 0) ch.child_base = std::max(ch.child_base, value);
+      if (!c.tree_only && ch.op_recv_done == 0) ch.op_recv_base = std::max(ch.op_recv_base, value);
+    } else if (in_op_ && shape_.symmetric && ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
+    }
+    return;
+  }
+  if (tree_op_ && ch.tree) {
+    // A tree unit is one counter step; R's sends up drive the loop back to it.
+    for (; c.seen < value; ++c.seen) {
+      if (c.tree_only) {
+        (void)ch.tree->postUpSend(ch.tree_base + ch.up_sent, now, shape_.unit_bytes, false);
+        ++ch.up_sent;
+      } else {
+        ++ch.down_sent;
+      }
+    }
+    return;
+  }
+  if (c.tree_only) {  // outside a tree all-reduce nothing is modelled on it
+    c.seen = value;
     return;
   }
   // R filled slots: one unit per slice (a poll may see several at once). The agent kernel
@@ -183,7 +250,15 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
     if (c.send || !in_op_) continue;
     std::uint64_t value = c.released;
     live::TimeNs due = 0;
-    {
+    if (tree_op_ && c.ch->tree) {
+      next = std::min(next, releaseTree(c, *c.ch, now, value, due));
+    } else if (c.tree_only) {
+      // Not expected to move: one step ahead of what R consumed, so nothing waits on it.
+      if (value <= c.seen) {
+        value = c.seen + 1;
+        due = now;
+      }
+    } else {
       Channel& ch = *c.ch;
       for (;;) {
         std::uint64_t end = 0;
@@ -236,6 +311,25 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
     }
   }
   return next;
+}
+
+live::TimeNs P2pPacer::releaseTree(Conn& c, Channel& ch, live::TimeNs now, std::uint64_t& value,
+                                   live::TimeNs& due) {
+  const bool child = c.tree_only;  // the receive from rank + 1; else from rank - 1
+  std::uint64_t& done = child ? ch.child_done : ch.op_recv_done;
+  const std::uint64_t base = child ? ch.child_base : ch.op_recv_base;
+  const live::TreeRole role = child ? live::TreeRole::FromChild : live::TreeRole::FromParent;
+  for (;;) {
+    // Open loop within the plan (the kernel holds a unit until R's slot is free); past it
+    // only as far as R's own sends (NCCL cut the operation into more units than planned).
+    if (done >= std::max({tree_plan_->units, ch.up_sent, ch.down_sent})) return kNever;
+    const auto a = ch.tree->recvArrival(role, ch.tree_base + done, op_start_, now);
+    if (!a) return now + 1000;  // it comes down after R's send up of the unit: look again soon
+    if (*a > now) return *a;
+    ++done;
+    value = std::max(value, base + done);
+    due = *a;
+  }
 }
 
 }  // namespace crystal::plugin

@@ -33,6 +33,18 @@
 // use the channel's own RingChannel: one-step units, "posted" once the slot is free (as the
 // CPU saw R's head), at most one ahead of what R consumed.
 //
+// Tree all-reduces (the collective log says NCCL runs Tree): R's node is a chain in rank order
+// on every tree channel, as on the target (live/tree_timing.h TreePosition), so R's parent is
+// rank - 1 and its child rank + 1. NCCL keeps one connector per (channel, peer, direction):
+// the ring's send to rank + 1 carries the tree's sends down, the ring's receive from rank - 1
+// the tree's receives from the parent; the tree adds a send to rank - 1 (up) and a receive
+// from rank + 1 (from the child), `add(..., tree_only)`. A live::TreeChannel per channel
+// (channels 0..n/2-1 of tree 0, the rest of tree 1) times them as the NET path times its tree
+// connections: a receive from the child at the arrival from the virtual leaves below, one
+// from the parent when the result comes back down the loop after R's own send up. Units are
+// counter steps (Tree Simple: one step a chunk). Outside a tree operation a tree-only receive
+// is released one step ahead of what R consumed (it is not expected to move).
+//
 // Bytes per unit: the operation's per-channel traffic (collective log: function, size,
 // channels) over its slice count, by NCCL 2.28.9's ring chunking (enqueue.cc
 // calcCollChunking: chunk = stepSize * chunkSteps, loops of channels * nranks chunks).
@@ -51,6 +63,7 @@
 #include "crystal/live/clock.h"
 #include "crystal/live/collective_log.h"
 #include "crystal/live/ring_timing.h"
+#include "crystal/live/tree_timing.h"
 
 namespace crystal::plugin {
 
@@ -87,10 +100,19 @@ class P2pPacer {
 
   // `make` builds the timing of one ring channel.
   P2pPacer(int nranks, MakeChannel make);
+  // Tree pacing (see the header comment): `make_tree(tree, next_op)` builds the timing of a
+  // channel of tree 0 or 1; `plan(entry, channels)` is one channel's plan of a tree
+  // all-reduce when R connected `channels`. Without them tree all-reduces are timed as other
+  // operations.
+  using MakeTree = std::function<std::shared_ptr<live::TreeChannel>(
+      int tree, std::function<live::TreeOpPlan(std::uint64_t)> next_op)>;
+  using PlanTree = std::function<live::TreeOpPlan(const live::CollectiveEntry&, int channels)>;
+  void setTrees(MakeTree make_tree, PlanTree plan);
 
   // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
-  // k-th connected channel. Returns its index (observe/release use it).
-  int add(bool send, int ordinal);
+  // k-th connected channel. `tree_only`: the tree's own connector of that channel (send to
+  // rank - 1, receive from rank + 1). Returns its index (observe/release use it).
+  int add(bool send, int ordinal, bool tree_only = false);
   [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
   // Channels with a paced send and no paced receive, by ordinal, that have no NET ring yet.
   [[nodiscard]] std::vector<int> wantNetRings() const;
@@ -123,9 +145,19 @@ class P2pPacer {
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
     bool recv_in_op = false;         // postRecv'd this operation (asymmetric)
+    // Tree all-reduces: the tree-only connectors, the channel's timing and, per operation,
+    // its first unit, R's sends up and down, the receive slices from the child released and
+    // R's head of that connector when the operation started. The receives from the parent
+    // use `recv`, op_recv_base and op_recv_done.
+    int tree_send = -1, tree_recv = -1;
+    std::shared_ptr<live::TreeChannel> tree;
+    std::uint64_t tree_base = 0;
+    std::uint64_t up_sent = 0, down_sent = 0;
+    std::uint64_t child_done = 0, child_base = 0;
   };
   struct Conn {
     bool send = false;
+    bool tree_only = false;
     Channel* ch = nullptr;  // its ring channel (channels_, by ordinal)
     std::uint64_t seen = 0;      // R's counter in the pool block
     std::uint64_t released = 0;  // recv: the value of R's own tail, released so far
@@ -134,6 +166,12 @@ class P2pPacer {
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
+  // opStarted for a tree all-reduce: the channels' trees, the plan, the units' base.
+  void startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, int connected);
+  // release() of receive connection `c` of `ch` in a tree all-reduce: appends to `value`/`due`
+  // and returns when the next is due.
+  live::TimeNs releaseTree(Conn& c, Channel& ch, live::TimeNs now, std::uint64_t& value,
+                           live::TimeNs& due);
   // Symmetric operations: unit k's arrival after the operation started.
   [[nodiscard]] live::TimeNs scheduled(std::uint64_t k);
   // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
@@ -153,6 +191,12 @@ class P2pPacer {
   std::shared_ptr<live::RingChannel> sched_ring_;
   std::vector<live::TimeNs> sched_;
   live::TimeNs send_occupancy_ = 0;  // a send unit on R's share of its link (this operation)
+  // Tree all-reduces: the timings' factory and plans, and the current operation's plan (its
+  // TreeChannels ask for it through the box when the operation's first unit is posted).
+  MakeTree make_tree_;
+  PlanTree plan_tree_;
+  bool tree_op_ = false;
+  std::shared_ptr<live::TreeOpPlan> tree_plan_ = std::make_shared<live::TreeOpPlan>();
 };
 
 }  // namespace crystal::plugin

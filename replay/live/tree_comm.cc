@@ -56,29 +56,33 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
     return c.algo == model::Algo::Tree && c.func == model::Func::AllReduce &&
            id < (c.channels > 0 ? std::min(c.channels, real) : real);
   });
-  TreeOpPlan plan;
   if (!e) {
     // No record: one unit of what was posted, the channels the real rank connected.
-    plan.units = 1;
-    plan.unit_bytes = static_cast<double>(bytes);
-    std::tie(plan.nvl, plan.net) = hops(model::Proto::Simple, real);
-    plan.overhead_ns = overhead_ns_[static_cast<int>(model::Proto::Simple)];
-    return plan;
+    TreeOpPlan p;
+    p.units = 1;
+    p.unit_bytes = static_cast<double>(bytes);
+    std::tie(p.nvl, p.net) = hops(model::Proto::Simple, real);
+    p.overhead_ns = overhead_ns_[static_cast<int>(model::Proto::Simple)];
+    return p;
   }
-  // The real NCCL runs the operation on min(target's, its own) channels; a channel then
-  // stands for target / real of the target's (same bytes per link as the target).
-  const int target = e->channels > 0 ? e->channels : real;  // 0: NCCL's own count
+  return plan(*e, real);
+}
+
+TreeOpPlan TreeComm::plan(const CollectiveEntry& e, int real) const {
+  real = std::max(1, real);
+  const int target = e.channels > 0 ? e.channels : real;  // 0: NCCL's own count
   const int used = std::min(target, real);
-  const double per_channel = static_cast<double>(e->bytes) / used;
-  const double chunk = kSlotDataBytes[static_cast<int>(e->proto)];
+  const double per_channel = static_cast<double>(e.bytes) / used;
+  const double chunk = kSlotDataBytes[static_cast<int>(e.proto)];
+  TreeOpPlan plan;
   plan.units =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(per_channel / chunk)));
   plan.unit_bytes = per_channel / static_cast<double>(plan.units);
-  std::tie(plan.nvl, plan.net) = hops(e->proto, target);
+  std::tie(plan.nvl, plan.net) = hops(e.proto, target);
   const double stand_for = static_cast<double>(target) / used;
   plan.nvl.ns_per_byte /= stand_for;
   plan.net.ns_per_byte /= stand_for;
-  plan.overhead_ns = overhead_ns_[static_cast<int>(e->proto)];
+  plan.overhead_ns = overhead_ns_[static_cast<int>(e.proto)];
   return plan;
 }
 

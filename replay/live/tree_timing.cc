@@ -263,6 +263,11 @@ TimeNs TreeChannel::postDownSend(std::uint64_t unit, TimeNs now, std::uint64_t b
   return seen(start + tx);
 }
 
+std::uint64_t TreeChannel::nextUnit() {
+  std::lock_guard lock(mu_);
+  return planned_;
+}
+
 void TreeChannel::setSendsUp() {
   std::lock_guard lock(mu_);
   sends_up_ = has_parent_;

@@ -49,6 +49,10 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // stands in when there is no record (tuner off, or not a tree all-reduce's order).
   [[nodiscard]] TreeOpPlan nextOp(int tree, int ordinal, std::uint64_t* cursor,
                                   std::uint64_t bytes);
+  // The plan of tree all-reduce `e` on one channel when the real NCCL connected `real`
+  // channels: it runs on min(target's, real) of them, each standing for target / used of the
+  // target's (the same bytes per link as the target). Also the P2P pacer's (p2p_pacer.h).
+  [[nodiscard]] TreeOpPlan plan(const CollectiveEntry& e, int real) const;
 
  private:
   [[nodiscard]] std::shared_ptr<TreeChannel> channelLocked(int tree, int ordinal);

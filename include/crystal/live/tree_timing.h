@@ -135,6 +135,9 @@ class TreeChannel {
   [[nodiscard]] std::optional<TimeNs> recvArrival(TreeRole role, std::uint64_t unit, TimeNs posted,
                                                   TimeNs now);
   [[nodiscard]] const TreePosition& position() const { return pos_; }
+  // The first unit of the next operation (the units planned so far): a caller that numbers
+  // its units per operation (the P2P pacer) starts each there.
+  [[nodiscard]] std::uint64_t nextUnit();
   // The real rank's send to its parent has a connection of this channel. Without one (NCCL
   // reuses the ring's connection when the parent is also the ring neighbour on the channel,
   // connIndex 0 for both), its sends are not seen here and the loop runs from the arrival

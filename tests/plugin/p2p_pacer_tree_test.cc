@@ -1,0 +1,210 @@
+// P2P pacing of tree all-reduces (plugin/p2p_pacer.h): a real rank in the middle of its node,
+// whose tree parent (rank - 1) and child (rank + 1) are virtual GPUs of its node, driven by a
+// stand-in for NCCL 2.28.9's Simple tree kernel on a virtual clock, runs back-to-back tree
+// all-reduces at `crystal simulate`'s tree time; its receives never run ahead of the model.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "crystal/live/tree_comm.h"
+#include "crystal/model/nccl_model.h"
+#include "p2p_agent_rules.h"
+#include "p2p_pacer.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+using live::TimeNs;
+using model::Func;
+using plugin::P2pPacer;
+namespace rules = plugin::p2p_agent;
+
+constexpr std::uint64_t MiB = 1u << 20;
+
+// One direction of one tree channel as device/all_reduce.h's runTreeSplit runs it with an
+// instantaneous GPU: per chunk (one counter step), wait for the receive (R's recv tail) and
+// the send credit (R's send head), then post both. Up: from the child to the parent; down:
+// from the parent to the child.
+struct Pipe {
+  int send_conn = -1, recv_conn = -1;
+  std::uint64_t units = 0, next = 0;
+  std::uint64_t head = 0, tail = 0;  // the agent's: R's send head, R's recv tail
+  std::uint64_t released = 0;        // the pacer's release of the recv tail
+  rules::CreditQueue credits;
+};
+
+struct Tree {
+  std::unique_ptr<P2pPacer> pacer;
+  std::vector<Pipe> pipes;  // per channel: up, down
+};
+
+Config eightNodes() {
+  Config cfg;  // built-in target: H200 nodes of 8 GPUs
+  cfg.cluster.nodes = 8;
+  return cfg;
+}
+
+Tree connect(int nranks, int channels, int rank, const Config& cfg) {
+  plugin::PluginState::get().configure(cfg);
+  const auto& model = plugin::PluginState::get().model();
+  const live::CommLinks links = live::commLinks(model, cfg.cluster, nranks);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(channels);
+  Tree t;
+  t.pacer = std::make_unique<P2pPacer>(
+      nranks, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); });
+  // As the agent sets it up (p2p_agent.cc).
+  auto trees = std::make_shared<live::TreeComm>(model, cfg.cluster, 0x7ee, rank, nranks);
+  t.pacer->setTrees(
+      [=, ppn = trees->shape().ranks_per_node](int tree, auto next_op) {
+        live::TreePosition pos = live::targetTreePosition(rank, nranks, ppn, tree);
+        const bool has_parent = !pos.loop.empty();
+        return std::make_shared<live::TreeChannel>(std::move(pos), has_parent,
+                                                   std::move(next_op));
+      },
+      [trees](const live::CollectiveEntry& e, int ch) { return trees->plan(e, ch); });
+  // NCCL's exchange by channel: the ring's (receive from rank - 1, send to rank + 1), then
+  // the tree's own (send to rank - 1, receive from rank + 1).
+  t.pipes.resize(2 * static_cast<std::size_t>(channels));
+  for (int k = 0; k < channels; ++k) {
+    Pipe& up = t.pipes[2 * static_cast<std::size_t>(k)];
+    Pipe& down = t.pipes[2 * static_cast<std::size_t>(k) + 1];
+    down.recv_conn = t.pacer->add(false, k);
+    down.send_conn = t.pacer->add(true, k);
+    up.send_conn = t.pacer->add(true, k, true);
+    up.recv_conn = t.pacer->add(false, k, true);
+  }
+  return t;
+}
+
+struct Result {
+  TimeNs end = 0;
+  bool stalled = false;
+  bool over_released = false;
+};
+
+Result runOp(Tree& t, const live::CollectiveEntry& e, std::uint64_t units, TimeNs start) {
+  t.pacer->opStarted(start, e);
+  for (Pipe& p : t.pipes) {
+    p.units = p.next + units;
+    p.credits = rules::CreditQueue{.seen = p.next};
+  }
+  TimeNs now = start;
+  Result r;
+  std::vector<plugin::P2pRelease> out;
+  for (int guard = 0; guard < 10'000'000; ++guard) {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (Pipe& p : t.pipes) {
+        if (p.next >= p.units) continue;
+        if (p.tail < p.next + 1 || p.head + plugin::kNcclSteps < p.next + 1) continue;
+        ++p.next;
+        t.pacer->observe(p.send_conn, p.next, now);
+        rules::creditsSent(p.credits, p.next, static_cast<std::uint64_t>(now),
+                           static_cast<std::uint64_t>(t.pacer->sendOccupancy()),
+                           static_cast<std::uint32_t>(t.pacer->sendUnitSteps()));
+        t.pacer->observe(p.recv_conn, p.next, now);  // the slot emptied
+        r.end = now;
+        moved = true;
+      }
+      out.clear();
+      TimeNs due = t.pacer->release(now, out);
+      for (const auto& [i, v, at] : out)
+        for (Pipe& p : t.pipes) {
+          EXPECT_NE(i, p.send_conn) << "send heads are the agent kernel's";
+          if (i == p.recv_conn) p.released = v;
+        }
+      for (Pipe& p : t.pipes) {
+        const std::uint64_t tail = rules::gatedTail(p.released, p.next);
+        const std::uint64_t head = rules::creditsDue(p.credits, static_cast<std::uint64_t>(now));
+        if (tail > p.tail) p.tail = tail, moved = true;
+        if (head > p.head) p.head = head, moved = true;
+        const std::uint64_t next = rules::creditsNext(p.credits);
+        if (next != ~std::uint64_t{0}) due = std::min(due, static_cast<TimeNs>(next));
+      }
+      if (!moved) {
+        bool done = true;
+        for (const Pipe& p : t.pipes) done = done && p.next >= p.units;
+        if (done) {
+          t.pacer->opsDone();
+          for (const Pipe& p : t.pipes) r.over_released |= p.released > p.units;
+          return r;
+        }
+        if (due == P2pPacer::kNever) {
+          r.stalled = true;
+          return r;
+        }
+        now = std::max(now + 1, due);
+      }
+    }
+  }
+  r.stalled = true;
+  return r;
+}
+
+// Rank 13 of 64 (the middle of the second node): every channel has a parent and a child over
+// P2P. Back to back, an operation starts when R's last one ended; from the second on, one
+// takes the model's tree time (the virtual leaves restart one whole line after they started).
+TEST(P2pPacerTree, MiddleOfANodeRunsTreeAllReducesAtTheModelsTime) {
+  constexpr int kRanks = 64, kChannels = 16, kRank = 13;
+  const Config cfg = eightNodes();
+  Tree t = connect(kRanks, kChannels, kRank, cfg);
+  const model::NcclModel m(cfg.cluster, cfg.model);
+  const model::CommShape shape = live::blockShape(cfg.cluster, kRanks);
+  TimeNs start = 1'000'000'000;
+  for (std::uint64_t bytes : {1 * MiB, 16 * MiB, 64 * MiB}) {
+    const live::CollectiveEntry e{Func::AllReduce, model::Algo::Tree, model::Proto::Simple, bytes,
+                                  kChannels};
+    // NCCL's Simple tree: one 512 KiB step per chunk (enqueue.cc, chunkSteps 1).
+    const std::uint64_t units = std::max<std::uint64_t>(1, bytes / kChannels / (512 * 1024));
+    constexpr int kOps = 6;
+    TimeNs first_end = 0, last_end = 0;
+    for (int i = 0; i < kOps; ++i) {
+      const Result r = runOp(t, e, units, start);
+      ASSERT_FALSE(r.stalled) << bytes << " op " << i;
+      EXPECT_FALSE(r.over_released) << bytes << " op " << i;
+      (i == 0 ? first_end : last_end) = r.end;
+      start = r.end;  // back to back
+    }
+    const double period_us = static_cast<double>(last_end - first_end) / (kOps - 1) / 1e3;
+    const double want =
+        m.time(Func::AllReduce, bytes, shape, model::Algo::Tree, model::Proto::Simple, kChannels);
+    std::printf("rank %d of %d: tree all-reduce %4llu MiB: paced %9.1f us per op, model %9.1f us, "
+                "%+6.2f %%\n",
+                kRank, kRanks, static_cast<unsigned long long>(bytes / MiB), period_us, want,
+                100 * (period_us - want) / want);
+    EXPECT_NEAR(period_us, want, 0.03 * want) << bytes;
+    start += 1'000'000'000;  // a quiet second: the next size starts afresh
+  }
+}
+
+// Outside a tree all-reduce (here a ring all-gather) the tree's own receive is released one
+// step ahead of what R consumed, at once, so a kernel that used it would never hang on it.
+TEST(P2pPacerTree, TreeOnlyReceiveOutsideATreeOperationRunsOneAhead) {
+  Tree t = connect(64, 2, 13, eightNodes());
+  t.pacer->opStarted(0, live::CollectiveEntry{Func::AllGather, model::Algo::Ring,
+                                              model::Proto::Simple, 8 * MiB, 2});
+  std::vector<plugin::P2pRelease> out;
+  (void)t.pacer->release(10, out);
+  const int tree_recv = t.pipes[0].recv_conn;
+  bool found = false;
+  for (const auto& r : out)
+    if (r.conn == tree_recv) {
+      found = true;
+      EXPECT_EQ(r.value, 1u);
+      EXPECT_EQ(r.due, 10);
+    }
+  EXPECT_TRUE(found);
+  t.pacer->observe(tree_recv, 1, 20);
+  out.clear();
+  (void)t.pacer->release(30, out);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].value, 2u);
+}
+
+}  // namespace
+}  // namespace crystal::test
