@@ -4,13 +4,17 @@
 // 1 MiB all-reduce asks every ~2 us: 28 slices per channel in the model's ~60 us). Targets:
 // a pass well under the ~2 us the agent kernel takes to bring a counter over PCIe, and the
 // 28-channel slice under 1 us, so the CPU never sets the step pace. (One RingChannel per
-// channel, before, cost ~900 ns per channel slice on the H200's host.)
+// channel, before, cost ~900 ns per channel slice on the H200's host.) And one unit of a tree
+// all-reduce on all 16 channels of a rank in the middle of its node (R's sends up and down,
+// both receives). A tree unit is a whole 512 KiB step, which a channel's share of NVLink
+// (450 GB/s / 16) moves in ~19 us at best: target 5 us, a quarter of it.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
 #include <memory>
 #include <vector>
 
+#include "crystal/live/tree_timing.h"
 #include "p2p_pacer.h"
 
 namespace crystal::plugin {
@@ -101,6 +105,62 @@ void BM_P2pPacerSliceAllChannels(benchmark::State& state) {
   state.counters["target_ns"] = 1000;
 }
 BENCHMARK(BM_P2pPacerSliceAllChannels);
+
+void BM_P2pPacerTreeUnitAllChannels(benchmark::State& state) {
+  constexpr int kTreeChannels = 16, kRank = 13, kRanks = 64;
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1};
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(kTreeChannels);
+  P2pPacer p(kRanks, [=](bool) {
+    return std::make_shared<live::RingChannel>(std::vector<live::RingHop>{nvl}, nvl, 2, busy,
+                                               connected);
+  });
+  // 1 GiB on 16 channels: 128 units of 512 KiB each (NCCL's Simple tree chunks).
+  live::TreeOpPlan plan;
+  plan.units = 128;
+  plan.unit_bytes = 512.0 * 1024;
+  plan.nvl = {3500, 1.0 / 450 * kTreeChannels};
+  plan.net = {14000, 1.0 / 50 * kTreeChannels};
+  p.setTrees(
+      [](int tree, std::function<live::TreeOpPlan(std::uint64_t)> next_op) {
+        live::TreePosition pos = live::targetTreePosition(kRank, kRanks, 8, tree);
+        return std::make_shared<live::TreeChannel>(std::move(pos), true, std::move(next_op));
+      },
+      [plan](const live::CollectiveEntry&, int) { return plan; });
+  std::vector<int> down_recv, down_send, up_send, up_recv;
+  for (int k = 0; k < kTreeChannels; ++k) {
+    down_recv.push_back(p.add(false, k));
+    down_send.push_back(p.add(true, k));
+    up_send.push_back(p.add(true, k, true));
+    up_recv.push_back(p.add(false, k, true));
+  }
+  std::vector<plugin::P2pRelease> out;
+  live::TimeNs now = 0;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    if (step % plan.units == 0) {
+      p.opsDone();
+      p.opStarted(now, live::CollectiveEntry{model::Func::AllReduce, model::Algo::Tree,
+                                             model::Proto::Simple, std::uint64_t{1} << 30,
+                                             kTreeChannels});
+    }
+    ++step;
+    for (std::size_t k = 0; k < kTreeChannels; ++k) {
+      p.observe(up_send[k], step, now);
+      p.observe(up_recv[k], step, now);
+      p.observe(down_send[k], step, now);
+      p.observe(down_recv[k], step, now);
+    }
+    out.clear();
+    benchmark::DoNotOptimize(p.release(now, out));
+    now += 40'000;  // a 512 KiB unit on a 16th of the NIC
+  }
+  state.counters["per_channel_ns"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kTreeChannels,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["target_ns"] = 5000;
+}
+BENCHMARK(BM_P2pPacerTreeUnitAllChannels);
 
 }  // namespace
 }  // namespace crystal::plugin
