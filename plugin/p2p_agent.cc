@@ -55,6 +55,18 @@ std::atomic_ref<T> word(T& x) {
 
 }  // namespace
 
+bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node, std::span<const int> real_ranks) {
+  if (gpus_per_node < 2 || rank < 0 || rank >= nranks) return false;
+  const int base = rank / gpus_per_node * gpus_per_node;
+  const int members = std::min(gpus_per_node, nranks - base);
+  if (members < 2) return false;
+  for (const int r : real_ranks)
+    if (r != rank && r >= base && r < base + members) return false;  // each its own host
+  if (nranks <= gpus_per_node) return true;  // one node: every ring hop is P2P
+  const int local = rank - base;
+  return local > 0 && local < members - 1;
+}
+
 P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
                    const live::CommLinks& links, std::shared_ptr<live::TreeComm> trees)
     : d_(cuda::driver()),

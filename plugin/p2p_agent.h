@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -50,6 +51,14 @@ struct P2pConnection {
   int graph = 0;  // setup tag graph byte: 1 ring
   bool tree_only = false;  // set by P2pAgent::add: the tree's own connector (p2p_pacer.h)
 };
+
+// Whether real rank `rank` of an `nranks`-rank comm, under emulation.p2p_peers, has both ring
+// neighbours on its own node on every channel: its node (`gpus_per_node` consecutive ranks)
+// has two members or more and no other real rank (the host then makes the others GPUs of its
+// host, docs/host.md), and the comm is that one node or the rank is neither its node's first
+// nor its last (those receive or send over the NET on every channel).
+[[nodiscard]] bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node,
+                                      std::span<const int> real_ranks);
 
 class P2pAgent {
  public:

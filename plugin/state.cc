@@ -246,12 +246,14 @@ void PluginState::applyLocked(const Config& cfg) {
   if (max_recvs_ < 1 || max_recvs_ > 8)
     throw InputError(fmt::format("environment CRYSTAL_MAX_RECVS={}: must be 1..8", max_recvs_));
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
-  // Folding spares NCCL's proxy NET work; under p2p_peers a node's hops are P2P, paced by the
-  // agent kernel (p2p_agent.h), and a folded ring ran slower on the H200 (2026-12-04: 1 MiB
-  // all-reduce on 2 channels 80 us, on 28 unfolded 50 us, model 60).
-  fold_rings_ = paramString("CRYSTAL_FOLD_RINGS").empty()
-                    ? cfg.emulation.fold_rings && !cfg.emulation.p2p_peers
-                    : paramBool("CRYSTAL_FOLD_RINGS");
+  // Folding spares NCCL's proxy NET work. Under p2p_peers a comm whose rings stay on R's node
+  // at R turns it off for itself (setCommFoldRings).
+  {
+    std::lock_guard lock(fold_mu_);
+    comm_fold_.clear();
+  }
+  fold_rings_env_ = !paramString("CRYSTAL_FOLD_RINGS").empty();
+  fold_rings_ = fold_rings_env_ ? paramBool("CRYSTAL_FOLD_RINGS") : cfg.emulation.fold_rings;
   if (const char* min = std::getenv("NCCL_MIN_NCHANNELS"); min != nullptr)
     nccl_min_channels_ = std::clamp(std::atoi(min), 0, 64);  // NCCL 2.28.9 caps at MAXCHANNELS
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
@@ -357,6 +359,18 @@ void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {
 bool PluginState::resultsRewritten(std::uint64_t comm) const {
   std::lock_guard lock(ops_mu_);
   return rewritten_.count(comm) != 0;
+}
+
+bool PluginState::foldRings(std::uint64_t comm) const {
+  if (fold_rings_env_) return fold_rings_;
+  std::lock_guard lock(fold_mu_);
+  const auto it = comm_fold_.find(comm);
+  return it != comm_fold_.end() ? it->second : fold_rings_;
+}
+
+void PluginState::setCommFoldRings(std::uint64_t comm, bool fold) {
+  std::lock_guard lock(fold_mu_);
+  comm_fold_[comm] = fold;
 }
 
 }  // namespace crystal::plugin

@@ -154,7 +154,7 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     // forced another entry) that entry's.
     std::optional<RingFoldCost> fold;
     int target_channels = 0;
-    if (nChannels && PluginState::get().foldRings() &&
+    if (nChannels && PluginState::get().foldRings(t->comm_id) &&
         run.algo == static_cast<int>(model::Algo::Ring) && run.proto >= 0 &&
         run.proto < model::kNumProtos) {
       target_channels = *nChannels;

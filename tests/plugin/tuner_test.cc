@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "crystal/live/target_model.h"
+#include "p2p_agent.h"
 #include "state.h"
 #include "tuner.h"
 
@@ -144,18 +145,43 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
   EXPECT_EQ(channelsFor(1 << 20), 1);
   unsetenv("NCCL_MIN_NCHANNELS");
-  // Under p2p_peers the node's hops are P2P, paced on the GPU (plugin/p2p_agent.h), with no
-  // NET proxy to spare: rings keep the target's channels unless CRYSTAL_FOLD_RINGS=1 says so.
+  // Under p2p_peers a comm whose rings stay on the real rank's node at the rank (its pool
+  // taken, the rank in the middle of its node) keeps the target's channels: they run over
+  // P2P, paced on the GPU (plugin/p2p_agent.h), with no NET proxy to spare. Other comms (a
+  // node's first or last rank, split children) fold as on the default path.
+  // CRYSTAL_FOLD_RINGS wins over both.
   cfg.emulation.p2p_peers = true;
   PluginState::get().configure(cfg);
+  EXPECT_EQ(channelsFor(1 << 20), 1);
+  PluginState::get().setCommFoldRings(2, false);  // comm 2: simpleOnlyChannels' comm id
   EXPECT_EQ(channelsFor(1 << 20), 16);
+  EXPECT_TRUE(PluginState::get().foldRings(3));
   setenv("CRYSTAL_FOLD_RINGS", "1", 1);
   PluginState::get().configure(cfg);
+  PluginState::get().setCommFoldRings(2, false);
   EXPECT_EQ(channelsFor(1 << 20), 1);
   unsetenv("CRYSTAL_FOLD_RINGS");
+  PluginState::get().configure(cfg);  // forgets comm 2's setting
+  EXPECT_EQ(channelsFor(1 << 20), 1);
   cfg.emulation.p2p_peers = false;
   cfg.emulation.fold_rings = true;
   PluginState::get().configure(cfg);
+}
+
+// Which real ranks have both ring neighbours on their own node under p2p_peers (nodes of 8).
+TEST(PluginTuner, P2pRingsStayOnNodeInTheMiddleOfANodeOrOnOneNode) {
+  const std::vector<int> alone13{13}, alone0{0}, alone7{7}, pair{5, 6}, last{63};
+  EXPECT_TRUE(p2pRingsStayOnNode(13, 64, 8, alone13));
+  EXPECT_FALSE(p2pRingsStayOnNode(0, 64, 8, alone0)) << "receives over the NET";
+  EXPECT_FALSE(p2pRingsStayOnNode(7, 64, 8, alone7)) << "sends over the NET";
+  EXPECT_FALSE(p2pRingsStayOnNode(63, 64, 8, last));
+  EXPECT_TRUE(p2pRingsStayOnNode(0, 8, 8, alone0)) << "one node: every hop is P2P";
+  EXPECT_TRUE(p2pRingsStayOnNode(7, 8, 8, alone7));
+  EXPECT_FALSE(p2pRingsStayOnNode(5, 64, 8, pair)) << "two real ranks: each its own host";
+  EXPECT_FALSE(p2pRingsStayOnNode(64, 65, 8, std::vector<int>{64})) << "a node of one";
+  EXPECT_FALSE(p2pRingsStayOnNode(3, 64, 1, std::vector<int>{3}));
+  EXPECT_TRUE(p2pRingsStayOnNode(60, 62, 8, std::vector<int>{60})) << "a short last node";
+  EXPECT_FALSE(p2pRingsStayOnNode(61, 62, 8, std::vector<int>{61})) << "its last";
 }
 
 // NCCL_PROTO=Simple rules out the model's pick for a 16 MiB all-reduce on 64 ranks; the entry

@@ -156,8 +156,9 @@ struct EmulationConfig {
   // bootstrap_host.h HostOptions::p2p_peers). Their connections need memory from the real
   // rank's process (CRYSTAL_P2P_POOL, plugin/interpose/block_pool.h), else the first
   // collective that connects one fails with a clear error; its ring connections are paced by
-  // the model (plugin/p2p_agent.h), the rest run free. Rings are not folded (fold_rings)
-  // unless CRYSTAL_FOLD_RINGS=1. Off by default.
+  // the model (plugin/p2p_agent.h), the rest run free. A comm whose rings stay on the rank's
+  // node at the rank is not folded (fold_rings; p2pRingsStayOnNode); a node's first or last
+  // rank and split children are. Off by default.
   bool p2p_peers = false;
   double gpu_channel_GBps = 17.0;
   double proxy_request_us = 0.5;

@@ -172,21 +172,28 @@ case "$case_name" in
          # (CRYSTAL_P2P_PACE=0: free-running). With P2P_OPS (e.g. allreduce,allgather) the
          # case runs those ops from 1 MiB to 1 GiB and prints them beside `crystal simulate`.
          # CRYSTAL_P2P_TRACE=PREFIX: per-event trace of the pacing (p2p_trace.py reads it).
-         n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml
+         # P2P_SPLIT=G: also a split into groups of G consecutive ranks (`--split block:G`),
+         # used alternately with the world, each beside its own model.
+         n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml; g=${P2P_SPLIT:-}
          sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
            if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
          echo "  p2p_peers: true" >>"$cfg"
          if [ -z "${P2P_OPS:-}" ]; then
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
-           emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" --ops "$P2P_OPS" \
-             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-5} "$@" | tee "$OUT/p2p.txt"
+           emulate "$cfg" "${g:+block:$g}" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" --ops "$P2P_OPS" \
+             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-5} ${g:+--split $g} "$@" |
+             tee "$OUT/p2p.txt"
            rc=${PIPESTATUS[0]}
            $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 --ranks $n \
              --rank $r ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p.json" >"$OUT/model-p2p.txt" 2>&1
+           [ -n "$g" ] && $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 \
+             --ranks $g --rank $((r % g)) ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p-split.json" \
+             >"$OUT/model-p2p-split.txt" 2>&1
            echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
            echo "|---|---|---|---|---|---|---|---|"
-           python3 tests/gpu/hybrid/compare.py p2p "$OUT/p2p.txt" world="$OUT/model-p2p.json"
+           python3 tests/gpu/hybrid/compare.py p2p "$OUT/p2p.txt" world="$OUT/model-p2p.json" \
+             ${g:+split="$OUT/model-p2p-split.json"}
            exit $rc
          fi ;;
   all)   run_all ;;
