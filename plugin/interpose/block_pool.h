@@ -3,8 +3,8 @@
 // virtual GPUs of its node, and offer it to the emulation host (control/protocol.h BlockPool).
 // The host names these blocks, owned by this rank, in the connect entries it answers for those
 // GPUs, so NCCL's kernels write into them as into a peer's buffers (docs/host.md "Virtual
-// GPUs of a real rank's node", research note §11.7). Nothing moves the virtual side's head and
-// tail yet: a collective over such channels waits until that is built.
+// GPUs of a real rank's node", research note §11.7). The virtual side's Simple counters are
+// moved by the pacing agent (plugin/p2p_agent.h) or stored free-running.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,20 @@ struct PoolSize {
 // when unset or empty. Throws InputError naming the variable otherwise.
 [[nodiscard]] std::optional<PoolSize> poolSizeFromEnv();
 
+// NCCL's LL and LL128 receivers wait on flags that the sender writes into the receiver's own
+// buffer with the data. For a virtual GPU of this node no one writes them (only the Simple
+// counters are moved), so such a receive would wait for ever. NCCL 2.28.9 runs LL or LL128
+// for a collective when NCCL_PROTO allows it (its tuner may then pick it), and LL for a
+// send/recv of up to NCCL_P2P_LL_THRESHOLD bytes per channel (default 16384; enqueue.cc)
+// whatever NCCL_PROTO says. Given those two variables (nullptr: unset), returns why they let
+// LL or LL128 run, or nullopt (`crystal emulate` sets Simple and 0 under p2p_peers).
+[[nodiscard]] std::optional<std::string> p2pProtocolProblem(const char* nccl_proto,
+                                                            const char* p2p_ll_threshold);
+
 // Allocates and offers the pool of (comm_hash, rank) when CRYSTAL_P2P_POOL asks for one, on the
 // CUDA context current in the calling thread (the one that created the communicator). Returns
-// an NCCL code; errors print one line.
+// an NCCL code; errors print one line. An environment that lets LL or LL128 run
+// (p2pProtocolProblem) fails it with ncclInvalidUsage before anything is allocated.
 [[nodiscard]] int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks,
                                  const char* caller) noexcept;
 

@@ -42,7 +42,8 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
       {"NCCL_GRAPH_REGISTER", "0"},
       // No NCCL_PROTO: LL and LL128 lines from virtual senders are written by the plugin
       // (docs/plugin.md "Data policy and protocols"); a NCCL_PROTO in the caller's
-      // environment (e.g. Simple, the former default) passes through unchanged.
+      // environment (e.g. Simple, the former default) passes through unchanged. Under
+      // emulation.p2p_peers Simple is the default (below).
       {"NCCL_SOCKET_IFNAME", "lo"},
       {"NCCL_UID_STAGGER_THRESHOLD", "100000"},
       {"CRYSTAL_CONFIG", fs::absolute(config_path).string()},
@@ -80,6 +81,12 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     byDefault("NCCL_P2P_LEVEL", "SYS");
     byDefault("NCCL_IGNORE_DISABLED_P2P", "2");
     byDefault("NCCL_WIN_ENABLE", "0");
+    // Simple only: LL/LL128 receivers from those GPUs would wait on flags no one writes (a
+    // hang, seen on the H200 2026-12-04: a 1 KiB all-gather in LL, a 1 KiB send/recv in
+    // LL). A caller's own values are kept; the interposer refuses the comm if they let LL
+    // or LL128 run (plugin/interpose/block_pool.h p2pProtocolProblem).
+    byDefault("NCCL_PROTO", "Simple");
+    byDefault("NCCL_P2P_LL_THRESHOLD", "0");
     // Memory for those connections, from the real rank's process (plugin/interpose/
     // block_pool.h): 64 recv blocks of 10 MiB and 64 send blocks of 2 MiB per communicator
     // (768 MiB of GPU memory), enough for a ring and a tree on 28 channels of one node; a

@@ -17,6 +17,7 @@
 #include "crystal/control/server.h"
 #include "crystal/control/socket_io.h"
 #include "fake_nccl.h"
+#include "plugin/interpose/block_pool.h"
 #include "recording_handler.h"
 
 // The interposed entry points, as a program sees them (types per nccl.h's ABI).
@@ -146,8 +147,8 @@ TEST_F(Interposer, WithHostIdsComeFromTheHostAndCommsAreRegisteredFirst) {
 }
 
 // CRYSTAL_P2P_POOL: the pool is allocated after the real init and offered to the host; a bad
-// value, or no CUDA driver (this CI machine), fails the init call with a line saying why and
-// offers nothing.
+// value, an environment that lets NCCL run LL or LL128, or no CUDA driver (this CI machine)
+// fails the init call with a line saying why and offers nothing.
 TEST_F(Interposer, P2pPoolNeedsAValidCountAndTheCudaDriver) {
   testing::RecordingHandler h;
   h.event_log = &g_events;
@@ -158,16 +159,50 @@ TEST_F(Interposer, P2pPoolNeedsAValidCountAndTheCudaDriver) {
   void* comm = nullptr;
   ::setenv("CRYSTAL_P2P_POOL", "2;1", 1);
   EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 5);  // ncclInvalidUsage
+  // NCCL may run LL or LL128 (no NCCL_PROTO; send/recv under NCCL_P2P_LL_THRESHOLD): refused
+  // before anything is allocated, as no one writes LL flags for the node's virtual GPUs.
+  ::setenv("CRYSTAL_P2P_POOL", "2,1", 1);
+  ::unsetenv("NCCL_PROTO");
+  ::unsetenv("NCCL_P2P_LL_THRESHOLD");
+  EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 5);
+  ::setenv("NCCL_PROTO", "Simple", 1);
+  EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 5) << "send/recv of 16 KiB or less run LL";
+  ::setenv("NCCL_P2P_LL_THRESHOLD", "0", 1);
   if (::access("/dev/nvidiactl", F_OK) != 0) {  // no GPU driver here: allocation cannot start
-    ::setenv("CRYSTAL_P2P_POOL", "2,1", 1);
     EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 2);  // ncclSystemError
   }
+  ::unsetenv("NCCL_PROTO");
+  ::unsetenv("NCCL_P2P_LL_THRESHOLD");
   ::setenv("CRYSTAL_P2P_POOL", "0,0", 1);  // nothing asked: nothing offered
   EXPECT_EQ(ncclCommInitRank(&comm, 8, id, 0), 0);
   ::unsetenv("CRYSTAL_P2P_POOL");
   std::lock_guard lock(h.mu);
   EXPECT_TRUE(h.pools.empty());
   EXPECT_EQ(std::count(g_events.begin(), g_events.end(), "host:BLOCK_POOL"), 0);
+}
+
+// Which NCCL_PROTO / NCCL_P2P_LL_THRESHOLD let NCCL run LL or LL128 (graph/tuning.cc
+// parseList's syntax; enqueue.cc's p2p threshold, 16384 unset).
+TEST(P2pProtocol, OnlySimpleAndNoP2pLlPass) {
+  using crystal::interpose::p2pProtocolProblem;
+  EXPECT_FALSE(p2pProtocolProblem("Simple", "0"));
+  EXPECT_FALSE(p2pProtocolProblem("simple", "0"));
+  EXPECT_FALSE(p2pProtocolProblem("^LL,LL128", "0"));
+  EXPECT_FALSE(p2pProtocolProblem("^ll128,LL", "0"));
+  EXPECT_FALSE(p2pProtocolProblem("Simple;allreduce:Simple", "0"));
+  EXPECT_TRUE(p2pProtocolProblem(nullptr, "0"));
+  EXPECT_TRUE(p2pProtocolProblem("", "0"));
+  EXPECT_TRUE(p2pProtocolProblem("LL", "0"));
+  EXPECT_TRUE(p2pProtocolProblem("Simple,LL128", "0"));
+  EXPECT_TRUE(p2pProtocolProblem("^LL", "0")) << "LL128 stays on";
+  EXPECT_TRUE(p2pProtocolProblem("^", "0")) << "nothing excluded";
+  EXPECT_TRUE(p2pProtocolProblem("Simple;allreduce:LL", "0"));
+  EXPECT_TRUE(p2pProtocolProblem("Simple", nullptr)) << "16384 by default";
+  EXPECT_TRUE(p2pProtocolProblem("Simple", "4096"));
+  EXPECT_TRUE(p2pProtocolProblem("Simple", "x"));
+  const auto why = p2pProtocolProblem("Simple", nullptr);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("NCCL_P2P_LL_THRESHOLD"), std::string::npos) << *why;
 }
 
 TEST_F(Interposer, ScalableInitRegistersItsFirstId) {

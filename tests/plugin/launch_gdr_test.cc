@@ -99,7 +99,8 @@ namespace {
 
 TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   for (const char* v :
-       {"NCCL_P2P_LEVEL", "NCCL_IGNORE_DISABLED_P2P", "NCCL_WIN_ENABLE", "CRYSTAL_P2P_POOL"})
+       {"NCCL_P2P_LEVEL", "NCCL_IGNORE_DISABLED_P2P", "NCCL_WIN_ENABLE", "CRYSTAL_P2P_POOL",
+        "NCCL_PROTO", "NCCL_P2P_LL_THRESHOLD"})
     ::unsetenv(v);
   Config c;
   auto env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
@@ -107,6 +108,7 @@ TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   EXPECT_FALSE(find(env, "NCCL_NET_DISABLE_INTRA").has_value());
   EXPECT_FALSE(find(env, "NCCL_P2P_LEVEL").has_value());
   EXPECT_FALSE(find(env, "CRYSTAL_P2P_POOL").has_value());
+  EXPECT_FALSE(find(env, "NCCL_PROTO").has_value()) << "NCCL chooses protocols";
   c.emulation.p2p_peers = true;
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_FALSE(find(env, "NCCL_RUNTIME_CONNECT").has_value());
@@ -115,6 +117,9 @@ TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   EXPECT_EQ(find(env, "NCCL_IGNORE_DISABLED_P2P"), "2");
   EXPECT_EQ(find(env, "NCCL_WIN_ENABLE"), "0");
   EXPECT_EQ(find(env, "CRYSTAL_P2P_POOL"), "64,64");  // the connections' memory
+  // Simple only: no one writes LL/LL128 flags for those GPUs (a hang otherwise).
+  EXPECT_EQ(find(env, "NCCL_PROTO"), "Simple");
+  EXPECT_EQ(find(env, "NCCL_P2P_LL_THRESHOLD"), "0");
   ::setenv("NCCL_P2P_LEVEL", "NVL", 1);  // the caller's value wins
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "NVL");
