@@ -22,20 +22,10 @@ struct PoolSize {
 // when unset or empty. Throws InputError naming the variable otherwise.
 [[nodiscard]] std::optional<PoolSize> poolSizeFromEnv();
 
-// NCCL's LL and LL128 receivers wait on flags that the sender writes into the receiver's own
-// buffer with the data. For a virtual GPU of this node no one writes them (only the Simple
-// counters are moved), so such a receive would wait for ever. NCCL 2.28.9 runs LL or LL128
-// for a collective when NCCL_PROTO allows it (its tuner may then pick it), and LL for a
-// send/recv of up to NCCL_P2P_LL_THRESHOLD bytes per channel (default 16384; enqueue.cc)
-// whatever NCCL_PROTO says. Given those two variables (nullptr: unset), returns why they let
-// LL or LL128 run, or nullopt (`crystal emulate` sets Simple and 0 under p2p_peers).
-[[nodiscard]] std::optional<std::string> p2pProtocolProblem(const char* nccl_proto,
-                                                            const char* p2p_ll_threshold);
-
 // Allocates and offers the pool of (comm_hash, rank) when CRYSTAL_P2P_POOL asks for one, on the
 // CUDA context current in the calling thread (the one that created the communicator). Returns
 // an NCCL code; errors print one line. An environment that lets LL or LL128 run
-// (p2pProtocolProblem) fails it with ncclInvalidUsage before anything is allocated.
+// (plugin/p2p_protocol.h) fails it with ncclInvalidUsage before anything is allocated.
 [[nodiscard]] int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks,
                                  const char* caller) noexcept;
 

@@ -17,7 +17,6 @@
 #include "crystal/control/server.h"
 #include "crystal/control/socket_io.h"
 #include "fake_nccl.h"
-#include "plugin/interpose/block_pool.h"
 #include "recording_handler.h"
 
 // The interposed entry points, as a program sees them (types per nccl.h's ABI).
@@ -179,30 +178,6 @@ TEST_F(Interposer, P2pPoolNeedsAValidCountAndTheCudaDriver) {
   std::lock_guard lock(h.mu);
   EXPECT_TRUE(h.pools.empty());
   EXPECT_EQ(std::count(g_events.begin(), g_events.end(), "host:BLOCK_POOL"), 0);
-}
-
-// Which NCCL_PROTO / NCCL_P2P_LL_THRESHOLD let NCCL run LL or LL128 (graph/tuning.cc
-// parseList's syntax; enqueue.cc's p2p threshold, 16384 unset).
-TEST(P2pProtocol, OnlySimpleAndNoP2pLlPass) {
-  using crystal::interpose::p2pProtocolProblem;
-  EXPECT_FALSE(p2pProtocolProblem("Simple", "0"));
-  EXPECT_FALSE(p2pProtocolProblem("simple", "0"));
-  EXPECT_FALSE(p2pProtocolProblem("^LL,LL128", "0"));
-  EXPECT_FALSE(p2pProtocolProblem("^ll128,LL", "0"));
-  EXPECT_FALSE(p2pProtocolProblem("Simple;allreduce:Simple", "0"));
-  EXPECT_TRUE(p2pProtocolProblem(nullptr, "0"));
-  EXPECT_TRUE(p2pProtocolProblem("", "0"));
-  EXPECT_TRUE(p2pProtocolProblem("LL", "0"));
-  EXPECT_TRUE(p2pProtocolProblem("Simple,LL128", "0"));
-  EXPECT_TRUE(p2pProtocolProblem("^LL", "0")) << "LL128 stays on";
-  EXPECT_TRUE(p2pProtocolProblem("^", "0")) << "nothing excluded";
-  EXPECT_TRUE(p2pProtocolProblem("Simple;allreduce:LL", "0"));
-  EXPECT_TRUE(p2pProtocolProblem("Simple", nullptr)) << "16384 by default";
-  EXPECT_TRUE(p2pProtocolProblem("Simple", "4096"));
-  EXPECT_TRUE(p2pProtocolProblem("Simple", "x"));
-  const auto why = p2pProtocolProblem("Simple", nullptr);
-  ASSERT_TRUE(why);
-  EXPECT_NE(why->find("NCCL_P2P_LL_THRESHOLD"), std::string::npos) << *why;
 }
 
 TEST_F(Interposer, ScalableInitRegistersItsFirstId) {
