@@ -82,4 +82,12 @@ int ringChannelsToRun(const RingFoldInput& in, const RingFoldParams& p) {
   return best;
 }
 
+int onNodeRingChannels(const RingFoldInput& in, const RingFoldParams& p) {
+  const int target = std::max(1, in.target_channels);
+  const int most = std::max(target, std::min(in.real_channels, 64));
+  for (int c = target; c < most; ++c)
+    if (kMargin * ringFoldCost(in, c, p).gpu_us <= in.model_us) return c;
+  return most;
+}
+
 }  // namespace crystal::plugin

@@ -60,4 +60,13 @@ struct RingFoldCost {
 // (1 GiB root: +14 % on 16, +2 % on 32 with emulation.real_channels).
 [[nodiscard]] int ringChannelsToRun(const RingFoldInput& in, const RingFoldParams& p);
 
+// Rings that stay on the real rank's node at the rank (emulation.p2p_peers, PluginState::
+// ringsOnNode): no NET request passes NCCL's proxy, and each hop is paced by the agent kernel,
+// so only the GPU counts. Measured on the H200 (2026-12-04, rank 13 of 64, free-running) the
+// real kernel moved ~17 GB/s of bus bytes per channel, under the target's 16-channel share
+// of NVLink from 256 MiB (all-gather +40 %). So such a ring runs on the fewest channels from
+// the target's up to the real rank's (real_channels, NCCL_MIN_NCHANNELS) whose GPU time with
+// the margin fits the model's, else on all of those; each stands for target / used.
+[[nodiscard]] int onNodeRingChannels(const RingFoldInput& in, const RingFoldParams& p);
+
 }  // namespace crystal::plugin

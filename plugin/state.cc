@@ -247,13 +247,14 @@ void PluginState::applyLocked(const Config& cfg) {
     throw InputError(fmt::format("environment CRYSTAL_MAX_RECVS={}: must be 1..8", max_recvs_));
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
   // Folding spares NCCL's proxy NET work. Under p2p_peers a comm whose rings stay on R's node
-  // at R turns it off for itself (setCommFoldRings).
+  // at R turns it off for itself (setCommRingsOnNode).
   {
     std::lock_guard lock(fold_mu_);
-    comm_fold_.clear();
+    rings_on_node_.clear();
   }
   fold_rings_env_ = !paramString("CRYSTAL_FOLD_RINGS").empty();
   fold_rings_ = fold_rings_env_ ? paramBool("CRYSTAL_FOLD_RINGS") : cfg.emulation.fold_rings;
+  nccl_min_channels_ = 0;  // a reconfigure reads it afresh
   if (const char* min = std::getenv("NCCL_MIN_NCHANNELS"); min != nullptr)
     nccl_min_channels_ = std::clamp(std::atoi(min), 0, 64);  // NCCL 2.28.9 caps at MAXCHANNELS
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
@@ -363,14 +364,17 @@ bool PluginState::resultsRewritten(std::uint64_t comm) const {
 
 bool PluginState::foldRings(std::uint64_t comm) const {
   if (fold_rings_env_) return fold_rings_;
-  std::lock_guard lock(fold_mu_);
-  const auto it = comm_fold_.find(comm);
-  return it != comm_fold_.end() ? it->second : fold_rings_;
+  return fold_rings_ && !ringsOnNode(comm);
 }
 
-void PluginState::setCommFoldRings(std::uint64_t comm, bool fold) {
+void PluginState::setCommRingsOnNode(std::uint64_t comm) {
   std::lock_guard lock(fold_mu_);
-  comm_fold_[comm] = fold;
+  rings_on_node_.insert(comm);
+}
+
+bool PluginState::ringsOnNode(std::uint64_t comm) const {
+  std::lock_guard lock(fold_mu_);
+  return rings_on_node_.contains(comm);
 }
 
 }  // namespace crystal::plugin

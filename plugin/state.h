@@ -142,15 +142,18 @@ class PluginState {
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
   // Ring folding (plugin/ring_fold.h) on comm `comm` (its figures: config().emulation):
-  // CRYSTAL_FOLD_RINGS when set, else the comm's own setting (setCommFoldRings), else
-  // emulation.fold_rings.
+  // CRYSTAL_FOLD_RINGS when set, else off for a comm whose rings stay on the node
+  // (setCommRingsOnNode), else emulation.fold_rings.
   [[nodiscard]] bool foldRings(std::uint64_t comm) const;
   // Comm `comm`'s rings run over P2P at the real rank on both sides (emulation.p2p_peers, the
-  // rank in the middle of its node): folding would only slow them (p2p_agent.h paces every
-  // channel; 2026-12-04, one node: 1 MiB all-reduce on 2 folded channels 80 us, on 28 50 us).
-  // Elsewhere (a node's first or last rank, whose rings enter over the NET on every channel;
-  // split children, which are NET only) folding spares NCCL's proxy as on the default path.
-  void setCommFoldRings(std::uint64_t comm, bool fold);
+  // rank in the middle of its node, or one node): folding would only slow them (p2p_agent.h
+  // paces every channel; 2026-12-04, one node: 1 MiB all-reduce on 2 folded channels 80 us,
+  // on 28 50 us), and with more real channels than the target's the tuner may run them on
+  // more (ring_fold.h onNodeRingChannels). Elsewhere (a node's first or last rank, whose rings
+  // enter over the NET on every channel; split children, which are NET only) folding spares
+  // NCCL's proxy as on the default path.
+  void setCommRingsOnNode(std::uint64_t comm);
+  [[nodiscard]] bool ringsOnNode(std::uint64_t comm) const;
   // NCCL_MIN_NCHANNELS as NCCL reads it (0 = unset): the ring channels the real rank's NCCL
   // builds at least, up to which the tuner may run a large broadcast or reduce (ring_fold.h).
   [[nodiscard]] int ncclMinChannels() const { return nccl_min_channels_; }
@@ -217,7 +220,7 @@ class PluginState {
   bool fold_rings_ = true;
   bool fold_rings_env_ = false;  // CRYSTAL_FOLD_RINGS was set: it wins over every comm's
   mutable std::mutex fold_mu_;
-  std::map<std::uint64_t, bool> comm_fold_;  // setCommFoldRings, by comm
+  std::set<std::uint64_t> rings_on_node_;  // setCommRingsOnNode
   int nccl_min_channels_ = 0;
   bool shared_clock_ = true;
   bool rdma_ = false;

@@ -154,20 +154,25 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     // forced another entry) that entry's.
     std::optional<RingFoldCost> fold;
     int target_channels = 0;
-    if (nChannels && PluginState::get().foldRings(t->comm_id) &&
+    PluginState& st = PluginState::get();
+    const bool on_node = st.ringsOnNode(t->comm_id);
+    if (nChannels && (on_node || st.foldRings(t->comm_id)) &&
         run.algo == static_cast<int>(model::Algo::Ring) && run.proto >= 0 &&
         run.proto < model::kNumProtos) {
       target_channels = *nChannels;
-      if (target_channels > 1) {
-        const EmulationConfig& e = PluginState::get().config().emulation;
-        const RingFoldParams params{e.gpu_channel_GBps, e.proxy_request_us};
-        const RingFoldInput in{static_cast<model::Func>(f),
-                               static_cast<model::Proto>(run.proto),
-                               nBytes,
-                               t->shape.nranks,
-                               target_channels,
-                               PluginState::get().ncclMinChannels(),
-                               run.cost};
+      const EmulationConfig& e = st.config().emulation;
+      const RingFoldParams params{e.gpu_channel_GBps, e.proxy_request_us};
+      const RingFoldInput in{static_cast<model::Func>(f),
+                             static_cast<model::Proto>(run.proto),
+                             nBytes,
+                             t->shape.nranks,
+                             target_channels,
+                             st.ncclMinChannels(),
+                             run.cost};
+      if (on_node && !st.foldRings(t->comm_id)) {
+        // P2P rings at the real rank: more real channels when its GPU needs them.
+        if (target_channels > 0) *nChannels = onNodeRingChannels(in, params);
+      } else if (target_channels > 1) {
         *nChannels = ringChannelsToRun(in, params);
         fold = ringFoldCost(in, *nChannels, params);
       }

@@ -187,12 +187,12 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     // The blocks live as long as the process: NCCL never frees memory it did not allocate.
     if (const int rc = hostBlockPool(pool, caller); rc != kNcclSuccess) return rc;
     // Rings that stay on this node at this rank run on every channel, paced; folding them
-    // would only slow them (PluginState::setCommFoldRings).
+    // would only slow them (PluginState::setCommRingsOnNode).
     plugin::PluginState& st = plugin::PluginState::get();
     st.ensureInit();
     if (plugin::p2pRingsStayOnNode(rank, nranks, st.config().cluster.gpus_per_node,
                                    st.config().emulation.real_ranks))
-      st.setCommFoldRings(comm_hash, false);
+      st.setCommRingsOnNode(comm_hash);
     // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
     std::string why;
     if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, &why))

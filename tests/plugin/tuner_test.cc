@@ -147,18 +147,30 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   unsetenv("NCCL_MIN_NCHANNELS");
   // Under p2p_peers a comm whose rings stay on the real rank's node at the rank (its pool
   // taken, the rank in the middle of its node) keeps the target's channels: they run over
-  // P2P, paced on the GPU (plugin/p2p_agent.h), with no NET proxy to spare. Other comms (a
-  // node's first or last rank, split children) fold as on the default path.
-  // CRYSTAL_FOLD_RINGS wins over both.
+  // P2P, paced on the GPU (plugin/p2p_agent.h), with no NET proxy to spare; with more real
+  // channels (NCCL_MIN_NCHANNELS) a large ring runs on more, as its GPU needs (17 GB/s a
+  // channel: a 1 GiB all-gather's 1.06 GB of bus bytes in the model's ~2.7 ms wants 29 with
+  // the margin). Other comms (a node's first or last rank, split children) fold as on the
+  // default path. CRYSTAL_FOLD_RINGS wins over both.
   cfg.emulation.p2p_peers = true;
   PluginState::get().configure(cfg);
   EXPECT_EQ(channelsFor(1 << 20), 1);
-  PluginState::get().setCommFoldRings(2, false);  // comm 2: simpleOnlyChannels' comm id
+  PluginState::get().setCommRingsOnNode(2);  // comm 2: simpleOnlyChannels' comm id
   EXPECT_EQ(channelsFor(1 << 20), 16);
+  EXPECT_EQ(channelsFor(std::size_t{1} << 30), 16);
   EXPECT_TRUE(PluginState::get().foldRings(3));
+  EXPECT_FALSE(PluginState::get().foldRings(2));
+  setenv("NCCL_MIN_NCHANNELS", "32", 1);
+  PluginState::get().configure(cfg);
+  PluginState::get().setCommRingsOnNode(2);
+  EXPECT_EQ(channelsFor(1 << 20), 16);
+  const int big = channelsFor(std::size_t{1} << 30);
+  EXPECT_GT(big, 24);
+  EXPECT_LE(big, 32);
+  unsetenv("NCCL_MIN_NCHANNELS");
   setenv("CRYSTAL_FOLD_RINGS", "1", 1);
   PluginState::get().configure(cfg);
-  PluginState::get().setCommFoldRings(2, false);
+  PluginState::get().setCommRingsOnNode(2);
   EXPECT_EQ(channelsFor(1 << 20), 1);
   unsetenv("CRYSTAL_FOLD_RINGS");
   PluginState::get().configure(cfg);  // forgets comm 2's setting

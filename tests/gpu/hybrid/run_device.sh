@@ -178,6 +178,8 @@ case "$case_name" in
          sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
            if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
          echo "  p2p_peers: true" >>"$cfg"
+         # P2P_REAL_CHANNELS=N: emulation.real_channels (NCCL_MIN_NCHANNELS above the target's).
+         [ -n "${P2P_REAL_CHANNELS:-}" ] && echo "  real_channels: $P2P_REAL_CHANNELS" >>"$cfg"
          if [ -z "${P2P_OPS:-}" ]; then
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
