@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +55,22 @@ std::atomic_ref<T> word(T& x) {
 }
 
 }  // namespace
+
+void GpuClock::sample(live::TimeNs cpu, std::uint64_t gpu) noexcept {
+  if (gpu == 0) return;  // no kernel pass yet
+  if (cpu - window_start_ > kWindowNs) {
+    prev_ = cur_;
+    cur_ = kNone;
+    window_start_ = cpu;
+  }
+  cur_ = std::min(cur_, cpu - static_cast<live::TimeNs>(gpu));
+}
+
+std::optional<live::TimeNs> GpuClock::toCpu(std::uint64_t gpu) const noexcept {
+  const live::TimeNs offset = std::min(cur_, prev_);
+  if (offset == kNone || gpu == 0) return std::nullopt;
+  return static_cast<live::TimeNs>(gpu) + offset;
+}
 
 bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node, std::span<const int> real_ranks) {
   if (gpus_per_node < 2 || rank < 0 || rank >= nranks) return false;
@@ -496,6 +513,8 @@ void P2pAgent::run() {
       if (free_running_) continue;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       seen.resize(n, 0);
+      seen_t_.resize(n, 0);
+      clock_.sample(live::nowNs(), word(table_->gpu_now).load(std::memory_order_acquire));
       bool moved = false;
       for (std::uint32_t i = 0; i < n; ++i) {
         const std::uint64_t v = word(table_->seen[i]).load(std::memory_order_acquire);
@@ -503,7 +522,12 @@ void P2pAgent::run() {
           seen[i] = v;
           moved = true;
           progress_at = now;
-          pacer_.observe(static_cast<int>(i), v, now);
+          // When R's kernel moved it (the agent kernel's stamp), not when this pass saw it.
+          live::TimeNs t = now;
+          if (const auto at = clock_.toCpu(word(table_->seen_at[i]).load(std::memory_order_relaxed)))
+            t = std::clamp(*at, std::min(now, std::max(now - kMaxBackdateNs, seen_t_[i])), now);
+          seen_t_[i] = t;
+          pacer_.observe(static_cast<int>(i), v, t);
           if (trace_)
             trace_->record({.t = now,
                             .gpu = word(table_->seen_at[i]).load(std::memory_order_relaxed),

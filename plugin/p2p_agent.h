@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +60,21 @@ struct P2pConnection {
 // nor its last (those receive or send over the NET on every channel).
 [[nodiscard]] bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node,
                                       std::span<const int> real_ranks);
+
+// The GPU's global timer mapped onto the CPU clock (live::nowNs): the smallest (CPU time right
+// after a read - the GPU time read) over the last one or two windows. A sample overestimates
+// the offset by the read's latency only, so a mapped time is never early but by the drift of
+// the two clocks over a window or two.
+class GpuClock {
+ public:
+  static constexpr live::TimeNs kWindowNs = 50'000'000;
+  void sample(live::TimeNs cpu, std::uint64_t gpu) noexcept;
+  [[nodiscard]] std::optional<live::TimeNs> toCpu(std::uint64_t gpu) const noexcept;
+
+ private:
+  static constexpr live::TimeNs kNone = std::numeric_limits<live::TimeNs>::max();
+  live::TimeNs cur_ = kNone, prev_ = kNone, window_start_ = 0;
+};
 
 class P2pAgent {
  public:
@@ -164,6 +180,11 @@ class P2pAgent {
   std::uint64_t ops_started_ = 0;
   std::atomic<int> net_rings_{0};  // channels whose NET ring model gets R's P2P sends
   bool net_rings_missed_ = false;   // said once that some were not found
+  // R's moves reach the model at the GPU time the kernel saw them (seen_at), mapped; never
+  // more than kMaxBackdateNs before the pass that found them, nor before the connection's last.
+  static constexpr live::TimeNs kMaxBackdateNs = 20'000;
+  GpuClock clock_;
+  std::vector<live::TimeNs> seen_t_;  // per connection: the time its last move was given
   // Receives are released this much before they are due (the kernel's reader pass).
   static constexpr live::TimeNs kMaxLeadNs = 20'000;
   live::TimeNs lead_ns_ = 0;

@@ -20,10 +20,11 @@
 // sets want = 1, fences, then reads state: not kRunning -> it sets kRunning and launches a
 // kernel (stream-ordered after one that is still leaving).
 //
-// Trace (CRYSTAL_P2P_TRACE, p2p_trace.h): with `trace` 1 when a kernel starts, it also stamps
-// what it does with the GPU's global timer: when it saw each `seen` value (seen_at), the
-// value it last stored at `target` and when (stored, stored_at), and, every pass, the timer
-// itself (gpu_now) so the CPU can map GPU times onto its clock.
+// Times (the GPU's global timer, ns): the kernel stamps when it saw each `seen` value
+// (seen_at, written before the value) and, every pass, the timer itself (gpu_now), so the CPU
+// can map them onto its clock and give the model R's moves when they happened, not when its
+// pass saw them. With `trace` 1 when a kernel starts (CRYSTAL_P2P_TRACE, p2p_trace.h) it also
+// stamps the value it last stored at `target` and when (stored, stored_at).
 #pragma once
 
 #include <cstdint>
@@ -45,15 +46,15 @@ struct Table {
   std::uint64_t starts;  // kernels that started (diagnostics)
   std::uint32_t trace;   // CPU: 1 = stamp times (read once per kernel start)
   std::uint32_t pad1;
-  std::uint64_t gpu_now;  // trace: the global timer, every pass
+  std::uint64_t gpu_now;  // the global timer, every pass
   std::uint64_t passes;   // passes of the kernels so far (diagnostics)
   std::uint64_t pad[2];
   std::uint64_t watch[kMaxConns];    // device address (read by the kernel)
   std::uint64_t target[kMaxConns];   // device address (written by the kernel)
   std::uint64_t seen[kMaxConns];     // kernel -> CPU
   std::uint64_t release[kMaxConns];  // CPU -> kernel, receives (0: nothing to store yet)
+  std::uint64_t seen_at[kMaxConns];  // kernel -> CPU: when it saw `seen` (global timer ns)
   // Trace only (kernel -> CPU, global timer ns).
-  std::uint64_t seen_at[kMaxConns];
   std::uint64_t stored[kMaxConns];
   std::uint64_t stored_at[kMaxConns];
   std::uint64_t occupancy[kMaxConns];  // CPU -> kernel, sends: ns per unit (0: at once)

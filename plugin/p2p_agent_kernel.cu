@@ -80,7 +80,7 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
       if (lane == 0) {
         *n_ready = n;  // the connections' words above were filled before n was raised
         t->passes = passes_before + ++passes;
-        if (trace) t->gpu_now = globalTimer();
+        t->gpu_now = globalTimer();  // the CPU maps seen_at onto its clock with it
         if (want == 0) {
           t->state = pa::kExiting;
           __threadfence_system();
@@ -117,7 +117,7 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
       const unsigned long long now = globalTimer();
       if (w != seen) {
         if (send) pa::creditsSent(q, w, now, occupancy[i], steps[i]);
-        if (trace) t->seen_at[i] = now;
+        t->seen_at[i] = now;  // before the value: the CPU reads seen, then seen_at
         t->seen[i] = w;
         seen = w;
       }

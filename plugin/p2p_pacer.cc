@@ -112,6 +112,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   endOp();
   in_op_ = true;
   op_start_ = now;
+  op_released_ = false;
   int connected = 0;
   for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
   shape_ = ringOpShape(op, nranks_, connected);
@@ -224,6 +225,10 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   // credits them; an asymmetric operation's model still wants them (sizes, a root's pace).
   const auto step = static_cast<std::uint64_t>(sendUnitSteps());
   const bool symmetric = in_op_ && shape_.symmetric;
+  // R's kernel sent before the CPU saw its stream reach the operation (`now` is the agent
+  // kernel's stamp): the operation started on the GPU by then, and the chain's schedule with
+  // it, as long as no receive of it was released yet.
+  if (symmetric && !op_released_ && now < op_start_) op_start_ = now;
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
@@ -301,6 +306,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         }
         value = std::max(value, end);
         due = arrival;
+        op_released_ = true;
         if (!shape_.symmetric) ++ch.recv_units;
         ++ch.op_recv_done;
       }

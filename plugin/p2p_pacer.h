@@ -124,7 +124,9 @@ class P2pPacer {
   // The stream went past every operation enqueued: receives outstanding end.
   void opsDone();
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
-  // recv connector) to `value`. Values only grow; a smaller one is ignored.
+  // recv connector) to `value` at `now` (when R's kernel did, which may be before the
+  // operation's start as the CPU saw it: a ring operation's schedule then starts there).
+  // Values only grow; a smaller one is ignored.
   void observe(int i, std::uint64_t value, live::TimeNs now);
   // Appends each receive connection whose tail in R's block is due to move by `now`, the
   // newest value only, with the time it became due; returns when the next one is due
@@ -185,6 +187,7 @@ class P2pPacer {
   std::map<int, Channel> channels_;  // by ordinal
   bool in_op_ = false;
   live::TimeNs op_start_ = 0;
+  bool op_released_ = false;  // a receive of the operation was released (its start is fixed)
   RingOpShape shape_;
   int op_channels_ = 0;
   // The symmetric operation's schedule (see the header comment).

@@ -292,3 +292,30 @@ TEST_F(P2pAgentTest, OffWithoutAKernelOrWhenAskedSo) {
 
 }  // namespace
 }  // namespace crystal::test
+
+namespace crystal::plugin {
+namespace {
+
+// GPU times onto the CPU clock: the smallest (CPU after the read - GPU) of the last window or
+// two, so a mapped time is never early; nothing before a kernel's first pass.
+TEST(GpuClock, MapsByTheSmallestOffsetOfRecentWindows) {
+  GpuClock c;
+  EXPECT_FALSE(c.toCpu(1000));
+  c.sample(1'000'000, 0);  // no pass yet
+  EXPECT_FALSE(c.toCpu(1000));
+  c.sample(1'000'500, 1'000'000);  // read 500 ns after the GPU wrote it
+  c.sample(1'002'200, 1'002'000);  // 200
+  c.sample(1'003'900, 1'003'000);  // 900
+  ASSERT_TRUE(c.toCpu(2'000'000));
+  EXPECT_EQ(*c.toCpu(2'000'000), 2'000'200);
+  EXPECT_FALSE(c.toCpu(0));
+  // Two windows later the old samples are gone: the offset follows the clocks' drift.
+  c.sample(1'000'000 + GpuClock::kWindowNs + 1, 1'000'000 + GpuClock::kWindowNs - 99);
+  c.sample(1'000'000 + 3 * GpuClock::kWindowNs, 1'000'000 + 3 * GpuClock::kWindowNs - 300);
+  EXPECT_EQ(*c.toCpu(5'000'000), 5'000'100);
+  c.sample(1'000'000 + 5 * GpuClock::kWindowNs, 1'000'000 + 5 * GpuClock::kWindowNs - 400);
+  EXPECT_EQ(*c.toCpu(5'000'000), 5'000'300);
+}
+
+}  // namespace
+}  // namespace crystal::plugin

@@ -359,3 +359,35 @@ TEST(P2pPacer, SendOnlyChannelFeedsTheNetRing) {
 
 }  // namespace
 }  // namespace crystal::test
+
+namespace crystal::test {
+namespace {
+
+// R's first send of a ring operation stamped before the CPU saw the stream reach it (the
+// agent kernel's time): the schedule starts there, so each receive is due that much earlier;
+// once a receive was released the start stays.
+TEST(P2pPacer, RsEarlierFirstSendStartsTheSchedule) {
+  const live::CollectiveEntry op{Func::AllGather, model::Algo::Ring, model::Proto::Simple,
+                                 8 * MiB, 2};
+  auto firstDue = [&](TimeNs send_at) {
+    auto s = connect(8, 2);
+    s->pacer.opStarted(100'000, op);
+    s->pacer.observe(s->chans[0].send_conn, 2, send_at);
+    std::vector<plugin::P2pRelease> out;
+    return s->pacer.release(0, out);  // nothing due yet: when the first receive is
+  };
+  const TimeNs at_start = firstDue(100'000), earlier = firstDue(90'000);
+  EXPECT_EQ(at_start - earlier, 10'000);
+  auto s = connect(8, 2);
+  s->pacer.opStarted(100'000, op);
+  s->pacer.observe(s->chans[0].send_conn, 2, 100'000);
+  std::vector<plugin::P2pRelease> out;
+  (void)s->pacer.release(10'000'000, out);  // everything of channel 0 released
+  ASSERT_FALSE(out.empty());
+  s->pacer.observe(s->chans[1].send_conn, 2, 50'000);  // too late to move the start
+  out.clear();
+  EXPECT_EQ(s->pacer.release(0, out), at_start) << "channel 1's first receive";
+}
+
+}  // namespace
+}  // namespace crystal::test
