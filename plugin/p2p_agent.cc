@@ -85,14 +85,13 @@ bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node, std::span<const
 }
 
 P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-                   const live::CommLinks& links, std::shared_ptr<live::TreeComm> trees)
+                   const live::CommLinks& links, const std::shared_ptr<live::TreeComm>& trees)
     : d_(cuda::driver()),
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
-      trees_(std::move(trees)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
                       connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
         if (connection) connected->fetch_add(1, std::memory_order_relaxed);
@@ -102,7 +101,7 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
   // Tree all-reduces: R's place in the target's tree (its node a chain in rank order, as
   // NCCL builds the node of virtual GPUs), the channels' quiet time shared.
   pacer_.setTrees(
-      [rank, nranks, ppn = trees_->shape().ranks_per_node,
+      [rank, nranks, ppn = trees->shape().ranks_per_node,
        quiet = std::make_shared<live::QuietClock>()](
           int tree, std::function<live::TreeOpPlan(std::uint64_t)> next_op) {
         live::TreePosition pos = live::targetTreePosition(rank, nranks, ppn, tree);
@@ -110,9 +109,7 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
         return std::make_shared<live::TreeChannel>(std::move(pos), has_parent, std::move(next_op),
                                                    quiet);
       },
-      [trees = trees_](const live::CollectiveEntry& e, int channels) {
-        return trees->plan(e, channels);
-      });
+      [trees](const live::CollectiveEntry& e, int channels) { return trees->plan(e, channels); });
 }
 
 std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, int nranks,
@@ -281,8 +278,9 @@ bool P2pAgent::add(P2pConnection c) {
     CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: {} connection to rank {} (graph byte {}, "
                  "ordinal {}, comm of {}) runs free: {}",
                  hash_, rank_, c.send ? "send" : "receive", c.peer, c.graph, c.ordinal, c.nranks,
-                 c.graph == 0 ? "a p2p connection" : c.peer != want_peer ? "not a ring neighbour"
-                                                                      : "another comm size");
+                 c.graph == 0                 ? "a p2p connection"
+                 : c.nranks != nranks_        ? "another comm size"
+                                              : "neither a ring nor a tree neighbour");
     std::lock_guard lock(in_mu_);
     ++unpaced_;
     return false;

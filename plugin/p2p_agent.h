@@ -127,7 +127,7 @@ class P2pAgent {
 
  private:
   P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-           const live::CommLinks& links, std::shared_ptr<live::TreeComm> trees);
+           const live::CommLinks& links, const std::shared_ptr<live::TreeComm>& trees);
   void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
@@ -158,7 +158,6 @@ class P2pAgent {
   p2p_agent::Table* table_ = nullptr;
   cuda::DevicePtr table_dev_ = 0;
   std::shared_ptr<live::CollectiveLog> log_;
-  std::shared_ptr<live::TreeComm> trees_;  // plans and positions of tree all-reduces
   std::uint64_t log_cursor_ = 0;
 
   // The interposer's threads hand over under in_mu_; only the pacing thread touches the

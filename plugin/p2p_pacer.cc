@@ -157,7 +157,7 @@ void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, in
   std::vector<Channel*> trees;
   for (auto& [ordinal, ch] : channels_)
     if (ch.tree_send >= 0 || ch.tree_recv >= 0) trees.push_back(&ch);
-  if (trees.empty()) return;  // R's tree neighbours are all over the NET: the NET path's
+  if (trees.empty()) return;  // R's tree neighbours are all over the NET: the NET path times them
   tree_op_ = true;
   *tree_plan_ = plan_tree_(op, connected);
   shape_ = RingOpShape{};
