@@ -155,8 +155,8 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     std::optional<RingFoldCost> fold;
     int target_channels = 0;
     PluginState& st = PluginState::get();
-    const bool on_node = st.ringsOnNode(t->comm_id);
-    if (nChannels && (on_node || st.foldRings(t->comm_id)) &&
+    const bool on_node = st.ringsOnNode(t->comm_id), fold_rings = st.foldRings(t->comm_id);
+    if (nChannels && (on_node || fold_rings) &&
         run.algo == static_cast<int>(model::Algo::Ring) && run.proto >= 0 &&
         run.proto < model::kNumProtos) {
       target_channels = *nChannels;
@@ -169,7 +169,7 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
                              target_channels,
                              st.ncclMinChannels(),
                              run.cost};
-      if (on_node && !st.foldRings(t->comm_id)) {
+      if (!fold_rings) {
         // P2P rings at the real rank: more real channels when its GPU needs them.
         if (target_channels > 0) *nChannels = onNodeRingChannels(in, params);
       } else if (target_channels > 1) {
