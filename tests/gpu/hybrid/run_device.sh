@@ -6,7 +6,8 @@
 #       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast) |
 #       kill (the host is killed mid-collective: the real rank must fail with a clear NCCL
 #       error within CRYSTAL_TIMEOUT, no hang) |
-#       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; P2P_OPS: timed vs model) |
+#       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; P2P_OPS: timed vs model;
+#       P2P_SPLIT=G: also a split into groups of G; P2P_REAL_CHANNELS=N: real_channels) |
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
