@@ -86,6 +86,10 @@ class P2pAgent {
   static void setImageForTesting(const void* image);
   [[nodiscard]] static bool builtWithKernel();  // nvcc built the kernel into the plugin
   static void setStallNsForTesting(live::TimeNs ns);
+  // R's moves reach the model at the GPU time the kernel saw them (seen_at), mapped; never
+  // more than this before the pass that found them, nor before the connection's last. So an
+  // operation's start (as the CPU saw its stream reach it) moves back at most this far.
+  static constexpr live::TimeNs kMaxBackdateNs = 20'000;
   // The pacing thread spins this long after the last operation ended before it sleeps.
   static constexpr live::TimeNs kIdleSpinNs = 2'000'000;
   // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
@@ -179,9 +183,6 @@ class P2pAgent {
   std::uint64_t ops_started_ = 0;
   std::atomic<int> net_rings_{0};  // channels whose NET ring model gets R's P2P sends
   bool net_rings_missed_ = false;   // said once that some were not found
-  // R's moves reach the model at the GPU time the kernel saw them (seen_at), mapped; never
-  // more than kMaxBackdateNs before the pass that found them, nor before the connection's last.
-  static constexpr live::TimeNs kMaxBackdateNs = 20'000;
   GpuClock clock_;
   std::vector<live::TimeNs> seen_t_;  // per connection: the time its last move was given
   // Receives are released this much before they are due (the kernel's reader pass).
