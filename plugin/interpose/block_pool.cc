@@ -158,7 +158,7 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     const auto size = poolSizeFromEnv();
     if (!size || size->recv + size->send == 0) return kNcclSuccess;
     if (const auto why = plugin::p2pProtocolProblem(std::getenv("NCCL_PROTO"),
-                                            std::getenv("NCCL_P2P_LL_THRESHOLD")))
+                                                    std::getenv("NCCL_P2P_LL_THRESHOLD")))
       throw InputError(*why + ": its receives from the virtual GPUs of this rank's node "
                               "(emulation.p2p_peers) would wait for ever on LL flags no one "
                               "writes; set NCCL_PROTO=Simple and NCCL_P2P_LL_THRESHOLD=0 "

@@ -84,7 +84,7 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     // Simple only: LL/LL128 receivers from those GPUs would wait on flags no one writes (a
     // hang, seen on the H200 2026-12-04: a 1 KiB all-gather in LL, a 1 KiB send/recv in
     // LL). A caller's own values are kept; the interposer refuses the comm if they let LL
-    // or LL128 run (plugin/interpose/block_pool.h p2pProtocolProblem).
+    // or LL128 run (plugin/p2p_protocol.h).
     byDefault("NCCL_PROTO", "Simple");
     byDefault("NCCL_P2P_LL_THRESHOLD", "0");
     // Memory for those connections, from the real rank's process (plugin/interpose/

@@ -69,6 +69,8 @@ TreeOpPlan TreeComm::nextOp(int tree, int ordinal, std::uint64_t* cursor, std::u
 }
 
 TreeOpPlan TreeComm::plan(const CollectiveEntry& e, int real) const {
+  // The real NCCL runs the operation on min(target's, its own) channels; a channel then
+  // stands for target / used of the target's (same bytes per link as the target).
   real = std::max(1, real);
   const int target = e.channels > 0 ? e.channels : real;  // 0: NCCL's own count
   const int used = std::min(target, real);
