@@ -72,15 +72,9 @@ std::optional<live::TimeNs> GpuClock::toCpu(std::uint64_t gpu) const noexcept {
   return static_cast<live::TimeNs>(gpu) + offset;
 }
 
-bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node, std::span<const int> real_ranks) {
-  if (gpus_per_node < 2 || rank < 0 || rank >= nranks) return false;
-  const int base = rank / gpus_per_node * gpus_per_node;
-  const int members = std::min(gpus_per_node, nranks - base);
-  if (members < 2) return false;
-  for (const int r : real_ranks)
-    if (r != rank && r >= base && r < base + members) return false;  // each its own host
-  if (nranks <= gpus_per_node) return true;  // one node: every ring hop is P2P
-  const int local = rank - base;
+bool p2pRingsStayOnNode(int local, int members, int nranks) {
+  if (members < 2 || members > nranks || local < 0 || local >= members) return false;
+  if (members == nranks) return true;  // one node: every ring hop is P2P
   return local > 0 && local < members - 1;
 }
 

@@ -53,13 +53,13 @@ struct P2pConnection {
   bool tree_only = false;  // set by P2pAgent::add: the tree's own connector (p2p_pacer.h)
 };
 
-// Whether real rank `rank` of an `nranks`-rank comm, under emulation.p2p_peers, has both ring
-// neighbours on its own node on every channel: its node (`gpus_per_node` consecutive ranks)
-// has two members or more and no other real rank (the host then makes the others GPUs of its
-// host, docs/host.md), and the comm is that one node or the rank is neither its node's first
-// nor its last (those receive or send over the NET on every channel).
-[[nodiscard]] bool p2pRingsStayOnNode(int rank, int nranks, int gpus_per_node,
-                                      std::span<const int> real_ranks);
+// Whether a real rank, under emulation.p2p_peers, has both ring neighbours on its own node on
+// every channel, from where the host placed it (control::PoolPlace): index `local` of the
+// `members` ranks of its node that are GPUs of its host (0: none are, docs/host.md), in a
+// comm of `nranks`. Yes when the node has two members or more and the comm is that one node
+// or the rank is neither the node's first nor its last (those receive or send over the NET
+// on every channel).
+[[nodiscard]] bool p2pRingsStayOnNode(int local, int members, int nranks);
 
 // The GPU's global timer mapped onto the CPU clock (live::nowNs): the smallest (CPU time right
 // after a read - the GPU time read) over the last one or two windows. A sample overestimates

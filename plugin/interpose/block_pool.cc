@@ -56,7 +56,7 @@ std::vector<std::uint64_t> allocateZeroed(cuda::Stream s, int count, std::uint64
   return out;
 }
 
-void waitStream(cuda::Stream s) {
+void waitStream(cuda::Stream s, const char* what) {
   const cuda::DriverApi& d = cuda::driver();
   cuda::Event e = nullptr;
   cuda::check(d.eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
@@ -68,7 +68,20 @@ void waitStream(cuda::Stream s) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   (void)d.eventDestroy(e);
-  cuda::check(rc, "zeroing the P2P pool (cuEventQuery)");
+  cuda::check(rc, what);
+}
+
+// Gives back a pool the host will not use (stream-ordered frees, waited for).
+void freeBlocks(const control::BlockPool& pool) {
+  const cuda::DriverApi& d = cuda::driver();
+  cuda::Stream s = nullptr;
+  cuda::check(d.streamCreate(&s, cuda::kStreamNonBlocking), "cuStreamCreate");
+  for (const auto* blocks : {&pool.recv, &pool.send})
+    for (const std::uint64_t p : *blocks)
+      cuda::check(d.memFreeAsync(static_cast<cuda::DevicePtr>(p), s),
+                  "cuMemFreeAsync (unused P2P pool block)");
+  waitStream(s, "freeing an unused P2P pool (cuEventQuery)");
+  (void)d.streamDestroy(s);
 }
 
 // One thread per process polls the host for the stores its pool connections are owed and
@@ -133,7 +146,7 @@ class WritePoller {
             cuda::check(d.memcpyHtoDAsync(x.address, &x.value, sizeof x.value, stream),
                         "cuMemcpyHtoDAsync (P2P pool store)");
           }
-          waitStream(stream);
+          waitStream(stream, "P2P pool stores (cuEventQuery)");
         }
         const auto now = std::chrono::steady_clock::now();
         if (any) quiet_since = now;
@@ -178,20 +191,31 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     try {
       pool.recv = allocateZeroed(s, size->recv, pool.recv_block_bytes);
       pool.send = allocateZeroed(s, size->send, pool.send_block_bytes);
-      waitStream(s);
+      waitStream(s, "zeroing the P2P pool (cuEventQuery)");
     } catch (...) {
       (void)d.streamDestroy(s);
       throw;
     }
     (void)d.streamDestroy(s);
+    control::PoolPlace place;
+    if (const int rc = hostBlockPool(pool, place, caller); rc != kNcclSuccess) return rc;
+    if (place.members == 0) {
+      // Another real rank on this node, or a split child not made of whole nodes: no P2P
+      // connection to a virtual GPU will ask for a block.
+      try {
+        freeBlocks(pool);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "crystal: %s: the unused P2P pool of comm %#llx rank %d: %s\n", caller,
+                     static_cast<unsigned long long>(comm_hash), rank, e.what());
+      }
+      return kNcclSuccess;
+    }
     // The blocks live as long as the process: NCCL never frees memory it did not allocate.
-    if (const int rc = hostBlockPool(pool, caller); rc != kNcclSuccess) return rc;
     // Rings that stay on this node at this rank run on every channel, paced; folding them
     // would only slow them (PluginState::setCommRingsOnNode).
     plugin::PluginState& st = plugin::PluginState::get();
     st.ensureInit();
-    if (plugin::p2pRingsStayOnNode(rank, nranks, st.config().cluster.gpus_per_node,
-                                   st.config().emulation.real_ranks))
+    if (plugin::p2pRingsStayOnNode(place.local, place.members, nranks))
       st.setCommRingsOnNode(comm_hash);
     // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
     std::string why;

@@ -73,7 +73,7 @@ Reply ControlClient::ask(const Message& req) {
 UniqueId ControlClient::getUniqueId() { return ask<UniqueIdReply>(GetUniqueId{}).id; }
 void ControlClient::commInit(const CommInit& req) { (void)ask<Ok>(req); }
 void ControlClient::commSplit(const CommSplit& req) { (void)ask<Ok>(req); }
-void ControlClient::blockPool(const BlockPool& req) { (void)ask<Ok>(req); }
+PoolPlace ControlClient::blockPool(const BlockPool& req) { return ask<PoolPlace>(req); }
 Writes ControlClient::getWrites(const GetWrites& req) { return ask<Writes>(req); }
 
 }  // namespace crystal::interpose

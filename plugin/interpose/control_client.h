@@ -23,7 +23,7 @@ class ControlClient {
   [[nodiscard]] control::UniqueId getUniqueId();
   void commInit(const control::CommInit& req);
   void commSplit(const control::CommSplit& req);
-  void blockPool(const control::BlockPool& req);
+  [[nodiscard]] control::PoolPlace blockPool(const control::BlockPool& req);
   [[nodiscard]] control::Writes getWrites(const control::GetWrites& req);
 
  private:

@@ -110,8 +110,9 @@ int hostUniqueId(NcclUniqueId* out, const char* caller) noexcept {
   });
 }
 
-int hostBlockPool(const control::BlockPool& pool, const char* caller) noexcept {
-  return withHost(caller, [&](ControlClient& c) { c.blockPool(pool); });
+int hostBlockPool(const control::BlockPool& pool, control::PoolPlace& place,
+                  const char* caller) noexcept {
+  return withHost(caller, [&](ControlClient& c) { place = c.blockPool(pool); });
 }
 
 int hostCommInit(const NcclUniqueId& id, int nranks, int rank, int n_ids, std::uint64_t& hash,

@@ -43,8 +43,10 @@ struct CommRecord {
 // Registers a split of `parent` about to happen; fills the parent's record (split counted).
 [[nodiscard]] int hostCommSplit(NcclComm parent, int color, int key, CommRecord& parent_after,
                                 std::uint64_t& child_hash, const char* caller) noexcept;
-// Offers the host memory this process allocated for P2P connections to virtual node members.
-[[nodiscard]] int hostBlockPool(const control::BlockPool& pool, const char* caller) noexcept;
+// Offers the host memory this process allocated for P2P connections to virtual node members;
+// `place` says where the rank stands on its node (members 0: the host will not use it).
+[[nodiscard]] int hostBlockPool(const control::BlockPool& pool, control::PoolPlace& place,
+                                const char* caller) noexcept;
 // Undoes the split count of a split that NCCL refused to start.
 void uncountSplit(NcclComm parent) noexcept;
 

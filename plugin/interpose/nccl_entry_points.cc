@@ -149,6 +149,11 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
     ci::rememberComm(*newcomm, child);
     if (rc == ci::kNcclSuccess && child.nranks > 0 && !ci::findMapped(comm))
       ci::mirrorCommCreated(child_hash);
+    // CRYSTAL_P2P_POOL: a child made of whole target nodes has virtual GPUs on this rank's
+    // node too (the host says whether; block_pool.h). A nonblocking split's child is not
+    // known here yet: it keeps the NET for them.
+    if (rc == ci::kNcclSuccess && child.nranks > 0)
+      return ci::offerBlockPool(child_hash, child.rank, child.nranks, "ncclCommSplit");
   }
   return rc;
 }

@@ -1,6 +1,9 @@
 #include "crystal/control/bootstrap_handler.h"
 
+#include <fmt/core.h>
+
 #include <cstring>
+#include <string>
 
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
@@ -78,12 +81,16 @@ void BootstrapHandler::commSplit(const PeerInfo& peer, const CommSplit& req) {
                req.split_seq, req.parent_hash, req.parent_rank, req.color, req.key, peer.pid);
 }
 
-void BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req) {
-  host_.addBlockPool(req.comm_hash, req.rank,
-                     {req.recv_block_bytes, req.send_block_bytes, req.recv, req.send});
-  CRYSTAL_INFO("host: comm 0x{:x} rank {} (pid {}) offers {} recv and {} send blocks for P2P "
-               "peers",
-               req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size());
+PoolPlace BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req) {
+  const host::NodePlace at = host_.addBlockPool(
+      req.comm_hash, req.rank, {req.recv_block_bytes, req.send_block_bytes, req.recv, req.send});
+  CRYSTAL_INFO(
+      "host: comm 0x{:x} rank {} (pid {}) offers {} recv and {} send blocks for P2P "
+      "peers: {}",
+      req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size(),
+      at.members > 0 ? fmt::format("index {} of {} GPUs of its host", at.local, at.members)
+                     : std::string("not used (no GPU of its node is virtual)"));
+  return {at.members, at.local};
 }
 
 Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {

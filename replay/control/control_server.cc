@@ -161,10 +161,7 @@ struct ControlServer::Impl {
         handler.commSplit(c.peer, *split);
         return Ok{};
       }
-      if (const auto* pool = std::get_if<BlockPool>(&req)) {
-        handler.blockPool(c.peer, *pool);
-        return Ok{};
-      }
+      if (const auto* pool = std::get_if<BlockPool>(&req)) return handler.blockPool(c.peer, *pool);
       if (const auto* gw = std::get_if<GetWrites>(&req)) return handler.getWrites(c.peer, *gw);
       return Error{std::string("unexpected ") + typeName(typeOfMessage(req)) +
                    " from a real rank (that is a host -> interposer message)"};

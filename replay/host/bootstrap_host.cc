@@ -310,7 +310,8 @@ void BootstrapHost::setSplitResolver(SplitResolver resolver) {
   impl_->resolver = std::move(resolver);
 }
 
-void BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool) {
+NodePlace BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank,
+                                      const BlockPoolSpec& pool) {
   if (!impl_->options.p2p_peers)
     throw InputError("a block pool for P2P peers, but emulation.p2p_peers is off");
   if (pool.recv_block_bytes < kP2pRecvBlockBytes || pool.send_block_bytes < kP2pSendBlockBytes)
@@ -323,9 +324,9 @@ void BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank, const BlockP
     throw InputError(fmt::format("block pool for comm {:#x}, which the host does not know",
                                  comm_hash));
   if (!it->second->isReal(rank))
-    throw InputError(fmt::format("block pool of comm {:#x} rank {}, which is not real", comm_hash,
-                                 rank));
-  it->second->addBlockPool(rank, pool);
+    throw InputError(
+        fmt::format("block pool of comm {:#x} rank {}, which is not real", comm_hash, rank));
+  return it->second->addBlockPool(rank, pool);
 }
 
 std::vector<DeviceWrite> BootstrapHost::takeDeviceWrites(std::uint64_t comm_hash, int rank,

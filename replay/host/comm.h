@@ -56,6 +56,13 @@ class Comm {
   [[nodiscard]] bool failed() const noexcept { return phase_ == CommPhase::Failed; }
   void addRealRanks(const std::vector<int>& ranks);
   void setParent(std::uint64_t parent_hash) noexcept { parent_hash_ = parent_hash; }
+  // A split child's target nodes: `node_of[c]` is the parent's node of the child's rank c
+  // (nodeOf). A child whose ranks do not come in whole nodes, in rank order, of
+  // gpus_per_node each keeps every rank a host of its own (nodeGpus 0), as the plugin's
+  // model takes a comm's nodes as blocks of consecutive ranks (live::commLinks).
+  void setNodes(std::vector<int> node_of);
+  // The target node of `rank`: rank / gpus_per_node for a root-created comm.
+  [[nodiscard]] int nodeOf(int rank) const noexcept;
 
   // ---- comm.cc
   void onCheckIn(const wire::ExtInfo& info);
@@ -88,8 +95,10 @@ class Comm {
   // all-gather of topology XML (bootstrap.cc bootstrapIntraNodeAllGather); the socket
   // acknowledgement is consumed, the slot frames follow on `stream`.
   void onIntraNodeAccept(StreamId stream, int sender, int target);
-  // ---- comm_node_connect.cc: memory real rank `rank` offers for those connections.
-  void addBlockPool(int rank, const BlockPoolSpec& pool);
+  // ---- comm_node_connect.cc: memory real rank `rank` offers for those connections. Kept,
+  // and the rank's place on its node returned, when the host plays that node's other ranks
+  // as GPUs of its host; otherwise refused with members 0 (nothing will use the blocks).
+  NodePlace addBlockPool(int rank, const BlockPoolSpec& pool);
   [[nodiscard]] std::vector<DeviceWrite> takeDeviceWrites(int rank, std::size_t max);
 
  private:
@@ -227,7 +236,9 @@ class Comm {
     std::deque<DeviceWrite> writes;             // owed to the rank's GPU memory, oldest first
   };
   std::map<int, BlockPoolState> pools_;  // real rank -> its blocks for node members
-  mutable int mirror_template_ = -2;        // mirrorTemplate's real rank; -2: not looked up
+  mutable int mirror_template_ = -2;     // mirrorTemplate's real rank; -2: not looked up
+  std::vector<int> node_of_;             // setNodes; empty: rank / gpus_per_node
+  bool whole_nodes_ = true;              // node_of_ is blocks of gpus_per_node ranks
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

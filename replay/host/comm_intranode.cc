@@ -25,9 +25,37 @@
 namespace crystal::host {
 
 int Comm::nodeGpus() const noexcept {
-  // Split children keep one host per rank (their peers' host hashes differ per comm anyway).
-  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || root_magic_ == 0) return 0;
+  if (ctx_.options == nullptr || !ctx_.options->p2p_peers || !whole_nodes_) return 0;
   return ctx_.options->gpus_per_node >= 2 ? ctx_.options->gpus_per_node : 0;
+}
+
+int Comm::nodeOf(int rank) const noexcept {
+  if (!node_of_.empty()) return node_of_[static_cast<std::size_t>(rank)];
+  const int gpn = ctx_.options != nullptr ? std::max(1, ctx_.options->gpus_per_node) : 1;
+  return rank / gpn;
+}
+
+void Comm::setNodes(std::vector<int> node_of) {
+  if (static_cast<int>(node_of.size()) != nranks_)
+    throw ProtocolError(
+        fmt::format("comm {}: {} node indices for {} ranks", name_, node_of.size(), nranks_));
+  const int gpn = ctx_.options != nullptr ? std::max(1, ctx_.options->gpus_per_node) : 1;
+  // Whole nodes in rank order: each block of gpn consecutive ranks on one node, no node in
+  // two blocks (a block may be short only at the end: the parent's last node is).
+  std::set<int> seen;
+  whole_nodes_ = true;
+  for (int base = 0; base < nranks_ && whole_nodes_; base += gpn) {
+    const int node = node_of[static_cast<std::size_t>(base)];
+    whole_nodes_ = seen.insert(node).second;
+    for (int r = base; r < std::min(base + gpn, nranks_) && whole_nodes_; ++r)
+      whole_nodes_ = node_of[static_cast<std::size_t>(r)] == node;
+  }
+  node_of_ = std::move(node_of);
+  if (!whole_nodes_ && ctx_.options != nullptr && ctx_.options->p2p_peers)
+    CRYSTAL_INFO(
+        "comm {}: its ranks are not whole target nodes of {} in rank order; every "
+        "rank stays a host of its own (NET)",
+        name_, gpn);
 }
 
 int Comm::nodeReal(int rank) const noexcept {

@@ -14,6 +14,7 @@
 // listener, which a failed comm's closed sockets would never wake.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm.h"
@@ -45,17 +46,24 @@ wire::ConnectEntry ownedByReal(int real_rank, std::uint64_t address, std::uint64
 
 }  // namespace
 
-void Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
-  if (nodeReal(rank) != rank)
-    throw InputError(fmt::format(
-        "comm {}: block pool of rank {}, which has no virtual GPUs on its node (one real rank "
-        "per node, a root-created comm)",
-        name_, rank));
+NodePlace Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
+  // Two real ranks on the node, or a split child not made of whole nodes: every rank of the
+  // node stays a host of its own and no P2P connection will ask for a block.
+  if (nodeReal(rank) != rank) {
+    CRYSTAL_INFO(
+        "comm {}: rank {}'s node has no virtual GPUs of its host (another real rank "
+        "on it, or a split child not made of whole nodes); its block pool is not used",
+        name_, rank);
+    return {};
+  }
+  const std::vector<int> members = nodeMembers(rank);
   BlockPoolState& st = pools_[rank];
   st.spec.recv_block_bytes = pool.recv_block_bytes;
   st.spec.send_block_bytes = pool.send_block_bytes;
   st.spec.recv.insert(st.spec.recv.end(), pool.recv.begin(), pool.recv.end());
   st.spec.send.insert(st.spec.send.end(), pool.send.begin(), pool.send.end());
+  return {static_cast<int>(members.size()),
+          static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin())};
 }
 
 std::vector<DeviceWrite> Comm::takeDeviceWrites(int rank, std::size_t max) {

@@ -48,6 +48,9 @@ void Comm::onSplitAllGather(AllGather& ag) {
     Comm* child = ctx_.create_child(child_hash, static_cast<int>(members.size()), real_children,
                                     fmt::format("{}/split{}.color{}", name_, rec.index, color));
     child->setParent(hash_);
+    std::vector<int> nodes;
+    for (int m : members) nodes.push_back(nodeOf(m));
+    child->setNodes(std::move(nodes));
     rec.children[color] = child;
     CRYSTAL_INFO("comm {}: split #{} color {} -> {} ranks ({} real), hash {:#x}", name_, rec.index,
                  color, members.size(), real_children.size(), child_hash);

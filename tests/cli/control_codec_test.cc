@@ -131,6 +131,22 @@ TEST(ControlCodec, WritesRoundTripAndAreBounded) {
                ProtocolError);
 }
 
+// POOL_PLACE: a rank index on a node of `members`, or members 0 with index -1; nothing else.
+TEST(ControlCodec, PoolPlaceRoundTripsAndIsChecked) {
+  EXPECT_EQ(encode(PoolPlace{8, 5}).size(), kHeaderSize + 8);
+  const auto got = std::get<PoolPlace>(roundTrip(PoolPlace{8, 5}));
+  EXPECT_EQ(got.members, 8);
+  EXPECT_EQ(got.local, 5);
+  EXPECT_EQ(std::get<PoolPlace>(roundTrip(PoolPlace{})).members, 0);
+  for (const PoolPlace bad :
+       {PoolPlace{8, 8}, PoolPlace{8, -1}, PoolPlace{0, 0}, PoolPlace{-2, -1}}) {
+    const auto frame = encode(bad);
+    EXPECT_THROW((void)decodePayload(MsgType::PoolPlace, std::span(frame).subspan(kHeaderSize)),
+                 ProtocolError)
+        << bad.members << " " << bad.local;
+  }
+}
+
 TEST(ControlCodec, MalformedFramesAreRefused) {
   auto frame = encode(Hello{1, 22809, "x"});
   auto bad = frame;

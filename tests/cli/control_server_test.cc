@@ -61,7 +61,9 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
   pool.send_block_bytes = 2097152;
   pool.recv = {0x7f0000000000ull, 0x7f0000a00000ull};
   pool.send = {0x7f0001400000ull};
-  c.blockPool(pool);
+  const PoolPlace place = c.blockPool(pool);
+  EXPECT_EQ(place.members, 8);  // the recording handler's answer, decoded
+  EXPECT_EQ(place.local, 3);
   {
     std::lock_guard lock(h.mu);
     ASSERT_EQ(h.pools.size(), 1u);
@@ -81,7 +83,7 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
   ControlServer plain_server(plain, {});
   ControlClient p(plain_server.address(), 5.0, hello());
   try {
-    p.blockPool(pool);
+    (void)p.blockPool(pool);
     FAIL() << "a handler without p2p_peers took a block pool";
   } catch (const ProtocolError& e) {
     EXPECT_NE(std::string(e.what()).find("no emulation.p2p_peers"), std::string::npos) << e.what();

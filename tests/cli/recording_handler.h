@@ -34,10 +34,11 @@ class RecordingHandler : public ControlHandler {
     splits.push_back(req);
     if (event_log != nullptr) event_log->push_back("host:COMM_SPLIT");
   }
-  void blockPool(const PeerInfo&, const BlockPool& req) override {
+  PoolPlace blockPool(const PeerInfo&, const BlockPool& req) override {
     std::lock_guard lock(mu);
     pools.push_back(req);
     if (event_log != nullptr) event_log->push_back("host:BLOCK_POOL");
+    return {8, req.rank % 8};
   }
   Writes getWrites(const PeerInfo&, const GetWrites& req) override {
     std::lock_guard lock(mu);

@@ -189,18 +189,24 @@ TEST(IntraNode, TwoRealRanksOnANodeKeepEveryRankAHost) {
   (void)host->declareComm(id, {8, {0, 1}, kSupportedNcclVersion, "world"});
   std::vector<wire::PeerInfo> seen[2];
   std::vector<wire::AllGatherInfo> graphs[2];
+  NodePlace place[2];
   std::thread t[2];
   for (int r = 0; r < 2; ++r)
     t[r] = std::thread([&, r] {
       FakeRank f(id, r, 8);
       (void)f.init();
       f.initAllGathers();
+      // Nothing will use a pool here: the host says so instead of failing the comm.
+      place[r] = host->addBlockPool(
+          f.commHash(), r, {kP2pRecvBlockBytes, kP2pSendBlockBytes, {0xa0000000}, {0xb0000000}});
       seen[r] = f.peer_info;
       graphs[r] = f.graph_info;
       f.close();
     });
   for (auto& th : t) th.join();
   for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(place[r].members, 0) << r;
+    EXPECT_EQ(place[r].local, -1) << r;
     ASSERT_EQ(seen[r].size(), 8u);
     std::set<std::uint64_t> hosts;
     for (const auto& p : seen[r]) hosts.insert(p.host_hash);
@@ -211,6 +217,83 @@ TEST(IntraNode, TwoRealRanksOnANodeKeepEveryRankAHost) {
   EXPECT_TRUE(waitDestroyed(*host));
   EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
 }
+
+// ncclCommSplit under p2p_peers: a child made of whole target nodes in rank order (the groups of
+// 8 consecutive ranks) plays the real rank's node mates as GPUs of its host, as the world
+// does; a child with one rank per node (color = rank % 8) keeps every rank a host of its own.
+// Rank 13 of 64 real; the world's own node exchange runs first.
+struct SplitCase {
+  bool blocks;  // color rank / 8 (whole nodes) or rank % 8 (one rank per node)
+};
+class IntraNodeSplit : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(IntraNodeSplit, ChildOfWholeNodesGetsGpusOfTheRealRanksHost) {
+  const bool blocks = GetParam().blocks;
+  auto host = p2pHost(8);
+  host->setSplitResolver([blocks](std::uint64_t, int, int r) {
+    return SplitChoice{blocks ? r / 8 : r % 8, r};
+  });
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {64, {13}, kSupportedNcclVersion, "world"});
+  const std::vector<int> world_node{8, 9, 10, 11, 12, 13, 14, 15};
+  FakeRank f(id, 13, 64);
+  (void)f.init();
+  const auto slot = topo_xml::buildSlot({.rank = 13, .dev = 0, .bus_id = 0x18000});
+  f.initAllGathersWith(nodeGraphInfo(13, world_node), kSupportedNcclVersion,
+                       [&] { (void)f.intraNodeAllGather(world_node, slot); });
+  f.intraNodeBarrier(world_node);
+
+  auto child = f.split(blocks ? 1 : 5, 13);
+  ASSERT_NE(child, nullptr);
+  const int me = blocks ? 5 : 1;  // rank 13 in its group of 8
+  ASSERT_EQ(child->rank(), me);
+  ASSERT_EQ(child->nranks(), 8);
+  const std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
+  const BlockPoolSpec pool{kP2pRecvBlockBytes, kP2pSendBlockBytes, {0xa0000000}, {0xb0000000}};
+  if (blocks) {
+    const auto child_slot = topo_xml::buildSlot({.rank = me, .dev = 0, .bus_id = 0x18000});
+    std::vector<std::vector<std::byte>> xml;
+    child->initAllGathersWith(nodeGraphInfo(me, all), kSupportedNcclVersion,
+                              [&] { xml = child->intraNodeAllGather(all, child_slot); });
+    child->intraNodeBarrier(all);
+    ASSERT_EQ(xml.size(), 8u);
+    const wire::PeerInfo& r = child->peer_info[static_cast<std::size_t>(me)];
+    for (int c = 0; c < 8; ++c) {
+      if (c == me) continue;
+      const wire::PeerInfo& p = child->peer_info[static_cast<std::size_t>(c)];
+      EXPECT_EQ(p.host_hash, r.host_hash) << c;
+      EXPECT_EQ(p.bus_id, sameNodeBusId(c)) << c;
+      EXPECT_EQ(topo_xml::findGpu(xml[static_cast<std::size_t>(c)], c).rank, c);
+      EXPECT_EQ(child->graph_info[static_cast<std::size_t>(c)].local_ranks, 8) << c;
+    }
+    const NodePlace at = host->addBlockPool(child->commHash(), me, pool);
+    EXPECT_EQ(at.members, 8);
+    EXPECT_EQ(at.local, me);
+  } else {
+    child->initAllGathers();
+    std::set<std::uint64_t> hosts;
+    for (const auto& p : child->peer_info) hosts.insert(p.host_hash);
+    EXPECT_EQ(hosts.size(), 8u) << "every rank its own host";
+    const NodePlace at = host->addBlockPool(child->commHash(), me, pool);
+    EXPECT_EQ(at.members, 0);
+  }
+  child->close();
+  f.close();
+  for (int i = 0; i < 400; ++i) {
+    int destroyed = 0;
+    for (const auto& s : host->comms()) destroyed += s.phase == CommPhase::Destroyed ? 1 : 0;
+    if (destroyed == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, IntraNodeSplit,
+                         ::testing::Values(SplitCase{true}, SplitCase{false}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.blocks ? "WholeNodes"
+                                                                      : "OnePerNode");
+                         });
 
 // An 8-rank one-node comm with rank 0 real, checked in and ring-connected; errors polled.
 struct OneNodeComm {
@@ -401,7 +484,9 @@ TEST(NodeConnect, PoolsAreCheckedAndReadModeRefused) {
   BlockPoolSpec small = ok;
   small.recv_block_bytes = 4096;
   EXPECT_THROW(c.host->addBlockPool(f.commHash(), 0, small), InputError);
-  c.host->addBlockPool(f.commHash(), 0, ok);
+  const NodePlace at = c.host->addBlockPool(f.commHash(), 0, ok);
+  EXPECT_EQ(at.members, 8);
+  EXPECT_EQ(at.local, 0);
   f.bootstrapSend(1, (1 << 8) + 1, rEntries({kP2pSendBlockBytes}, /*read=*/1));
   EXPECT_EQ(f.bootstrapRecv(1, (1 << 8) + 1).size(),
             static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));

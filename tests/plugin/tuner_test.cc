@@ -180,20 +180,21 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   PluginState::get().configure(cfg);
 }
 
-// Which real ranks have both ring neighbours on their own node under p2p_peers (nodes of 8).
+// Which real ranks have both ring neighbours on their own node under p2p_peers, from where the
+// host placed them (index on the node, the node's GPUs of the rank's host, comm size).
 TEST(PluginTuner, P2pRingsStayOnNodeInTheMiddleOfANodeOrOnOneNode) {
-  const std::vector<int> alone13{13}, alone0{0}, alone7{7}, pair{5, 6}, last{63};
-  EXPECT_TRUE(p2pRingsStayOnNode(13, 64, 8, alone13));
-  EXPECT_FALSE(p2pRingsStayOnNode(0, 64, 8, alone0)) << "receives over the NET";
-  EXPECT_FALSE(p2pRingsStayOnNode(7, 64, 8, alone7)) << "sends over the NET";
-  EXPECT_FALSE(p2pRingsStayOnNode(63, 64, 8, last));
-  EXPECT_TRUE(p2pRingsStayOnNode(0, 8, 8, alone0)) << "one node: every hop is P2P";
-  EXPECT_TRUE(p2pRingsStayOnNode(7, 8, 8, alone7));
-  EXPECT_FALSE(p2pRingsStayOnNode(5, 64, 8, pair)) << "two real ranks: each its own host";
-  EXPECT_FALSE(p2pRingsStayOnNode(64, 65, 8, std::vector<int>{64})) << "a node of one";
-  EXPECT_FALSE(p2pRingsStayOnNode(3, 64, 1, std::vector<int>{3}));
-  EXPECT_TRUE(p2pRingsStayOnNode(60, 62, 8, std::vector<int>{60})) << "a short last node";
-  EXPECT_FALSE(p2pRingsStayOnNode(61, 62, 8, std::vector<int>{61})) << "its last";
+  EXPECT_TRUE(p2pRingsStayOnNode(5, 8, 64)) << "rank 13 of 64";
+  EXPECT_FALSE(p2pRingsStayOnNode(0, 8, 64)) << "receives over the NET";
+  EXPECT_FALSE(p2pRingsStayOnNode(7, 8, 64)) << "sends over the NET";
+  EXPECT_TRUE(p2pRingsStayOnNode(0, 8, 8)) << "one node: every hop is P2P";
+  EXPECT_TRUE(p2pRingsStayOnNode(7, 8, 8));
+  EXPECT_TRUE(p2pRingsStayOnNode(5, 8, 8)) << "a split child of one node, rank 13's group";
+  EXPECT_FALSE(p2pRingsStayOnNode(-1, 0, 64)) << "no GPU of its node is virtual";
+  EXPECT_FALSE(p2pRingsStayOnNode(0, 1, 65)) << "a node of one";
+  EXPECT_TRUE(p2pRingsStayOnNode(4, 6, 62)) << "a short last node";
+  EXPECT_FALSE(p2pRingsStayOnNode(5, 6, 62)) << "its last";
+  EXPECT_FALSE(p2pRingsStayOnNode(8, 8, 64)) << "an index off the node";
+  EXPECT_FALSE(p2pRingsStayOnNode(0, 16, 8)) << "a node larger than the comm";
 }
 
 // NCCL_PROTO=Simple rules out the model's pick for a 16 MiB all-reduce on 64 ranks; the entry

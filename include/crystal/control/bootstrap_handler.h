@@ -26,7 +26,7 @@ class BootstrapHandler final : public ControlHandler {
   [[nodiscard]] UniqueId mintUniqueId(const PeerInfo& peer) override;
   void commInit(const PeerInfo& peer, const CommInit& req) override;
   void commSplit(const PeerInfo& peer, const CommSplit& req) override;
-  void blockPool(const PeerInfo& peer, const BlockPool& req) override;
+  PoolPlace blockPool(const PeerInfo& peer, const BlockPool& req) override;
   [[nodiscard]] Writes getWrites(const PeerInfo& peer, const GetWrites& req) override;
   void peerGone(const PeerInfo& peer) override;
 

@@ -134,6 +134,10 @@ inline void putBody(Writer& w, const Writes& m) {
 inline void putBody(Writer& w, const HelloOk& m) { w.put(m.emulation_id); }
 inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
+inline void putBody(Writer& w, const PoolPlace& m) {
+  w.put(m.members);
+  w.put(m.local);
+}
 inline void putBody(Writer& w, const Error& m) { w.text(m.text, kMaxErrorText); }
 
 template <typename T>
@@ -179,6 +183,10 @@ constexpr MsgType typeOf<Ok>() {
   return MsgType::Ok;
 }
 template <>
+constexpr MsgType typeOf<PoolPlace>() {
+  return MsgType::PoolPlace;
+}
+template <>
 constexpr MsgType typeOf<Error>() {
   return MsgType::Error;
 }
@@ -210,7 +218,7 @@ constexpr MsgType typeOf<Error>() {
 }
 
 [[nodiscard]] constexpr bool isKnownType(std::uint16_t t) {
-  return (t >= 1 && t <= 6) || (t >= 64 && t <= 67) || t == 127;
+  return (t >= 1 && t <= 6) || (t >= 64 && t <= 68) || t == 127;
 }
 
 // Checks magic, version, type and payload bound. Throws ProtocolError.
@@ -335,6 +343,16 @@ constexpr MsgType typeOf<Error>() {
     case MsgType::Ok:
       out = Ok{};
       break;
+    case MsgType::PoolPlace: {
+      PoolPlace m;
+      m.members = r.get<std::int32_t>("members");
+      m.local = r.get<std::int32_t>("local");
+      if (m.members < 0 || (m.members == 0 ? m.local != -1 : m.local < 0 || m.local >= m.members))
+        throw ProtocolError("control frame POOL_PLACE: rank index " + std::to_string(m.local) +
+                            " on a node of " + std::to_string(m.members));
+      out = m;
+      break;
+    }
     case MsgType::Error:
       out = Error{r.text(kMaxErrorText, "text")};
       break;

@@ -20,8 +20,8 @@
 namespace crystal::control {
 
 inline constexpr std::uint32_t kFrameMagic = 0x4C544343u;  // "CCTL"
-inline constexpr std::uint16_t kProtocolVersion = 1;
-inline constexpr std::size_t kUniqueIdSize = 128;  // NCCL_UNIQUE_ID_BYTES
+inline constexpr std::uint16_t kProtocolVersion = 2;       // 2: POOL_PLACE answers BLOCK_POOL
+inline constexpr std::size_t kUniqueIdSize = 128;          // NCCL_UNIQUE_ID_BYTES
 inline constexpr std::size_t kMaxHostIdSize = 64;
 inline constexpr std::size_t kMaxErrorText = 2048;
 inline constexpr std::size_t kMaxPayload = 4096;  // larger frames are malformed
@@ -42,6 +42,7 @@ enum class MsgType : std::uint16_t {
   UniqueIdReply = 65,
   Ok = 66,
   Writes = 67,
+  PoolPlace = 68,  // the answer to BLOCK_POOL
   Error = 127,
 };
 
@@ -123,13 +124,19 @@ struct UniqueIdReply {
   UniqueId id{};
 };
 struct Ok {};
+// Where the rank that offered a BLOCK_POOL stands: `members` ranks of its target node played as
+// GPUs of its host, itself at index `local`; members 0: none are (another real rank on that
+// node, or a split child not made of whole nodes), the blocks are not used and can be freed.
+struct PoolPlace {
+  std::int32_t members = 0;
+  std::int32_t local = -1;
+};
 struct Error {
   std::string text;
 };
 
-using Message =
-    std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, GetWrites, HelloOk,
-                 UniqueIdReply, Ok, Writes, Error>;
+using Message = std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, GetWrites, HelloOk,
+                             UniqueIdReply, Ok, Writes, PoolPlace, Error>;
 
 [[nodiscard]] constexpr const char* typeName(MsgType t) {
   switch (t) {
@@ -147,6 +154,8 @@ using Message =
       return "GET_WRITES";
     case MsgType::Writes:
       return "WRITES";
+    case MsgType::PoolPlace:
+      return "POOL_PLACE";
     case MsgType::HelloOk:
       return "HELLO_OK";
     case MsgType::UniqueIdReply:

@@ -36,8 +36,8 @@ class ControlHandler {
   // A real rank is about to call ncclCommSplit on a communicator it registered before.
   virtual void commSplit(const PeerInfo& peer, const CommSplit& req) = 0;
   // A real rank's process offers memory for P2P connections to the virtual GPUs of its node
-  // (protocol.h BlockPool).
-  virtual void blockPool(const PeerInfo& /*peer*/, const BlockPool& /*req*/) {
+  // (protocol.h BlockPool); the answer says where the rank stands on its node.
+  [[nodiscard]] virtual PoolPlace blockPool(const PeerInfo& /*peer*/, const BlockPool& /*req*/) {
     throw ProtocolError("this host takes no BLOCK_POOL (no emulation.p2p_peers)");
   }
   // Stores to make in that process's GPU memory (protocol.h GetWrites); empty: none pending.

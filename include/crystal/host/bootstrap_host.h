@@ -102,6 +102,13 @@ struct BlockPoolSpec {
   std::uint64_t send_block_bytes = 0;  // LL128 + SIMPLE) / send block (ncclSendMem)
   std::vector<std::uint64_t> recv, send;
 };
+// Where a real rank that offered a block pool stands on its target node: `members` ranks of
+// the comm (the rank among them at index `local`) played as GPUs of its host, or members 0
+// when the host keeps every rank of that node a host of its own (the pool is not used).
+struct NodePlace {
+  int members = 0;
+  int local = -1;
+};
 using live::kP2pRecvBlockBytes;  // NCCL 2.28.9's P2P block sizes (live/nccl_slots.h)
 using live::kP2pSendBlockBytes;
 
@@ -162,9 +169,11 @@ class BootstrapHost {
   // Memory a real rank's process allocated for the P2P connections its NCCL makes to the
   // virtual GPUs of its node (HostOptions::p2p_peers; control/protocol.h BlockPool): the host
   // names these blocks, owned by the real rank itself, in the connect entries it answers for
-  // those GPUs, one per connector, in order. Throws InputError for an unknown comm, a rank
-  // that is not real, p2p_peers off, or blocks smaller than NCCL 2.28.9's. Thread-safe.
-  void addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool);
+  // those GPUs, one per connector, in order; returns where the rank stands (members 0: the
+  // blocks are not kept, as no node member is a GPU of its host). Throws InputError for an
+  // unknown comm, a rank that is not real, p2p_peers off, or blocks smaller than NCCL
+  // 2.28.9's. Thread-safe.
+  NodePlace addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool);
   // The 8-byte stores that real rank `rank`'s GPU memory is owed for its pool connections
   // (at most `max`, oldest first; removed from the queue): each pool connection's own counter
   // of the real rank (head of a send connector, tail of a recv connector) set free-running, so
