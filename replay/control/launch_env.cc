@@ -112,7 +112,19 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
   if (config.emulation.target_channels) {
     const model::NcclModel m(config.cluster, config.model);
     const int target = m.commChannels(live::blockShape(config.cluster, config.job.world_size));
-    const int channels = std::max(target, config.emulation.real_channels);
+    // Under p2p_peers a comm of one target node (a split into whole nodes, a one-node world)
+    // runs its rings over P2P at the real rank, and its target has more channels than a
+    // multi-node comm's (28 against 16 on 8 x 8 H200): with fewer the real GPU cannot keep
+    // the node's pace at large sizes (a 1 GiB all-reduce of such a split +33.8 % on 16,
+    // +0.2 % on 28; tests/gpu/hybrid/README.md, fifteenth session). NCCL_MIN_NCHANNELS is one
+    // number for every comm of the process, so it covers both; the tuner gives each
+    // collective its own comm's count (plugin/tuner.h).
+    const int gpn = config.cluster.gpus_per_node;
+    const int node = config.emulation.p2p_peers && gpn >= 2
+                         ? m.commChannels(live::blockShape(
+                               config.cluster, std::min(gpn, config.job.world_size)))
+                         : 0;
+    const int channels = std::max({target, node, config.emulation.real_channels});
     byDefault("NCCL_MIN_NCHANNELS", std::to_string(channels));
     if (channels > target) byDefault("NCCL_MAX_P2P_NCHANNELS", std::to_string(target));
   }

@@ -80,6 +80,17 @@ TEST(LaunchChannels, MinChannelsIsTheTargetsWorldChannelCount) {
   const auto fewer = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
   EXPECT_EQ(find(fewer, "NCCL_MIN_NCHANNELS"), "16");
   EXPECT_FALSE(find(fewer, "NCCL_MAX_P2P_NCHANNELS"));
+  // Under p2p_peers a one-node comm (a split into whole nodes) runs on its own target's 28.
+  c.emulation.real_channels = 0;
+  c.emulation.p2p_peers = true;
+  const auto node = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1);
+  EXPECT_EQ(find(node, "NCCL_MIN_NCHANNELS"), "28");
+  EXPECT_EQ(find(node, "NCCL_MAX_P2P_NCHANNELS"), "16");
+  c.emulation.real_channels = 32;
+  EXPECT_EQ(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
+                 "NCCL_MIN_NCHANNELS"),
+            "32");
+  c.emulation.p2p_peers = false;
   ::setenv("NCCL_MIN_NCHANNELS", "2", 1);
   EXPECT_EQ(find(control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/lib.so", 1),
                  "NCCL_MIN_NCHANNELS"),
