@@ -72,18 +72,19 @@ std::optional<live::TimeNs> GpuClock::toCpu(std::uint64_t gpu) const noexcept {
   return static_cast<live::TimeNs>(gpu) + offset;
 }
 
-bool p2pRingsStayOnNode(int local, int members, int nranks) {
-  if (members < 2 || members > nranks || local < 0 || local >= members) return false;
-  if (members == nranks) return true;  // one node: every ring hop is P2P
-  return local > 0 && local < members - 1;
+bool p2pRingsStayOnNode(int members, RingNeighbours ring) {
+  return members >= 2 && ring.prev >= 0 && ring.next >= 0;
 }
 
 P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-                   const live::CommLinks& links, const std::shared_ptr<live::TreeComm>& trees)
+                   RingNeighbours ring, int gpus_per_node, const live::CommLinks& links,
+                   const std::shared_ptr<live::TreeComm>& trees)
     : d_(cuda::driver()),
       hash_(comm_hash),
       rank_(rank),
       nranks_(nranks),
+      ring_(ring),
+      gpus_per_node_(std::max(1, gpus_per_node)),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
       pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
@@ -107,7 +108,8 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
 }
 
 std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, int nranks,
-                                           cuda::Context ctx, std::string* why) {
+                                           cuda::Context ctx, RingNeighbours ring,
+                                           std::string* why) {
   if (!paramBool(kEnvP2pPace)) {
     *why = "CRYSTAL_P2P_PACE=0";
     return nullptr;
@@ -123,15 +125,17 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     const live::CommLinks links = live::commLinks(st.model(), st.config().cluster, nranks);
     auto trees =
         std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm_hash, rank, nranks);
-    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, links, trees));
+    std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, ring,
+                                             st.config().cluster.gpus_per_node, links, trees));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);
     agents().by_comm[comm_hash] = a;
     g_any.store(true, std::memory_order_release);
     CRYSTAL_INFO("P2P pacing: comm {:#x} rank {} of {}: the virtual GPUs of this rank's node "
-                 "follow the ring model (agent kernel, {} connections at most)",
-                 comm_hash, rank, nranks, pa::kMaxConns);
+                 "follow the ring model (agent kernel, {} connections at most; ring {} -> {} -> "
+                 "{})",
+                 comm_hash, rank, nranks, pa::kMaxConns, ring.prev, rank, ring.next);
     return a;
   } catch (const std::exception& e) {
     *why = e.what();
@@ -261,10 +265,16 @@ bool P2pAgent::add(P2pConnection c) {
   // NCCL keeps one connector per (channel, peer, direction) whatever graph set it up: a tree
   // connected first to the same neighbour (graph byte 2) is the one the ring then uses (64
   // ranks, all-reduces first: every ring ran on tree-made connectors). So the peer decides:
-  // the ring's direction, else the tree's own (up to rank - 1, from the child rank + 1).
-  const int next = (rank_ + 1) % nranks_, prev = (rank_ - 1 + nranks_) % nranks_;
+  // the ring's direction (its chain as the host placed R, rank -/+ 1 where it did not say),
+  // else the tree's own (up to its parent rank - 1, from its child rank + 1: the tree chain
+  // is in rank order on the node).
+  const int up = (rank_ - 1 + nranks_) % nranks_, down = (rank_ + 1) % nranks_;
+  const int next = ring_.next >= 0 ? ring_.next : down, prev = ring_.prev >= 0 ? ring_.prev : up;
   const int want_peer = c.send ? next : prev;
-  c.tree_only = c.graph != 0 && c.peer != want_peer && c.peer == (c.send ? prev : next);
+  c.tree_only = c.graph != 0 && c.peer != want_peer && c.peer == (c.send ? up : down);
+  // The ring's receive from rank - 1 is the tree's from its parent unless R heads its node's
+  // chain (its parent is then over the NET; a rotated ring's prev is another member).
+  c.tree_parent = !c.send && c.peer == up && rank_ % gpus_per_node_ != 0;
   if (c.graph == 0 || c.nranks != nranks_ || c.nranks < 2 ||
       (c.peer != want_peer && !c.tree_only)) {
     // Said for every connection (a few per channel and graph, at connect time): which ones
@@ -299,7 +309,7 @@ void P2pAgent::takeConnection(const P2pConnection& c) {
   word(table_->seen[i]).store(0, std::memory_order_relaxed);
   word(table_->release[i])
       .store(free_running_ ? std::uint64_t{1} << 62 : 0, std::memory_order_relaxed);
-  (void)pacer_.add(c.send, c.ordinal, c.tree_only);  // index i: both grow only here
+  (void)pacer_.add(c.send, c.ordinal, c.tree_only, c.tree_parent);  // index i: both grow here
   if (trace_) trace_->addConn(c.send, c.ordinal);
   word(table_->n).store(i + 1, std::memory_order_release);
 }

@@ -51,15 +51,26 @@ struct P2pConnection {
   bool send = false;
   int graph = 0;  // setup tag graph byte: 1 ring
   bool tree_only = false;  // set by P2pAgent::add: the tree's own connector (p2p_pacer.h)
+  // Set by P2pAgent::add: a ring receive from rank - 1 on R's node, which carries the tree's
+  // receives from its parent too (one connector per channel, peer and direction).
+  bool tree_parent = false;
+};
+
+// R's neighbours on its node's ring chain as the host placed them (control::PoolPlace): global
+// ranks, -1 where the ring crosses the NET or the host did not say. NCCL may run the node's
+// ring rotated (host/node_graph.h: R = local 0 between local 7 and 1) while its tree chain
+// stays in rank order, so the ring's connectors are these and the tree's rank -/+ 1.
+struct RingNeighbours {
+  int prev = -1;
+  int next = -1;
 };
 
 // Whether a real rank, under emulation.p2p_peers, has both ring neighbours on its own node on
-// every channel, from where the host placed it (control::PoolPlace): index `local` of the
-// `members` ranks of its node that are GPUs of its host (0: none are, docs/host.md), in a
-// comm of `nranks`. Yes when the node has two members or more and the comm is that one node
-// or the rank is neither the node's first nor its last (those receive or send over the NET
-// on every channel).
-[[nodiscard]] bool p2pRingsStayOnNode(int local, int members, int nranks);
+// every channel, from where the host placed it (control::PoolPlace): `members` of its node
+// are GPUs of its host (0: none) and neither ring neighbour is over the NET. Then its rings
+// run paced on every channel and are not folded (PluginState::setCommRingsOnNode).
+[[nodiscard]] bool p2pRingsStayOnNode(int members, RingNeighbours ring);
+
 
 // The GPU's global timer mapped onto the CPU clock (live::nowNs): the smallest (CPU time right
 // after a read - the GPU time read) over the last one or two windows. A sample overestimates
@@ -97,7 +108,7 @@ class P2pAgent {
   // unavailable (no kernel image, no driver, a CUDA error); the connections then run free.
   [[nodiscard]] static std::shared_ptr<P2pAgent> create(std::uint64_t comm_hash, int rank,
                                                         int nranks, cuda::Context ctx,
-                                                        std::string* why);
+                                                        RingNeighbours ring, std::string* why);
   // Whether an agent was ever made in this process (one atomic load: every NCCL call asks).
   [[nodiscard]] static bool anyMade() noexcept;
   // The agent of a comm, or nullptr. Cheap when no agent was ever made.
@@ -130,8 +141,9 @@ class P2pAgent {
   [[nodiscard]] std::string stateLine() const;
 
  private:
-  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx,
-           const live::CommLinks& links, const std::shared_ptr<live::TreeComm>& trees);
+  P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context ctx, RingNeighbours ring,
+           int gpus_per_node, const live::CommLinks& links,
+           const std::shared_ptr<live::TreeComm>& trees);
   void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
   void launch();                      // under in_mu_
@@ -155,6 +167,8 @@ class P2pAgent {
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
   const int rank_, nranks_;
+  const RingNeighbours ring_;
+  const int gpus_per_node_;
   const cuda::Context ctx_;
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;

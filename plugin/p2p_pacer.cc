@@ -57,7 +57,7 @@ void P2pPacer::setTrees(MakeTree make_tree, PlanTree plan) {
   plan_tree_ = std::move(plan);
 }
 
-int P2pPacer::add(bool send, int ordinal, bool tree_only) {
+int P2pPacer::add(bool send, int ordinal, bool tree_only, bool tree_parent) {
   const int i = static_cast<int>(conns_.size());
   Channel& ch = channels_[ordinal];
   if (!ch.ring) ch.ring = make_(true);
@@ -68,6 +68,7 @@ int P2pPacer::add(bool send, int ordinal, bool tree_only) {
   Conn c;
   c.send = send;
   c.tree_only = tree_only;
+  c.tree_parent = tree_parent;
   c.ch = &ch;  // std::map nodes stay put
   conns_.push_back(std::move(c));
   return i;
@@ -256,6 +257,8 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
     std::uint64_t value = c.released;
     live::TimeNs due = 0;
     if (tree_op_ && c.ch->tree) {
+      // A ring receive that is not the tree's parent's stays idle in a tree all-reduce.
+      if (!c.tree_only && !c.tree_parent) continue;
       next = std::min(next, releaseTree(c, *c.ch, now, value, due));
     } else if (c.tree_only) {
       // Not expected to move: one step ahead of what R consumed, so nothing waits on it.

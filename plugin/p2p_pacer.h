@@ -111,8 +111,11 @@ class P2pPacer {
 
   // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
   // k-th connected channel. `tree_only`: the tree's own connector of that channel (send to
-  // rank - 1, receive from rank + 1). Returns its index (observe/release use it).
-  int add(bool send, int ordinal, bool tree_only = false);
+  // rank - 1, receive from rank + 1). `tree_parent`: a ring receive that also carries the
+  // tree's receives from the parent (from rank - 1); a ring receive that does not (R heads
+  // its node's tree chain, its ring rotated) is left alone in a tree all-reduce. Returns its
+  // index (observe/release use it).
+  int add(bool send, int ordinal, bool tree_only = false, bool tree_parent = true);
   [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
   // Channels with a paced send and no paced receive, by ordinal, that have no NET ring yet.
   [[nodiscard]] std::vector<int> wantNetRings() const;
@@ -160,6 +163,7 @@ class P2pPacer {
   struct Conn {
     bool send = false;
     bool tree_only = false;
+    bool tree_parent = true;  // a ring receive: the tree's from the parent too (add)
     Channel* ch = nullptr;  // its ring channel (channels_, by ordinal)
     std::uint64_t seen = 0;      // R's counter in the pool block
     std::uint64_t released = 0;  // recv: the value of R's own tail, released so far

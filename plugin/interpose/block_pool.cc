@@ -215,11 +215,11 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     // would only slow them (PluginState::setCommRingsOnNode).
     plugin::PluginState& st = plugin::PluginState::get();
     st.ensureInit();
-    if (plugin::p2pRingsStayOnNode(place.local, place.members, nranks))
-      st.setCommRingsOnNode(comm_hash);
+    const plugin::RingNeighbours ring{place.prev, place.next};
+    if (plugin::p2pRingsStayOnNode(place.members, ring)) st.setCommRingsOnNode(comm_hash);
     // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
     std::string why;
-    if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, &why))
+    if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, ring, &why))
       std::fprintf(stderr,
                    "crystal: %s: P2P pacing off for comm %#llx rank %d (%s): the virtual GPUs of "
                    "this rank's node never make it wait\n",

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -11,6 +14,7 @@
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "crystal/control/comm_hash.h"
+#include "crystal/control/graph_file.h"
 #include "plugin/interpose/control_client.h"
 
 namespace crystal::interpose {
@@ -90,11 +94,40 @@ std::optional<std::string> hostAddress() {
 }
 
 void applyHostIdPrefix() noexcept {
+  applyGraphFile();
   const char* prefix = std::getenv(kEnvHostIdPrefix);
   if (prefix == nullptr || *prefix == '\0') return;
   const std::string want = std::string(prefix) + "-" + std::to_string(::getpid());
   const char* have = std::getenv("NCCL_HOSTID");
   if (have == nullptr || want != have) ::setenv("NCCL_HOSTID", want.c_str(), 1);
+}
+
+void applyGraphFile() noexcept {
+  const char* dir = std::getenv(control::kEnvGraphDir);
+  if (dir == nullptr || *dir == '\0') return;
+  const std::string path = control::graphFile(dir, static_cast<std::uint32_t>(::getpid()));
+  const char* have = std::getenv("NCCL_GRAPH_FILE");
+  if (have != nullptr && path == have) return;  // done before in this process
+  if (have != nullptr && *have != '\0') {
+    // The caller's own graph wins; the host's would not be read (its P2P pacing then follows
+    // whatever ring NCCL built, from the neighbours the host reports).
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      CRYSTAL_WARN("NCCL_GRAPH_FILE={} is set: the emulated node's rings and trees are NCCL's "
+                   "from it, not the host's ({})",
+                   have, path);
+    return;
+  }
+  // Until the host writes it for a comm, a graph NCCL reads as "search as usual".
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fputs("<graphs version=\"1\">\n</graphs>\n", f);
+    if (std::fclose(f) == 0) {
+      ::setenv("NCCL_GRAPH_FILE", path.c_str(), 1);
+      return;
+    }
+  }
+  CRYSTAL_WARN("cannot write {} ({}): NCCL searches the emulated node's graphs itself", path,
+               std::strerror(errno));
 }
 
 int reportError(const char* caller, const std::string& text, int code) noexcept {

@@ -27,6 +27,10 @@ inline constexpr double kDefaultTimeoutS = 60.0;
 // Sets NCCL_HOSTID=<CRYSTAL_HOSTID_PREFIX>-<pid> when the prefix is set, so every real
 // process (also children forked or spawned by a launcher) is its own NCCL host.
 void applyHostIdPrefix() noexcept;
+// CRYSTAL_GRAPH_DIR (emulation.p2p_peers; control/graph_file.h): points NCCL_GRAPH_FILE at this
+// process's file there, written empty first; the host fills it for each comm. Called by
+// applyHostIdPrefix, i.e. at every interposed entry point before NCCL reads its environment.
+void applyGraphFile() noexcept;
 
 struct CommRecord {
   std::uint64_t hash = 0;

@@ -8,6 +8,7 @@
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "crystal/control/comm_hash.h"
+#include "crystal/control/graph_file.h"
 
 namespace crystal::control {
 
@@ -63,6 +64,9 @@ void BootstrapHandler::commInit(const PeerInfo& peer, const CommInit& req) {
     planner_.markRootComm(hash);
   }
   host_.declareComm(id, spec);
+  // The file the interposer pointed NCCL_GRAPH_FILE at (graph_file.h); split children inherit.
+  if (config_.emulation.p2p_peers)
+    host_.setGraphFile(hash, req.rank, graphFile(graphDir(emulation_id_), peer.pid));
   CRYSTAL_INFO("host: comm 0x{:x} ({} ranks) rank {} is real (pid {}, NCCL_HOSTID '{}')", hash,
                req.nranks, req.rank, peer.pid, peer.hostid);
 }
@@ -88,9 +92,10 @@ PoolPlace BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req
       "host: comm 0x{:x} rank {} (pid {}) offers {} recv and {} send blocks for P2P "
       "peers: {}",
       req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size(),
-      at.members > 0 ? fmt::format("index {} of {} GPUs of its host", at.local, at.members)
+      at.members > 0 ? fmt::format("index {} of {} GPUs of its host, ring {} -> it -> {}",
+                                   at.local, at.members, at.prev, at.next)
                      : std::string("not used (no GPU of its node is virtual)"));
-  return {at.members, at.local};
+  return {at.members, at.local, at.prev, at.next};
 }
 
 Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {

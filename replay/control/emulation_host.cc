@@ -1,14 +1,18 @@
 #include "crystal/control/emulation_host.h"
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "crystal/control/bootstrap_handler.h"
+#include "crystal/control/graph_file.h"
 #include "crystal/control/server.h"
 #include "crystal/control/socket_io.h"
 #include "crystal/host/bootstrap_host.h"
@@ -42,8 +46,31 @@ host::HostOptions hostOptions(const Config& config, const std::string& listen,
 }
 }  // namespace
 
+// The emulation's NCCL_GRAPH_FILE directory (graph_file.h), made with the host under
+// emulation.p2p_peers and removed with it.
+struct GraphDir {
+  std::string path;
+  GraphDir(const Config& config, std::uint64_t id) {
+    if (!config.emulation.p2p_peers) return;
+    path = graphDir(id);
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec)
+      throw InputError(fmt::format("emulation.p2p_peers: cannot make {} for the real processes' "
+                                   "NCCL_GRAPH_FILE: {}",
+                                   path, ec.message()));
+  }
+  ~GraphDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+  GraphDir(const GraphDir&) = delete;
+  GraphDir& operator=(const GraphDir&) = delete;
+};
+
 struct EmulationHost::Impl {
   std::uint64_t emulation_id;
+  GraphDir graph_dir;
   std::atomic<std::size_t> errors{0};
   host::BootstrapHost host;
   BootstrapHandler handler;
@@ -52,6 +79,7 @@ struct EmulationHost::Impl {
   Impl(const Config& config, const EmulationHostOptions& opts, const std::string& listen,
        std::uint64_t id)
       : emulation_id(id),
+        graph_dir(config, id),
         host(hostOptions(config, listen, id)),
         handler(host, config, opts.split_rules, id),
         server(handler, ControlServerOptions{.listen = listen}) {

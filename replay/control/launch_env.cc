@@ -9,6 +9,7 @@
 
 #include "crystal/base/error.h"
 #include "crystal/control/emulation_host.h"
+#include "crystal/control/graph_file.h"
 #include "crystal/live/target_model.h"
 #include "crystal/model/nccl_model.h"
 
@@ -92,6 +93,9 @@ EnvList launchEnvironment(const Config& config, const std::string& config_path,
     // (768 MiB of GPU memory), enough for a ring and a tree on 28 channels of one node; a
     // used-up pool fails the connection with a line that says to raise it.
     byDefault("CRYSTAL_P2P_POOL", "64,64");
+    // The node's ring and tree graphs (host/node_graph.h): the interposer points
+    // NCCL_GRAPH_FILE at its process's file in this directory, which the host writes.
+    env.emplace_back(kEnvGraphDir, graphDir(emulation_id));
   }
   if (config.emulation.gdr.value_or(true)) {
     byDefault("NCCL_NET_GDR_LEVEL", "SYS");

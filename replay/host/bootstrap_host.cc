@@ -329,6 +329,12 @@ NodePlace BootstrapHost::addBlockPool(std::uint64_t comm_hash, int rank,
   return it->second->addBlockPool(rank, pool);
 }
 
+void BootstrapHost::setGraphFile(std::uint64_t comm_hash, int rank, const std::string& path) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->comms.find(comm_hash);
+  if (it != impl_->comms.end() && it->second->isReal(rank)) it->second->setGraphFile(rank, path);
+}
+
 std::vector<DeviceWrite> BootstrapHost::takeDeviceWrites(std::uint64_t comm_hash, int rank,
                                                          std::size_t max) {
   std::lock_guard lock(impl_->mu);

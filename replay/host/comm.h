@@ -63,6 +63,12 @@ class Comm {
   void setNodes(std::vector<int> node_of);
   // The target node of `rank`: rank / gpus_per_node for a root-created comm.
   [[nodiscard]] int nodeOf(int rank) const noexcept;
+  // NCCL_GRAPH_FILE of real rank `rank`'s process (BootstrapHost::setGraphFile).
+  void setGraphFile(int rank, std::string path) { graph_files_[rank] = std::move(path); }
+  [[nodiscard]] const std::string* graphFile(int rank) const {
+    const auto it = graph_files_.find(rank);
+    return it == graph_files_.end() ? nullptr : &it->second;
+  }
 
   // ---- comm.cc
   void onCheckIn(const wire::ExtInfo& info);
@@ -197,6 +203,9 @@ class Comm {
   void onIntraClosed(IntraGather& g, int side, const std::string& why);
   void sendIntraClones(IntraGather& g);
   [[nodiscard]] std::optional<wire::PeerInfo> realPeerInfo(int rank) const;
+  // Writes real rank `rank`'s NCCL_GRAPH_FILE for this comm (node_graph.h) from its peerInfo;
+  // false (the comm failed, with the reason) when the file cannot be written.
+  bool writeGraphFile(int rank, const wire::PeerInfo& info);
 
   // split
   void onSplitAllGather(AllGather& ag);
@@ -239,6 +248,7 @@ class Comm {
   mutable int mirror_template_ = -2;     // mirrorTemplate's real rank; -2: not looked up
   std::vector<int> node_of_;             // setNodes; empty: rank / gpus_per_node
   bool whole_nodes_ = true;              // node_of_ is blocks of gpus_per_node ranks
+  std::map<int, std::string> graph_files_;  // real rank -> its process's NCCL_GRAPH_FILE
   long barrier_instances_started_ = 0;
   int split_count_ = 0;
   std::vector<SplitRecord> splits_;

@@ -15,11 +15,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "comm.h"
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "net.h"
+#include "node_graph.h"
 #include "topo_xml.h"
 
 namespace crystal::host {
@@ -97,6 +99,49 @@ int Comm::mirrorTemplate(int rank) const noexcept {
       if (isReal(r) && nodeReal(r) == r && r / gpn * gpn + gpn <= nranks_) mirror_template_ = r;
   }
   return mirror_template_;
+}
+
+bool Comm::writeGraphFile(int rank, const wire::PeerInfo& info) {
+  const std::string* path = graphFile(rank);
+  if (path == nullptr) return true;  // no NCCL_GRAPH_FILE named for that process
+  std::string text = emptyGraphXml();
+  std::string what = "no graph (NCCL searches)";
+  if (nodeReal(rank) == rank) {
+    const std::vector<int> members = nodeMembers(rank);
+    const int n = static_cast<int>(members.size());
+    // One node: the ring closes on the node and no chain has a NET end; NCCL's own search.
+    if (n >= 2 && n < nranks_) {
+      NodeGraph g;
+      g.real_local = static_cast<int>(std::find(members.begin(), members.end(), rank) -
+                                      members.begin());
+      for (int j = 0; j < n; ++j)
+        g.devs.push_back(j == g.real_local ? info.nvml_dev
+                                           : sameNodeDev(j, g.real_local, info.nvml_dev));
+      try {
+        text = nodeGraphXml(g);
+      } catch (const InputError& e) {
+        fail(rank, fmt::format("NCCL_GRAPH_FILE for its node: {}", e.what()));
+        return false;
+      }
+      const auto order = nodeRingOrder(n, g.real_local, true);
+      what = fmt::format("ring chain from local {} to {}, tree in rank order", order.front(),
+                         order.back());
+    }
+  }
+  // Written whole under another name, then renamed: NCCL never reads half a file.
+  const std::string tmp = *path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr && std::fclose(f) != 0) {
+    fail(rank, fmt::format("NCCL_GRAPH_FILE {}: cannot write it", *path));
+    return false;
+  }
+  if (!ok || std::rename(tmp.c_str(), path->c_str()) != 0) {
+    fail(rank, fmt::format("NCCL_GRAPH_FILE {}: cannot write it", *path));
+    return false;
+  }
+  CRYSTAL_INFO("comm {}: rank {}'s NCCL_GRAPH_FILE {}: {}", name_, rank, *path, what);
+  return true;
 }
 
 std::optional<wire::PeerInfo> Comm::realPeerInfo(int rank) const {

@@ -188,6 +188,8 @@ void Comm::storeSlice(AllGather& ag, int slice, std::span<const std::byte> bytes
                         slice, info.version, kSupportedNcclVersion));
       if (info.rank != slice)
         throw ProtocolError(fmt::format("peerInfo slice {} says rank {}", slice, info.rank));
+      // Before the host's slices let NCCL go on to its graph search.
+      if (!writeGraphFile(slice, info)) return;
     }
     if (ag.kind == AllGatherKind::RingAddresses) {
       const auto d = wire::decodeExact<wire::RingData>(bytes, "bootstrapRingData");

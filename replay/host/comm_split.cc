@@ -51,6 +51,9 @@ void Comm::onSplitAllGather(AllGather& ag) {
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(nodeOf(m));
     child->setNodes(std::move(nodes));
+    for (int c : real_children)
+      if (const std::string* f = graphFile(members[static_cast<std::size_t>(c)]))
+        child->setGraphFile(c, *f);
     rec.children[color] = child;
     CRYSTAL_INFO("comm {}: split #{} color {} -> {} ranks ({} real), hash {:#x}", name_, rec.index,
                  color, members.size(), real_children.size(), child_hash);

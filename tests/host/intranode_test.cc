@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -235,6 +238,20 @@ TEST_P(IntraNodeSplit, ChildOfWholeNodesGetsGpusOfTheRealRanksHost) {
   });
   const UniqueId id = host->mintUniqueId();
   (void)host->declareComm(id, {64, {13}, kSupportedNcclVersion, "world"});
+  // Its NCCL_GRAPH_FILE: the world's graphs, then the child's (inherited by the split).
+  const std::string path = ::testing::TempDir() + "crystal-split-graph-" +
+                           std::to_string(::getpid()) + (blocks ? "-b" : "-s") + ".xml";
+  host->setGraphFile(commHashOf(id), 13, path);
+  const auto readFile = [&] {
+    std::string text;
+    if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+      char buf[4096];
+      std::size_t n = 0;
+      while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) text.append(buf, n);
+      std::fclose(in);
+    }
+    return text;
+  };
   const std::vector<int> world_node{8, 9, 10, 11, 12, 13, 14, 15};
   FakeRank f(id, 13, 64);
   (void)f.init();
@@ -242,6 +259,13 @@ TEST_P(IntraNodeSplit, ChildOfWholeNodesGetsGpusOfTheRealRanksHost) {
   f.initAllGathersWith(nodeGraphInfo(13, world_node), kSupportedNcclVersion,
                        [&] { (void)f.intraNodeAllGather(world_node, slot); });
   f.intraNodeBarrier(world_node);
+  // Rank 13 sits inside its node: the ring in rank order, as NCCL would search it (R has
+  // NVML index 0, so rank 8 in slot 0 has R's slot 5).
+  EXPECT_NE(readFile().find("<gpu dev=\"0x5\"/>\n      <gpu dev=\"0x1\"/>\n      <gpu "
+                            "dev=\"0x2\"/>\n      <gpu dev=\"0x3\"/>\n      <gpu dev=\"0x4\"/>\n"
+                            "      <gpu dev=\"0\"/>\n      <gpu dev=\"0x6\"/>"),
+            std::string::npos)
+      << readFile();
 
   auto child = f.split(blocks ? 1 : 5, 13);
   ASSERT_NE(child, nullptr);
@@ -277,6 +301,9 @@ TEST_P(IntraNodeSplit, ChildOfWholeNodesGetsGpusOfTheRealRanksHost) {
     const NodePlace at = host->addBlockPool(child->commHash(), me, pool);
     EXPECT_EQ(at.members, 0);
   }
+  // A child of one node, or of one rank per node: nothing imposed, NCCL searches.
+  EXPECT_EQ(readFile().find("<graph "), std::string::npos) << readFile();
+  std::remove(path.c_str());
   child->close();
   f.close();
   for (int i = 0; i < 400; ++i) {
@@ -294,6 +321,71 @@ INSTANTIATE_TEST_SUITE_P(Splits, IntraNodeSplit,
                            return std::string(param_info.param.blocks ? "WholeNodes"
                                                                       : "OnePerNode");
                          });
+
+// NCCL_GRAPH_FILE (node_graph.h): rank 0 of 64, alone on its node, gets a ring chain with
+// itself between local 7 and 1 ([2 .. 7, 0, 1]) and the tree in rank order, written before
+// the host answers the peerInfo all-gather; NCCL's view of that ring (R's allGatherInfo)
+// then yields node chains every member agrees on, and the block pool's answer names R's
+// neighbours 7 and 1.
+TEST(IntraNode, GraphFileRotatesTheRingOfARankAtItsNodesEnd) {
+  auto host = p2pHost(8);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {64, {0}, kSupportedNcclVersion, "world"});
+  const std::string path =
+      ::testing::TempDir() + "crystal-graph-" + std::to_string(::getpid()) + ".xml";
+  std::remove(path.c_str());
+  host->setGraphFile(commHashOf(id), 0, path);
+  host->setGraphFile(commHashOf(id), 5, "/nonexistent/ignored.xml");  // a virtual rank
+  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
+  FakeRank f(id, 0, 64);
+  (void)f.init();
+  // R's view of the ring NCCL loads from that file: head 2, tail 1, 7 -> R -> 1.
+  wire::AllGatherInfo mine = test::fakeGraphInfo(0);
+  for (int c = 0; c < 2; ++c) {
+    auto& t = mine.topo_ranks;
+    t.ring_recv[c] = 2;
+    t.ring_send[c] = 1;
+    t.ring_prev[c] = 7;
+    t.ring_next[c] = 1;
+    t.tree_to_parent[c] = t.tree_to_child0[c] = t.tree_to_child1[c] = 0;
+  }
+  std::string written;
+  f.initAllGathersWith(mine, kSupportedNcclVersion, [&] {
+    // NCCL reads the file here, after the peerInfo all-gather.
+    std::FILE* in = std::fopen(path.c_str(), "r");
+    ASSERT_NE(in, nullptr) << path;
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) written.append(buf, n);
+    std::fclose(in);
+    (void)f.intraNodeAllGather(members, topo_xml::buildSlot({.rank = 0, .dev = 0}));
+  });
+  f.intraNodeBarrier(members);
+  // R's NVML index is 0 (fakePeerInfo): the members' devs are their slots.
+  EXPECT_NE(written.find("<graph id=\"0\" pattern=\"4\""), std::string::npos) << written;
+  const std::string ring_channel =
+      "      <net dev=\"0\"/>\n      <gpu dev=\"0x2\"/>\n      <gpu dev=\"0x3\"/>\n"
+      "      <gpu dev=\"0x4\"/>\n      <gpu dev=\"0x5\"/>\n      <gpu dev=\"0x6\"/>\n"
+      "      <gpu dev=\"0x7\"/>\n      <gpu dev=\"0\"/>\n      <gpu dev=\"0x1\"/>\n";
+  EXPECT_NE(written.find(ring_channel), std::string::npos) << written;
+  // Every member follows one chain from 2 to 1 through 7, 0, 1.
+  int at = 2, seen = 0;
+  std::vector<int> chain;
+  while (at != -1 && seen++ <= 8) {
+    chain.push_back(at);
+    at = f.graph_info[static_cast<std::size_t>(at)].topo_ranks.ring_next[0];
+  }
+  EXPECT_EQ(chain, (std::vector<int>{2, 3, 4, 5, 6, 7, 0, 1}));
+  const NodePlace place = host->addBlockPool(
+      f.commHash(), 0, {kP2pRecvBlockBytes, kP2pSendBlockBytes, {0xa0000000}, {0xb0000000}});
+  EXPECT_EQ(place.members, 8);
+  EXPECT_EQ(place.prev, 7);
+  EXPECT_EQ(place.next, 1);
+  f.close();
+  EXPECT_TRUE(waitDestroyed(*host));
+  EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;
+  std::remove(path.c_str());
+}
 
 // An 8-rank one-node comm with rank 0 real, checked in and ring-connected; errors polled.
 struct OneNodeComm {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "crystal/control/emulation_host.h"
+#include "crystal/control/graph_file.h"
 
 namespace crystal::test {
 namespace {
@@ -120,6 +121,7 @@ TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   EXPECT_FALSE(find(env, "NCCL_P2P_LEVEL").has_value());
   EXPECT_FALSE(find(env, "CRYSTAL_P2P_POOL").has_value());
   EXPECT_FALSE(find(env, "NCCL_PROTO").has_value()) << "NCCL chooses protocols";
+  EXPECT_FALSE(find(env, "CRYSTAL_GRAPH_DIR").has_value());
   c.emulation.p2p_peers = true;
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_FALSE(find(env, "NCCL_RUNTIME_CONNECT").has_value());
@@ -131,6 +133,8 @@ TEST(LaunchP2pPeers, RuntimeConnectAndP2pInsideTheNode) {
   // Simple only: no one writes LL/LL128 flags for those GPUs (a hang otherwise).
   EXPECT_EQ(find(env, "NCCL_PROTO"), "Simple");
   EXPECT_EQ(find(env, "NCCL_P2P_LL_THRESHOLD"), "0");
+  // The node's ring and tree graphs come from the host (host/node_graph.h).
+  EXPECT_EQ(find(env, "CRYSTAL_GRAPH_DIR"), control::graphDir(1));
   ::setenv("NCCL_P2P_LEVEL", "NVL", 1);  // the caller's value wins
   env = control::launchEnvironment(c, "c.yaml", "127.0.0.1:1", "/p/x.so", 1);
   EXPECT_EQ(find(env, "NCCL_P2P_LEVEL"), "NVL");

@@ -181,20 +181,14 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
 }
 
 // Which real ranks have both ring neighbours on their own node under p2p_peers, from where the
-// host placed them (index on the node, the node's GPUs of the rank's host, comm size).
+// host placed them (its node's GPUs of the rank's host, its ring neighbours there).
 TEST(PluginTuner, P2pRingsStayOnNodeInTheMiddleOfANodeOrOnOneNode) {
-  EXPECT_TRUE(p2pRingsStayOnNode(5, 8, 64)) << "rank 13 of 64";
-  EXPECT_FALSE(p2pRingsStayOnNode(0, 8, 64)) << "receives over the NET";
-  EXPECT_FALSE(p2pRingsStayOnNode(7, 8, 64)) << "sends over the NET";
-  EXPECT_TRUE(p2pRingsStayOnNode(0, 8, 8)) << "one node: every hop is P2P";
-  EXPECT_TRUE(p2pRingsStayOnNode(7, 8, 8));
-  EXPECT_TRUE(p2pRingsStayOnNode(5, 8, 8)) << "a split child of one node, rank 13's group";
-  EXPECT_FALSE(p2pRingsStayOnNode(-1, 0, 64)) << "no GPU of its node is virtual";
-  EXPECT_FALSE(p2pRingsStayOnNode(0, 1, 65)) << "a node of one";
-  EXPECT_TRUE(p2pRingsStayOnNode(4, 6, 62)) << "a short last node";
-  EXPECT_FALSE(p2pRingsStayOnNode(5, 6, 62)) << "its last";
-  EXPECT_FALSE(p2pRingsStayOnNode(8, 8, 64)) << "an index off the node";
-  EXPECT_FALSE(p2pRingsStayOnNode(0, 16, 8)) << "a node larger than the comm";
+  EXPECT_TRUE(p2pRingsStayOnNode(8, {12, 14})) << "rank 13 of 64";
+  EXPECT_FALSE(p2pRingsStayOnNode(8, {-1, 1})) << "rank 0 of 64: receives over the NET";
+  EXPECT_FALSE(p2pRingsStayOnNode(8, {6, -1})) << "rank 7 of 64: sends over the NET";
+  EXPECT_TRUE(p2pRingsStayOnNode(8, {7, 1})) << "rank 0 of 64 in a rotated ring, or of 8";
+  EXPECT_FALSE(p2pRingsStayOnNode(0, {-1, -1})) << "no GPU of its node is virtual";
+  EXPECT_FALSE(p2pRingsStayOnNode(1, {0, 0})) << "a node of one";
 }
 
 // NCCL_PROTO=Simple rules out the model's pick for a 16 MiB all-reduce on 64 ranks; the entry

@@ -63,13 +63,13 @@ struct HostOptions {
   // real rank's NCCL call returns an error instead of hanging.
   std::chrono::milliseconds stall_timeout{120000};
   int gpus_per_node = 8;  // virtual peerInfo cudaDev/nvmlDev = v % this
-  // Virtual ranks on the target node of a real rank (node = rank / gpus_per_node of a
-  // root-created comm holding exactly one real rank there) look like GPUs of the real rank's
-  // own host: its host hash, their own busId/NVML index, and the real rank's topology XML
-  // cloned for them in NCCL's intra-node all-gather, so NCCL picks its P2P transport toward
-  // them (docs/research/nccl-2.28.9-p2p-virtual-peers.md, milestone 1: communicator
-  // creation; connecting those P2P channels is refused with a clear error). Off: every
-  // virtual rank is a host of its own, reached over NET.
+  // Virtual ranks on the target node of a real rank (node = rank / gpus_per_node of a comm
+  // holding exactly one real rank there; a split child when made of whole nodes) look like
+  // GPUs of the real rank's own host: its host hash, their own busId/NVML index, and the real
+  // rank's topology XML cloned for them in NCCL's intra-node all-gather, so NCCL picks its P2P
+  // transport toward them and connects them with memory from the real rank's block pool
+  // (docs/host.md "Virtual GPUs of a real rank's node"). Off: every virtual rank is a host of
+  // its own, reached over NET.
   bool p2p_peers = false;
 };
 
@@ -108,6 +108,11 @@ struct BlockPoolSpec {
 struct NodePlace {
   int members = 0;
   int local = -1;
+  // Its neighbours on the node's ring chain (channel 0 of NCCL's ring graph; every channel
+  // runs the same chain, node_graph.h): global ranks, -1 where the ring leaves the node over
+  // the NET (a comm over several nodes) or unknown. A one-node comm's chain closes on itself.
+  int prev = -1;
+  int next = -1;
 };
 using live::kP2pRecvBlockBytes;  // NCCL 2.28.9's P2P block sizes (live/nccl_slots.h)
 using live::kP2pSendBlockBytes;
@@ -174,6 +179,11 @@ class BootstrapHost {
   // unknown comm, a rank that is not real, p2p_peers off, or blocks smaller than NCCL
   // 2.28.9's. Thread-safe.
   NodePlace addBlockPool(std::uint64_t comm_hash, int rank, const BlockPoolSpec& pool);
+  // The file the real process of `rank` reads as NCCL_GRAPH_FILE (p2p_peers): the host writes
+  // it for each comm of that process when the rank's peerInfo arrives, before NCCL's graph
+  // search (node_graph.h). A split child's real ranks keep their parent rank's file. Unknown
+  // comm or rank: ignored. Thread-safe.
+  void setGraphFile(std::uint64_t comm_hash, int rank, const std::string& path);
   // The 8-byte stores that real rank `rank`'s GPU memory is owed for its pool connections
   // (at most `max`, oldest first; removed from the queue): each pool connection's own counter
   // of the real rank (head of a send connector, tail of a recv connector) set free-running, so
