@@ -12,7 +12,8 @@
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
 #   OPS, ITERS, CRYSTAL_DATA (default zero: no copies of real bytes for virtual peers),
-#   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory).
+#   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
+#   P2P (1: every case under emulation.p2p_peers).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -31,11 +32,13 @@ build() {
   echo "built: $(ls $B/cli/crystal $B/plugin/libnccl-net-crystal.so $B/hybrid_nccl)"
 }
 
-# config with the given real ranks
+# config with the given real ranks; P2P=1: emulation.p2p_peers (the virtual GPUs of a real
+# rank's node are GPUs of its host, docs/host.md) for every case
 config() {
   sed "s/real_ranks: \[0\]/real_ranks: [$1]/" tests/gpu/hybrid/hybrid64.yaml |
     if [ "$case_name" = big ]; then sed "s/nodes: 8/nodes: 1024/; s/world_size: 64/world_size: 8192/; s/dp: 8/dp: 1024/"; else cat; fi \
     >"$OUT/config-$case_name.yaml"
+  [ -n "${P2P:-}" ] && echo "  p2p_peers: true" >>"$OUT/config-$case_name.yaml"
   echo "$OUT/config-$case_name.yaml"
 }
 
