@@ -109,7 +109,7 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
 
 std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, int nranks,
                                            cuda::Context ctx, RingNeighbours ring,
-                                           std::string* why) {
+                                           int tree_channels, std::string* why) {
   if (!paramBool(kEnvP2pPace)) {
     *why = "CRYSTAL_P2P_PACE=0";
     return nullptr;
@@ -127,6 +127,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
         std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm_hash, rank, nranks);
     std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, ring,
                                              st.config().cluster.gpus_per_node, links, trees));
+    a->pacer_.setTreeBase(tree_channels);
     a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);

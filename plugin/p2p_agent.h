@@ -104,11 +104,13 @@ class P2pAgent {
   // The pacing thread spins this long after the last operation ended before it sleeps.
   static constexpr live::TimeNs kIdleSpinNs = 2'000'000;
   // Makes the agent of (comm_hash, rank) in `ctx` (CRYSTAL_P2P_PACE is not 0; call after the
-  // comm was created, before its first collective). nullptr with `why` when pacing is off or
+  // comm was created, before its first collective). `ring` and `tree_channels` as the host
+  // placed the rank (control::PoolPlace; P2pPacer::setTreeBase). nullptr with `why` when pacing is off or
   // unavailable (no kernel image, no driver, a CUDA error); the connections then run free.
   [[nodiscard]] static std::shared_ptr<P2pAgent> create(std::uint64_t comm_hash, int rank,
                                                         int nranks, cuda::Context ctx,
-                                                        RingNeighbours ring, std::string* why);
+                                                        RingNeighbours ring, int tree_channels,
+                                                        std::string* why);
   // Whether an agent was ever made in this process (one atomic load: every NCCL call asks).
   [[nodiscard]] static bool anyMade() noexcept;
   // The agent of a comm, or nullptr. Cheap when no agent was ever made.

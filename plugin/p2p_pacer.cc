@@ -154,10 +154,15 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     startTreeOp(now, *op, connected);
 }
 
+int P2pPacer::treeOf(int ordinal, std::size_t index, std::size_t count) const {
+  if (tree_base_channels_ > 0) return (ordinal / tree_base_channels_) % 2;
+  return index < (count + 1) / 2 ? 0 : 1;
+}
+
 void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, int connected) {
-  std::vector<Channel*> trees;
+  std::vector<std::pair<int, Channel*>> trees;  // (ordinal = NCCL's channel, channel)
   for (auto& [ordinal, ch] : channels_)
-    if (ch.tree_send >= 0 || ch.tree_recv >= 0) trees.push_back(&ch);
+    if (ch.tree_send >= 0 || ch.tree_recv >= 0) trees.emplace_back(ordinal, &ch);
   if (trees.empty()) return;  // R's tree neighbours are all over the NET: the NET path times them
   tree_op_ = true;
   *tree_plan_ = plan_tree_(op, connected);
@@ -169,14 +174,14 @@ void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, in
   send_occupancy_ = static_cast<live::TimeNs>(
       live::TreeChannel::kShare *
       static_cast<double>(tree_plan_->nvl.tx(tree_plan_->unit_bytes)));
-  // NCCL's channels 0..n-1 run tree 0 and n..2n-1 tree 1 (copied in such blocks when it adds
-  // channels); the exchange's ordinals do not say n, so the first half is taken as tree 0.
-  // The trees differ only above R's node (how deep its node sits).
-  const std::size_t half = (trees.size() + 1) / 2;
+  // NCCL's channels 0..n-1 run tree 0 and n..2n-1 tree 1, copied in such blocks when it adds
+  // channels (treeOf). The trees differ above R's node: at a node's head, the root of one and
+  // a member deep in the other (rank 0 of 64, n = 2: channels 2, 3, 6, 7, ... have a parent
+  // over the NET, 0, 1, 4, 5, ... none).
   for (std::size_t j = 0; j < trees.size(); ++j) {
-    Channel& ch = *trees[j];
+    Channel& ch = *trees[j].second;
     if (!ch.tree) {
-      ch.tree = make_tree_(j < half ? 0 : 1,
+      ch.tree = make_tree_(treeOf(trees[j].first, j, trees.size()),
                            [box = tree_plan_](std::uint64_t) { return *box; });
       if (ch.tree_send >= 0) ch.tree->setSendsUp();
     }

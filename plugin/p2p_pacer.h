@@ -108,6 +108,13 @@ class P2pPacer {
       int tree, std::function<live::TreeOpPlan(std::uint64_t)> next_op)>;
   using PlanTree = std::function<live::TreeOpPlan(const live::CollectiveEntry&, int channels)>;
   void setTrees(MakeTree make_tree, PlanTree plan);
+  // NCCL's tree channels before it doubled them (n: channel c runs tree (c / n) % 2, as it
+  // copies channels in blocks of 2n; the host's POOL_PLACE says it). 0: unknown, the first
+  // half of R's tree channels is taken as tree 0.
+  void setTreeBase(int n) { tree_base_channels_ = n > 0 ? n : 0; }
+  // Which tree (0 or 1) the channel of `ordinal` runs, of the `count` channels with tree
+  // connectors where it is the `index`-th.
+  [[nodiscard]] int treeOf(int ordinal, std::size_t index, std::size_t count) const;
 
   // A ring connection of R's to a virtual GPU: `send` = R's send connector; `ordinal` = the
   // k-th connected channel. `tree_only`: the tree's own connector of that channel (send to
@@ -203,6 +210,7 @@ class P2pPacer {
   MakeTree make_tree_;
   PlanTree plan_tree_;
   bool tree_op_ = false;
+  int tree_base_channels_ = 0;
   std::shared_ptr<live::TreeOpPlan> tree_plan_ = std::make_shared<live::TreeOpPlan>();
 };
 

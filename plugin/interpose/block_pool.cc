@@ -219,7 +219,7 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     if (plugin::p2pRingsStayOnNode(place.members, ring)) st.setCommRingsOnNode(comm_hash);
     // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
     std::string why;
-    if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, ring, &why))
+    if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, ring, place.tree_channels, &why))
       std::fprintf(stderr,
                    "crystal: %s: P2P pacing off for comm %#llx rank %d (%s): the virtual GPUs of "
                    "this rank's node never make it wait\n",

@@ -95,7 +95,7 @@ PoolPlace BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req
       at.members > 0 ? fmt::format("index {} of {} GPUs of its host, ring {} -> it -> {}",
                                    at.local, at.members, at.prev, at.next)
                      : std::string("not used (no GPU of its node is virtual)"));
-  return {at.members, at.local, at.prev, at.next};
+  return {at.members, at.local, at.prev, at.next, at.tree_channels};
 }
 
 Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {

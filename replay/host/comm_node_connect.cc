@@ -81,6 +81,7 @@ NodePlace Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
     }
     break;
   }
+  at.tree_channels = tree_channels_;
   return at;
 }
 

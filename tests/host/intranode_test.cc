@@ -381,6 +381,7 @@ TEST(IntraNode, GraphFileRotatesTheRingOfARankAtItsNodesEnd) {
   EXPECT_EQ(place.members, 8);
   EXPECT_EQ(place.prev, 7);
   EXPECT_EQ(place.next, 1);
+  EXPECT_EQ(place.tree_channels, 2) << "min(tree 3, ring 2) of R's graphs";
   f.close();
   EXPECT_TRUE(waitDestroyed(*host));
   EXPECT_TRUE(host->errors().empty()) << host->errors().front().message;

@@ -64,7 +64,7 @@ class P2pAgentTest : public ::testing::Test {
   }
   std::shared_ptr<P2pAgent> make() {
     std::string why;
-    auto a = P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, &why);
+    auto a = P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why);
     EXPECT_TRUE(a) << why;
     return a;
   }
@@ -122,7 +122,7 @@ TEST_F(P2pAgentTest, OverSeveralNodesEveryPositionIsPaced) {
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
   for (const int rank : {0, 7, 8, 15, 5}) {
     std::string why;
-    auto a = P2pAgent::create(kHash, rank, 16, reinterpret_cast<void*>(0x1), {}, &why);
+    auto a = P2pAgent::create(kHash, rank, 16, reinterpret_cast<void*>(0x1), {}, 0, &why);
     ASSERT_TRUE(a) << why;
     EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), (rank + 1) % 16, 16, 0, true, 1})) << rank;
     EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), (rank + 15) % 16, 16, 0, false, 1}))
@@ -141,7 +141,7 @@ TEST_F(P2pAgentTest, RotatedRingTakesTheHostsNeighbours) {
   plugin::PluginState::get().configure(cfg);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
   std::string why;
-  auto a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), {7, 1}, &why);
+  auto a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), {7, 1}, 2, &why);
   ASSERT_TRUE(a) << why;
   EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 16, 0, true, 1}));    // ring send
   EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 16, 0, false, 1}));   // ring receive
@@ -150,7 +150,7 @@ TEST_F(P2pAgentTest, RotatedRingTakesTheHostsNeighbours) {
   EXPECT_FALSE(a->add({addr(r_tail_), addr(v_head_), 15, 16, 0, false, 2}));
   P2pAgent::forget(kHash);
   // Where the host said nothing: rank -/+ 1, so 7 is no neighbour of rank 0.
-  a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), {}, &why);
+  a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), {}, 0, &why);
   ASSERT_TRUE(a) << why;
   EXPECT_FALSE(a->add({addr(r_tail_), addr(v_head_), 7, 16, 0, false, 1}));
   P2pAgent::forget(kHash);
@@ -305,12 +305,12 @@ TEST_F(P2pAgentTest, OffWithoutAKernelOrWhenAskedSo) {
   P2pAgent::setImageForTesting(nullptr);
   std::string why;
   if (!P2pAgent::builtWithKernel()) {  // CI: no nvcc
-    EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, &why));
+    EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
     EXPECT_NE(why.find("without nvcc"), std::string::npos) << why;
   }
   P2pAgent::setImageForTesting(kImage);
   ::setenv("CRYSTAL_P2P_PACE", "0", 1);
-  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, &why));
+  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
   EXPECT_EQ(why, "CRYSTAL_P2P_PACE=0");
   ::unsetenv("CRYSTAL_P2P_PACE");
   EXPECT_FALSE(P2pAgent::find(kHash));

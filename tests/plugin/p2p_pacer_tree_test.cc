@@ -182,6 +182,21 @@ TEST(P2pPacerTree, MiddleOfANodeRunsTreeAllReducesAtTheModelsTime) {
   }
 }
 
+// NCCL doubles its n tree channels into tree 0 (0..n-1) and tree 1 (n..2n-1) and copies them
+// in blocks of 2n: with n known (the host's POOL_PLACE) channel c runs tree (c / n) % 2; a
+// head of its node is the root of one and deep in the other, so halves would be wrong.
+TEST(P2pPacerTree, ChannelsRunTheTreeOfTheirBlock) {
+  Tree t = connect(64, 2, 0, eightNodes());
+  t.pacer->setTreeBase(2);
+  for (const auto& [ordinal, tree] : std::vector<std::pair<int, int>>{
+           {0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 0}, {5, 0}, {6, 1}, {13, 0}, {15, 1}})
+    EXPECT_EQ(t.pacer->treeOf(ordinal, 0, 16), tree) << ordinal;
+  t.pacer->setTreeBase(0);  // unknown: the first half of the channels with tree connectors
+  EXPECT_EQ(t.pacer->treeOf(2, 2, 16), 0);
+  EXPECT_EQ(t.pacer->treeOf(9, 8, 16), 1);
+  EXPECT_EQ(t.pacer->treeOf(8, 7, 15), 0);
+}
+
 // Outside a tree all-reduce (here a ring all-gather) the tree's own receive is released one
 // step ahead of what R consumed, at once, so a kernel that used it would never hang on it.
 TEST(P2pPacerTree, TreeOnlyReceiveOutsideATreeOperationRunsOneAhead) {

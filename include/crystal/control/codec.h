@@ -139,6 +139,7 @@ inline void putBody(Writer& w, const PoolPlace& m) {
   w.put(m.local);
   w.put(m.prev);
   w.put(m.next);
+  w.put(m.tree_channels);
 }
 inline void putBody(Writer& w, const Error& m) { w.text(m.text, kMaxErrorText); }
 
@@ -351,12 +352,16 @@ constexpr MsgType typeOf<Error>() {
       m.local = r.get<std::int32_t>("local");
       m.prev = r.get<std::int32_t>("prev");
       m.next = r.get<std::int32_t>("next");
+      m.tree_channels = r.get<std::int32_t>("tree_channels");
       if (m.members < 0 || (m.members == 0 ? m.local != -1 : m.local < 0 || m.local >= m.members))
         throw ProtocolError("control frame POOL_PLACE: rank index " + std::to_string(m.local) +
                             " on a node of " + std::to_string(m.members));
       if (m.prev < -1 || m.next < -1)
         throw ProtocolError("control frame POOL_PLACE: ring neighbours " +
                             std::to_string(m.prev) + " and " + std::to_string(m.next));
+      if (m.tree_channels < 0 || m.tree_channels > 64)
+        throw ProtocolError("control frame POOL_PLACE: " + std::to_string(m.tree_channels) +
+                            " tree channels");
       out = m;
       break;
     }

@@ -134,6 +134,7 @@ struct PoolPlace {
   std::int32_t local = -1;
   std::int32_t prev = -1;
   std::int32_t next = -1;
+  std::int32_t tree_channels = 0;  // NCCL's tree channels before doubling (0: unknown)
 };
 struct Error {
   std::string text;

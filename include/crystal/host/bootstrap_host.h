@@ -113,6 +113,8 @@ struct NodePlace {
   // the NET (a comm over several nodes) or unknown. A one-node comm's chain closes on itself.
   int prev = -1;
   int next = -1;
+  // NCCL's tree channels before it doubled them (channel c runs tree (c / n) % 2); 0 unknown.
+  int tree_channels = 0;
 };
 using live::kP2pRecvBlockBytes;  // NCCL 2.28.9's P2P block sizes (live/nccl_slots.h)
 using live::kP2pSendBlockBytes;
