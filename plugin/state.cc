@@ -118,9 +118,11 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     // tree; the tuner's record of each collective (same commId) gives chunk and channels.
     const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
     auto& tree = trees_[{comm, c.self_rank}];
-    if (!tree)
+    if (!tree) {
       tree = std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm, c.self_rank,
                                               c.nranks);
+      if (const int ppn = st.commNodeRanks(comm); ppn > 1) tree->setNodeRanks(ppn);
+    }
     if (c.tree_channels > 0) tree->setBaseChannels(c.tree_channels);
     if (auto l = tree->link(c.send, c.peer_rank, c.ordinal)) return l;
   }
@@ -251,6 +253,7 @@ void PluginState::applyLocked(const Config& cfg) {
   {
     std::lock_guard lock(fold_mu_);
     rings_on_node_.clear();
+    node_ranks_.clear();
   }
   fold_rings_env_ = !paramString("CRYSTAL_FOLD_RINGS").empty();
   fold_rings_ = fold_rings_env_ ? paramBool("CRYSTAL_FOLD_RINGS") : cfg.emulation.fold_rings;
@@ -375,6 +378,17 @@ void PluginState::setCommRingsOnNode(std::uint64_t comm) {
 bool PluginState::ringsOnNode(std::uint64_t comm) const {
   std::lock_guard lock(fold_mu_);
   return rings_on_node_.contains(comm);
+}
+
+void PluginState::setCommNodeRanks(std::uint64_t comm, int ranks) {
+  std::lock_guard lock(fold_mu_);
+  node_ranks_[comm] = ranks;
+}
+
+int PluginState::commNodeRanks(std::uint64_t comm) const {
+  std::lock_guard lock(fold_mu_);
+  const auto it = node_ranks_.find(comm);
+  return it == node_ranks_.end() ? 0 : it->second;
 }
 
 }  // namespace crystal::plugin

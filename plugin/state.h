@@ -154,6 +154,11 @@ class PluginState {
   // NCCL's proxy as on the default path.
   void setCommRingsOnNode(std::uint64_t comm);
   [[nodiscard]] bool ringsOnNode(std::uint64_t comm) const;
+  // NCCL's tree of comm `comm` runs over nodes of `ranks` consecutive ranks (emulation.
+  // p2p_peers with every node full: the host fuses the real rank's node and copies it for
+  // the others), not over one node per rank: live::TreeComm::setNodeRanks. 0: per rank.
+  void setCommNodeRanks(std::uint64_t comm, int ranks);
+  [[nodiscard]] int commNodeRanks(std::uint64_t comm) const;
   // NCCL_MIN_NCHANNELS as NCCL reads it (0 = unset): the ring channels the real rank's NCCL
   // builds at least, up to which the tuner may run a large broadcast or reduce (ring_fold.h).
   [[nodiscard]] int ncclMinChannels() const { return nccl_min_channels_; }
@@ -221,6 +226,7 @@ class PluginState {
   bool fold_rings_env_ = false;  // CRYSTAL_FOLD_RINGS was set: it wins over every comm's
   mutable std::mutex fold_mu_;
   std::set<std::uint64_t> rings_on_node_;  // setCommRingsOnNode
+  std::map<std::uint64_t, int> node_ranks_;  // setCommNodeRanks
   int nccl_min_channels_ = 0;
   bool shared_clock_ = true;
   bool rdma_ = false;

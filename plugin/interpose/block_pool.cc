@@ -217,6 +217,11 @@ int offerBlockPool(std::uint64_t comm_hash, int rank, int nranks, const char* ca
     st.ensureInit();
     const plugin::RingNeighbours ring{place.prev, place.next};
     if (plugin::p2pRingsStayOnNode(place.members, ring)) st.setCommRingsOnNode(comm_hash);
+    // Every node full: the host copies this rank's node for the others, so NCCL's tree runs
+    // over nodes (its NET links at the nodes' heads), not over one node per rank.
+    const int gpn = st.config().cluster.gpus_per_node;
+    if (place.members == gpn && nranks > gpn && nranks % gpn == 0)
+      st.setCommNodeRanks(comm_hash, gpn);
     // Pacing of the pool's ring connections (plugin/p2p_agent.h); without it they run free.
     std::string why;
     if (!plugin::P2pAgent::create(comm_hash, rank, nranks, ctx, ring, place.tree_channels, &why))

@@ -43,6 +43,35 @@ void TreeComm::setBaseChannels(int n) {
   if (base_ == 0 && n > 0) base_ = n;
 }
 
+void TreeComm::setNodeRanks(int ranks) {
+  std::lock_guard lock(mu_);
+  if (node_ranks_ == 0 && ranks > 1) node_ranks_ = ranks;
+}
+
+TreeComm::NcclTree TreeComm::ncclTree(int tree) const {
+  NcclTree t;
+  if (node_ranks_ <= 1) {  // NCCL's double binary tree over the ranks (one node each)
+    const TreeNeighbours d = doubleBinaryTree(nranks_, self_, tree);
+    t.up = d.up;
+    t.down = {d.down[0], d.down[1], -1};
+    return t;
+  }
+  // graph/connect.cc: a node's chain in rank order, its head linked to the nodes' tree.
+  const int ppn = node_ranks_, local = self_ % ppn, node = self_ / ppn;
+  const int nodes = (nranks_ + ppn - 1) / ppn;
+  const int last = std::min(nranks_, (node + 1) * ppn) - 1;
+  if (self_ < last) t.down[0] = self_ + 1;
+  if (local > 0) {
+    t.up = self_ - 1;
+    return t;
+  }
+  const TreeNeighbours d = doubleBinaryTree(nodes, node, tree);
+  t.up = d.up >= 0 ? d.up * ppn : -1;
+  t.down[1] = d.down[0] >= 0 ? d.down[0] * ppn : -1;
+  t.down[2] = d.down[1] >= 0 ? d.down[1] * ppn : -1;
+  return t;
+}
+
 int TreeComm::channelIndex(int tree, int k) const {
   if (base_ > 0) return (k / base_) * 2 * base_ + tree * base_ + k % base_;
   return tree == 0 ? k : connected_[0] + k;
@@ -106,7 +135,7 @@ std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
     cursors_.push_back(cursor);
     ch = std::make_shared<TreeChannel>(
         targetTreePosition(self_, nranks_, shape_.ranks_per_node, tree),
-        doubleBinaryTree(nranks_, self_, tree).up >= 0,
+        ncclTree(tree).up >= 0,
         [self = weak_from_this(), tree, ordinal, cursor](std::uint64_t bytes) {
           if (auto comm = self.lock()) return comm->nextOp(tree, ordinal, cursor.get(), bytes);
           TreeOpPlan gone;  // the context was finalized under a live connection
@@ -119,17 +148,20 @@ std::shared_ptr<TreeChannel> TreeComm::channelLocked(int tree, int ordinal) {
 }
 
 namespace {
-std::optional<TreeRole> roleIn(const TreeNeighbours& t, bool send, int peer) {
+template <typename Tree>
+std::optional<TreeRole> roleIn(const Tree& t, bool send, int peer) {
+  if (peer < 0) return std::nullopt;
   if (peer == t.up) return send ? TreeRole::ToParent : TreeRole::FromParent;
-  if (peer == t.down[0] || peer == t.down[1]) return send ? TreeRole::ToChild : TreeRole::FromChild;
+  for (const int d : t.down)
+    if (peer == d) return send ? TreeRole::ToChild : TreeRole::FromChild;
   return std::nullopt;
 }
 }  // namespace
 
 std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
   std::unique_lock lock(mu_);
-  const auto r0 = roleIn(doubleBinaryTree(nranks_, self_, 0), send, peer);
-  const auto r1 = roleIn(doubleBinaryTree(nranks_, self_, 1), send, peer);
+  const auto r0 = roleIn(ncclTree(0), send, peer);
+  const auto r1 = roleIn(ncclTree(1), send, peer);
   if (!r0 && !r1) return nullptr;
   if (r0 && r1) {
     // A neighbour in both trees: the exchange numbers its channels of tree 0, then those of

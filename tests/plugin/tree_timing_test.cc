@@ -128,6 +128,31 @@ TEST(TreeTiming, ConnectionsFindTheirChannel) {
   EXPECT_TRUE(second->isTree());
 }
 
+// Under p2p_peers with every node full NCCL's tree runs over nodes: rank 0 of 64 printed
+// `Trees [0] 1/32/-1->0->-1 [2] 1/-1/-1->0->8` on the H200 (2026-12-04): the root of tree 0
+// with NET child 32, a child of 8 in tree 1, its chain child 1 in both (a GPU of its node, not
+// the NET path's). Per rank, NCCL's tree over 64 has other neighbours.
+TEST(TreeTiming, NodeTreesLinkTheNodesHeads) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto flat = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0005, 0, 64);
+  EXPECT_EQ(flat->link(true, 8, 0), nullptr) << "no neighbour of rank 0 in the per-rank tree";
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0006, 0, 64);
+  comm->setNodeRanks(8);
+  comm->setBaseChannels(2);
+  EXPECT_NE(comm->link(false, 32, 0), nullptr);  // child node 4's head, tree 0
+  EXPECT_NE(comm->link(true, 32, 0), nullptr);
+  EXPECT_NE(comm->link(true, 8, 0), nullptr);  // parent node 1's head, tree 1
+  EXPECT_NE(comm->link(false, 8, 0), nullptr);
+  EXPECT_EQ(comm->link(true, 16, 0), nullptr);
+  // A rank inside its node has no NET link in either tree.
+  auto inner = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0007, 13, 64);
+  inner->setNodeRanks(8);
+  for (const int peer : {14, 40, 8, 16, 0}) EXPECT_EQ(inner->link(true, peer, 0) != nullptr,
+                                                      peer == 14) << peer;  // 14: chain child
+}
+
 // NCCL copies its 2n tree channels in blocks (compute-channel doubling, NCCL_MIN_NCHANNELS):
 // with n known (the host reads it from the graph all-gather) a connection's ordinal maps to
 // NCCL's channel index, which decides whether a record's operation (its channel count) runs
@@ -139,8 +164,11 @@ TEST(TreeTiming, DuplicatedChannelsMapOrdinalsToNcclsChannels) {
   auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0004, 63, 64);
   comm->setBaseChannels(1);
   comm->setBaseChannels(2);  // the first value stays
-  // Rank 63: parent 62 in tree 0 only; its tree-1 parent another rank.
-  const int up1 = doubleBinaryTree(64, 63, 1).up;
+  // Rank 63: parent 62 in tree 0 only; in tree 1 (the mirror) the root, its neighbour there
+  // a child.
+  const TreeNeighbours t1 = doubleBinaryTree(64, 63, 1);
+  const int up1 = t1.up >= 0 ? t1.up : t1.down[0] >= 0 ? t1.down[0] : t1.down[1];
+  ASSERT_GE(up1, 0) << t1.up << " " << t1.down[0] << " " << t1.down[1];
   ASSERT_NE(up1, 62);
   ASSERT_NE(doubleBinaryTree(64, 63, 0).up, up1);
   for (int k = 0; k < 2; ++k) {  // 4 channels: 2 per tree

@@ -11,6 +11,7 @@
 // (targetTreePosition): target nodes of cluster.gpus_per_node ranks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,6 +45,12 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // to a neighbour in both trees is channel k. Unknown (0): channels 0..n-1 tree 0, n..2n-1
   // tree 1 with n the connections seen. The first value given stays.
   void setBaseChannels(int n);
+  // NCCL's tree runs over nodes of `ranks` consecutive ranks (emulation.p2p_peers: the real
+  // rank's node fused, the others copies of it), each a chain in rank order whose head links
+  // to the nodes' double binary tree (pattern TREE: every NET link at the head), instead of
+  // one node per rank. Only the connections' roles change: the timing is the target's place
+  // either way. The first value given stays; call before the first link().
+  void setNodeRanks(int ranks);
 
   // The plan of the next tree operation of channel (tree, ordinal) from the log; `bytes`
   // stands in when there is no record (tuner off, or not a tree all-reduce's order).
@@ -55,6 +62,12 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   [[nodiscard]] TreeOpPlan plan(const CollectiveEntry& e, int real) const;
 
  private:
+  // The real rank's neighbours in NCCL's tree `tree` (setNodeRanks): up, and up to three down.
+  struct NcclTree {
+    int up = -1;
+    std::array<int, 3> down = {-1, -1, -1};
+  };
+  [[nodiscard]] NcclTree ncclTree(int tree) const;  // under mu_
   [[nodiscard]] std::shared_ptr<TreeChannel> channelLocked(int tree, int ordinal);
   [[nodiscard]] std::pair<std::shared_ptr<TreeChannel>, TreeRole> bindBoth(bool send, int peer,
                                                                            int ordinal, TreeRole r0,
@@ -64,6 +77,7 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
 
   model::CommShape shape_;
   int self_, nranks_;
+  int node_ranks_ = 0;  // setNodeRanks; 0: one node per rank
   std::shared_ptr<CollectiveLog> log_;
   std::mutex mu_;
   int connected_[2] = {0, 0};  // channels of tree 0 / 1 the real rank connected
