@@ -15,7 +15,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "comm.h"
 #include "crystal/base/error.h"
@@ -131,13 +133,12 @@ bool Comm::writeGraphFile(int rank, const wire::PeerInfo& info) {
   // Written whole under another name, then renamed: NCCL never reads half a file.
   const std::string tmp = *path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
-  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr && std::fclose(f) != 0) {
-    fail(rank, fmt::format("NCCL_GRAPH_FILE {}: cannot write it", *path));
-    return false;
-  }
+  bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
   if (!ok || std::rename(tmp.c_str(), path->c_str()) != 0) {
-    fail(rank, fmt::format("NCCL_GRAPH_FILE {}: cannot write it", *path));
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    fail(rank, fmt::format("cannot write its NCCL_GRAPH_FILE {}: {}", *path, why));
     return false;
   }
   CRYSTAL_INFO("comm {}: rank {}'s NCCL_GRAPH_FILE {}: {}", name_, rank, *path, what);
