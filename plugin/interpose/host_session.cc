@@ -93,7 +93,7 @@ std::optional<std::string> hostAddress() {
   return std::string(h);
 }
 
-void applyHostIdPrefix() noexcept {
+void applyEmulationEnv() noexcept {
   applyGraphFile();
   const char* prefix = std::getenv(kEnvHostIdPrefix);
   if (prefix == nullptr || *prefix == '\0') return;

@@ -24,12 +24,13 @@ inline constexpr double kDefaultTimeoutS = 60.0;
 // CRYSTAL_HOST if set and non-empty: the interposer is in emulation mode.
 [[nodiscard]] std::optional<std::string> hostAddress();
 
-// Sets NCCL_HOSTID=<CRYSTAL_HOSTID_PREFIX>-<pid> when the prefix is set, so every real
-// process (also children forked or spawned by a launcher) is its own NCCL host.
-void applyHostIdPrefix() noexcept;
+// The environment this process's NCCL reads under emulation, set at load and at every
+// interposed entry point (a process forked or spawned by a launcher has another pid):
+// NCCL_HOSTID=<CRYSTAL_HOSTID_PREFIX>-<pid> when the prefix is set, so every real process is
+// its own NCCL host, and applyGraphFile.
+void applyEmulationEnv() noexcept;
 // CRYSTAL_GRAPH_DIR (emulation.p2p_peers; control/graph_file.h): points NCCL_GRAPH_FILE at this
-// process's file there, written empty first; the host fills it for each comm. Called by
-// applyHostIdPrefix, i.e. at every interposed entry point before NCCL reads its environment.
+// process's file there, written empty first; the host fills it for each comm.
 void applyGraphFile() noexcept;
 
 struct CommRecord {

@@ -30,7 +30,7 @@ namespace ci = crystal::interpose;
 namespace {
 
 // NCCL_HOSTID must be in place before NCCL first reads it, i.e. before any NCCL call.
-__attribute__((constructor)) void crystalInterposerLoaded() { ci::applyHostIdPrefix(); }
+__attribute__((constructor)) void crystalInterposerLoaded() { ci::applyEmulationEnv(); }
 
 template <typename Fn>
 Fn realOrNull(const char* name) {
@@ -52,7 +52,7 @@ void rememberCreated(int rc, NcclComm* comm, std::uint64_t hash, int nranks, int
 template <typename Call>
 int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int rank, int n_ids,
                     NcclComm* comm, Call&& forward) {
-  ci::applyHostIdPrefix();
+  ci::applyEmulationEnv();
   if (!ci::hostAddress()) return forward(nranks, rank);
   if (id == nullptr) return ci::reportError(name, "commId is NULL", ci::kNcclInvalidUsage);
   ci::InitArgs args;
@@ -75,7 +75,7 @@ int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int ra
 }  // namespace
 
 CRYSTAL_EXPORT int ncclGetUniqueId(NcclUniqueId* uniqueId) {
-  ci::applyHostIdPrefix();
+  ci::applyEmulationEnv();
   if (ci::hostAddress()) return ci::hostUniqueId(uniqueId, "ncclGetUniqueId");
   auto fn = realOrNull<ci::GetUniqueIdFn>("ncclGetUniqueId");
   return fn ? fn(uniqueId) : missing("ncclGetUniqueId");
@@ -110,7 +110,7 @@ CRYSTAL_EXPORT int ncclCommInitRankScalable(NcclComm* comm, int nranks, int myra
 }
 
 CRYSTAL_EXPORT int ncclCommInitAll(NcclComm* comms, int ndev, const int* devlist) {
-  ci::applyHostIdPrefix();
+  ci::applyEmulationEnv();
   if (ci::hostAddress())
     return ci::reportError("ncclCommInitAll",
                            "a single-process communicator of local GPUs cannot include virtual "
