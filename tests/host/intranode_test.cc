@@ -456,6 +456,28 @@ TEST(IntraNodeFaults, WrongSlotSizeFailsTheComm) {
       << errors[0].message;
 }
 
+// A graph file the host cannot write (its directory gone) fails the comm with the path and
+// the reason, before NCCL could read a stale one: the real rank's peerInfo all-gather ends.
+TEST(IntraNodeFaults, UnwritableGraphFileFailsTheCommClearly) {
+  auto host = p2pHost(8);
+  const UniqueId id = host->mintUniqueId();
+  (void)host->declareComm(id, {64, {0}, kSupportedNcclVersion, "world"});
+  host->setGraphFile(commHashOf(id), 0, "/nonexistent-crystal-dir/graph-1.xml");
+  FakeRank f(id, 0, 64);
+  (void)f.init();
+  EXPECT_ANY_THROW(f.initAllGathers());
+  std::vector<HostError> errors;
+  for (int i = 0; i < 400 && errors.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    errors = host->errors();
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("cannot write its NCCL_GRAPH_FILE "
+                                   "/nonexistent-crystal-dir/graph-1.xml: No such file"),
+            std::string::npos)
+      << errors[0].message;
+}
+
 // R's own p2pConnectInfo (rank, read, directPtr, size at 0/4/8/16 of a 256-byte entry).
 std::vector<std::byte> rEntries(const std::vector<std::uint64_t>& sizes, std::int32_t read = 0) {
   std::vector<std::byte> out(sizes.size() * 256);
