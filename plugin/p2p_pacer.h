@@ -34,12 +34,14 @@
 // CPU saw R's head), at most one ahead of what R consumed.
 //
 // Tree all-reduces (the collective log says NCCL runs Tree): R's node is a chain in rank order
-// on every tree channel, as on the target (live/tree_timing.h TreePosition), so R's parent is
-// rank - 1 and its child rank + 1. NCCL keeps one connector per (channel, peer, direction):
-// the ring's send to rank + 1 carries the tree's sends down, the ring's receive from rank - 1
-// the tree's receives from the parent; the tree adds a send to rank - 1 (up) and a receive
-// from rank + 1 (from the child), `add(..., tree_only)`. A live::TreeChannel per channel
-// (channels 0..n/2-1 of tree 0, the rest of tree 1) times them as the NET path times its tree
+// on every tree channel, as on the target (live/tree_timing.h TreePosition; the host's graph
+// file makes NCCL's so, host/node_graph.h), so R's parent is rank - 1 and its child rank + 1.
+// NCCL keeps one connector per (channel, peer, direction): the ring's send to rank + 1
+// carries the tree's sends down, the ring's receive from rank - 1 the tree's receives from
+// the parent (`tree_parent`; a ring the host rotated receives from another member, and that
+// connector stays idle); the tree adds a send to rank - 1 (up) and a receive from rank + 1
+// (from the child), `add(..., tree_only)`. A live::TreeChannel per channel (channel c of tree
+// (c / n) % 2 with NCCL's n, setTreeBase) times them as the NET path times its tree
 // connections: a receive from the child at the arrival from the virtual leaves below, one
 // from the parent when the result comes back down the loop after R's own send up. Units are
 // counter steps (Tree Simple: one step a chunk). Outside a tree operation a tree-only receive
