@@ -92,10 +92,10 @@ PoolPlace BootstrapHandler::blockPool(const PeerInfo& peer, const BlockPool& req
       "host: comm 0x{:x} rank {} (pid {}) offers {} recv and {} send blocks for P2P "
       "peers: {}",
       req.comm_hash, req.rank, peer.pid, req.recv.size(), req.send.size(),
-      at.members > 0 ? fmt::format("index {} of {} GPUs of its host, ring {} -> it -> {}",
-                                   at.local, at.members, at.prev, at.next)
+      at.members > 0 ? fmt::format("one of {} GPUs of its host, ring {} -> it -> {}",
+                                   at.members, at.prev, at.next)
                      : std::string("not used (no GPU of its node is virtual)"));
-  return {at.members, at.local, at.prev, at.next, at.tree_channels};
+  return {at.members, at.prev, at.next, at.tree_channels};
 }
 
 Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {

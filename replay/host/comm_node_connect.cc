@@ -62,8 +62,7 @@ NodePlace Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
   st.spec.send_block_bytes = pool.send_block_bytes;
   st.spec.recv.insert(st.spec.recv.end(), pool.recv.begin(), pool.recv.end());
   st.spec.send.insert(st.spec.send.end(), pool.send.begin(), pool.send.end());
-  NodePlace at{static_cast<int>(members.size()),
-               static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin())};
+  NodePlace at{static_cast<int>(members.size())};
   for (const auto& ag : ags_) {  // R's own view of the ring (ncclTopoPreset)
     if (ag.kind != AllGatherKind::GraphInfo || ag.have[static_cast<std::size_t>(rank)] == 0)
       continue;

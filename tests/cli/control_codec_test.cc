@@ -133,21 +133,20 @@ TEST(ControlCodec, WritesRoundTripAndAreBounded) {
 
 // POOL_PLACE: a rank index on a node of `members`, or members 0 with index -1; nothing else.
 TEST(ControlCodec, PoolPlaceRoundTripsAndIsChecked) {
-  EXPECT_EQ(encode(PoolPlace{8, 5, 12, 14, 2}).size(), kHeaderSize + 20);
-  const auto got = std::get<PoolPlace>(roundTrip(PoolPlace{8, 5, 12, 14, 2}));
+  EXPECT_EQ(encode(PoolPlace{8, 12, 14, 2}).size(), kHeaderSize + 16);
+  const auto got = std::get<PoolPlace>(roundTrip(PoolPlace{8, 12, 14, 2}));
   EXPECT_EQ(got.members, 8);
-  EXPECT_EQ(got.local, 5);
   EXPECT_EQ(got.prev, 12);
   EXPECT_EQ(got.next, 14);
   EXPECT_EQ(got.tree_channels, 2);
   EXPECT_EQ(std::get<PoolPlace>(roundTrip(PoolPlace{})).members, 0);
   for (const PoolPlace bad :
-       {PoolPlace{8, 8}, PoolPlace{8, -1}, PoolPlace{0, 0}, PoolPlace{-2, -1},
-        PoolPlace{8, 0, -2, 1}, PoolPlace{8, 0, 7, -5}, PoolPlace{8, 0, 7, 1, 65}}) {
+       {PoolPlace{-2}, PoolPlace{8, -2, 1}, PoolPlace{8, 7, -5}, PoolPlace{8, 7, 1, 65},
+        PoolPlace{8, 7, 1, -1}}) {
     const auto frame = encode(bad);
     EXPECT_THROW((void)decodePayload(MsgType::PoolPlace, std::span(frame).subspan(kHeaderSize)),
                  ProtocolError)
-        << bad.members << " " << bad.local;
+        << bad.members << " " << bad.prev << " " << bad.next << " " << bad.tree_channels;
   }
 }
 

@@ -63,7 +63,7 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
   pool.send = {0x7f0001400000ull};
   const PoolPlace place = c.blockPool(pool);
   EXPECT_EQ(place.members, 8);  // the recording handler's answer, decoded
-  EXPECT_EQ(place.local, 3);
+  EXPECT_EQ(place.next, 4);
   {
     std::lock_guard lock(h.mu);
     ASSERT_EQ(h.pools.size(), 1u);

@@ -38,7 +38,7 @@ class RecordingHandler : public ControlHandler {
     std::lock_guard lock(mu);
     pools.push_back(req);
     if (event_log != nullptr) event_log->push_back("host:BLOCK_POOL");
-    return {8, req.rank % 8};
+    return {8, req.rank - 1, req.rank + 1};
   }
   Writes getWrites(const PeerInfo&, const GetWrites& req) override {
     std::lock_guard lock(mu);

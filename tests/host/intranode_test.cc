@@ -209,7 +209,6 @@ TEST(IntraNode, TwoRealRanksOnANodeKeepEveryRankAHost) {
   for (auto& th : t) th.join();
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(place[r].members, 0) << r;
-    EXPECT_EQ(place[r].local, -1) << r;
     ASSERT_EQ(seen[r].size(), 8u);
     std::set<std::uint64_t> hosts;
     for (const auto& p : seen[r]) hosts.insert(p.host_hash);
@@ -292,7 +291,8 @@ TEST_P(IntraNodeSplit, ChildOfWholeNodesGetsGpusOfTheRealRanksHost) {
     }
     const NodePlace at = host->addBlockPool(child->commHash(), me, pool);
     EXPECT_EQ(at.members, 8);
-    EXPECT_EQ(at.local, me);
+    EXPECT_EQ(at.prev, me - 1);
+    EXPECT_EQ(at.next, me + 1);
   } else {
     child->initAllGathers();
     std::set<std::uint64_t> hosts;
@@ -601,7 +601,8 @@ TEST(NodeConnect, PoolsAreCheckedAndReadModeRefused) {
   EXPECT_THROW(c.host->addBlockPool(f.commHash(), 0, small), InputError);
   const NodePlace at = c.host->addBlockPool(f.commHash(), 0, ok);
   EXPECT_EQ(at.members, 8);
-  EXPECT_EQ(at.local, 0);
+  EXPECT_EQ(at.prev, 7) << "one node: the chain closes";
+  EXPECT_EQ(at.next, 1);
   f.bootstrapSend(1, (1 << 8) + 1, rEntries({kP2pSendBlockBytes}, /*read=*/1));
   EXPECT_EQ(f.bootstrapRecv(1, (1 << 8) + 1).size(),
             static_cast<std::size_t>(wire::kMaxMessageBytes + wire::kConnectEntryBytes));

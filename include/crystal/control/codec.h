@@ -136,7 +136,6 @@ inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
 inline void putBody(Writer& w, const PoolPlace& m) {
   w.put(m.members);
-  w.put(m.local);
   w.put(m.prev);
   w.put(m.next);
   w.put(m.tree_channels);
@@ -349,13 +348,11 @@ constexpr MsgType typeOf<Error>() {
     case MsgType::PoolPlace: {
       PoolPlace m;
       m.members = r.get<std::int32_t>("members");
-      m.local = r.get<std::int32_t>("local");
       m.prev = r.get<std::int32_t>("prev");
       m.next = r.get<std::int32_t>("next");
       m.tree_channels = r.get<std::int32_t>("tree_channels");
-      if (m.members < 0 || (m.members == 0 ? m.local != -1 : m.local < 0 || m.local >= m.members))
-        throw ProtocolError("control frame POOL_PLACE: rank index " + std::to_string(m.local) +
-                            " on a node of " + std::to_string(m.members));
+      if (m.members < 0)
+        throw ProtocolError("control frame POOL_PLACE: a node of " + std::to_string(m.members));
       if (m.prev < -1 || m.next < -1)
         throw ProtocolError("control frame POOL_PLACE: ring neighbours " +
                             std::to_string(m.prev) + " and " + std::to_string(m.next));

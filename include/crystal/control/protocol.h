@@ -125,13 +125,12 @@ struct UniqueIdReply {
 };
 struct Ok {};
 // Where the rank that offered a BLOCK_POOL stands: `members` ranks of its target node played as
-// GPUs of its host, itself at index `local`; members 0: none are (another real rank on that
-// node, or a split child not made of whole nodes), the blocks are not used and can be freed.
+// GPUs of its host, itself among them; members 0: none are (another real rank on that node,
+// or a split child not made of whole nodes), the blocks are not used and can be freed.
 // `prev`/`next`: its neighbours on the node's ring chain (global ranks; -1 where the ring
 // crosses the NET), which NCCL's graph may have rotated (host/node_graph.h).
 struct PoolPlace {
   std::int32_t members = 0;
-  std::int32_t local = -1;
   std::int32_t prev = -1;
   std::int32_t next = -1;
   std::int32_t tree_channels = 0;  // NCCL's tree channels before doubling (0: unknown)

@@ -103,11 +103,10 @@ struct BlockPoolSpec {
   std::vector<std::uint64_t> recv, send;
 };
 // Where a real rank that offered a block pool stands on its target node: `members` ranks of
-// the comm (the rank among them at index `local`) played as GPUs of its host, or members 0
-// when the host keeps every rank of that node a host of its own (the pool is not used).
+// the comm (the rank among them) played as GPUs of its host, or members 0 when the host keeps
+// every rank of that node a host of its own (the pool is not used).
 struct NodePlace {
   int members = 0;
-  int local = -1;
   // Its neighbours on the node's ring chain (channel 0 of NCCL's ring graph; every channel
   // runs the same chain, node_graph.h): global ranks, -1 where the ring leaves the node over
   // the NET (a comm over several nodes) or unknown. A one-node comm's chain closes on itself.
