@@ -120,7 +120,7 @@ void applyGraphFile() noexcept {
   }
   // Until the host writes it for a comm, a graph NCCL reads as "search as usual".
   if (std::FILE* f = std::fopen(path.c_str(), "w")) {
-    std::fputs("<graphs version=\"1\">\n</graphs>\n", f);
+    std::fputs(control::kNoGraphs, f);
     if (std::fclose(f) == 0) {
       ::setenv("NCCL_GRAPH_FILE", path.c_str(), 1);
       return;

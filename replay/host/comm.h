@@ -202,7 +202,17 @@ class Comm {
   void onIntraData(IntraGather& g, int side, Stream& s);
   void onIntraClosed(IntraGather& g, int side, const std::string& why);
   void sendIntraClones(IntraGather& g);
-  [[nodiscard]] std::optional<wire::PeerInfo> realPeerInfo(int rank) const;
+  // Real rank `rank`'s slice of the first all-gather of `kind` that has it, decoded.
+  template <typename T>
+  [[nodiscard]] std::optional<T> realSlice(AllGatherKind kind, int rank, const char* what) const {
+    for (const auto& ag : ags_) {
+      if (ag.kind != kind || ag.have[static_cast<std::size_t>(rank)] == 0) continue;
+      const auto at = static_cast<std::size_t>(rank) * static_cast<std::size_t>(ag.slice_bytes);
+      return wire::decodeExact<T>(
+          std::span(ag.data).subspan(at, static_cast<std::size_t>(ag.slice_bytes)), what);
+    }
+    return std::nullopt;
+  }
   // Writes real rank `rank`'s NCCL_GRAPH_FILE for this comm (node_graph.h) from its peerInfo;
   // false (the comm failed, with the reason) when the file cannot be written.
   bool writeGraphFile(int rank, const wire::PeerInfo& info);

@@ -145,17 +145,6 @@ bool Comm::writeGraphFile(int rank, const wire::PeerInfo& info) {
   return true;
 }
 
-std::optional<wire::PeerInfo> Comm::realPeerInfo(int rank) const {
-  for (const auto& ag : ags_) {
-    if (ag.kind != AllGatherKind::PeerInfo || ag.have[static_cast<std::size_t>(rank)] == 0)
-      continue;
-    const auto at = static_cast<std::size_t>(rank) * static_cast<std::size_t>(ag.slice_bytes);
-    return wire::decodeExact<wire::PeerInfo>(
-        std::span(ag.data).subspan(at, static_cast<std::size_t>(ag.slice_bytes)), "ncclPeerInfo");
-  }
-  return std::nullopt;
-}
-
 void Comm::onIntraNodeAccept(StreamId id, int sender, int target) {
   if (phase_ == CommPhase::Failed || phase_ == CommPhase::Destroyed) {
     ctx_.loop->close(id);
@@ -296,7 +285,7 @@ void Comm::onIntraData(IntraGather& g, int side, Stream& s) {
 }
 
 void Comm::sendIntraClones(IntraGather& g) {
-  const std::optional<wire::PeerInfo> real = realPeerInfo(g.real);
+  const auto real = realSlice<wire::PeerInfo>(AllGatherKind::PeerInfo, g.real, "ncclPeerInfo");
   if (!real)
     throw ProtocolError("topology slot before the rank's peerInfo reached the host");
   (void)topo_xml::findGpu(g.slot, g.real);  // validates once, with a precise message

@@ -63,22 +63,16 @@ NodePlace Comm::addBlockPool(int rank, const BlockPoolSpec& pool) {
   st.spec.recv.insert(st.spec.recv.end(), pool.recv.begin(), pool.recv.end());
   st.spec.send.insert(st.spec.send.end(), pool.send.begin(), pool.send.end());
   NodePlace at{static_cast<int>(members.size())};
-  for (const auto& ag : ags_) {  // R's own view of the ring (ncclTopoPreset)
-    if (ag.kind != AllGatherKind::GraphInfo || ag.have[static_cast<std::size_t>(rank)] == 0)
-      continue;
-    const auto g = wire::decodeExact<wire::AllGatherInfo>(
-        std::span(ag.data).subspan(
-            static_cast<std::size_t>(rank) * static_cast<std::size_t>(ag.slice_bytes),
-            static_cast<std::size_t>(ag.slice_bytes)),
-        "allGatherInfo");
-    const auto& t = g.topo_ranks;
+  // R's own view of the ring (ncclTopoPreset).
+  if (const auto g =
+          realSlice<wire::AllGatherInfo>(AllGatherKind::GraphInfo, rank, "allGatherInfo")) {
+    const auto& t = g->topo_ranks;
     at.prev = t.ring_prev[0];
     at.next = t.ring_next[0];
     if (at.members == nranks_) {  // one node: the chain's ends meet
       if (at.prev < 0) at.prev = t.ring_send[0];
       if (at.next < 0) at.next = t.ring_recv[0];
     }
-    break;
   }
   at.tree_channels = tree_channels_;
   return at;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "crystal/base/error.h"
+#include "crystal/control/graph_file.h"
 
 namespace crystal::host {
 
@@ -74,6 +75,6 @@ std::string nodeGraphXml(const NodeGraph& g) {
   return out;
 }
 
-std::string emptyGraphXml() { return "<graphs version=\"1\">\n</graphs>\n"; }
+std::string emptyGraphXml() { return control::kNoGraphs; }
 
 }  // namespace crystal::host

@@ -13,6 +13,8 @@
 namespace crystal::control {
 
 inline constexpr const char* kEnvGraphDir = "CRYSTAL_GRAPH_DIR";
+// A graph file with no graph: NCCL searches every graph as without the file.
+inline constexpr const char* kNoGraphs = "<graphs version=\"1\">\n</graphs>\n";
 
 // The directory of emulation `emulation_id` (under the system's temporary directory).
 [[nodiscard]] inline std::string graphDir(std::uint64_t emulation_id) {
