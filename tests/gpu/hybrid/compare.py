@@ -3,7 +3,7 @@
 
 usage: compare.py CASE HYBRID_OUTPUT COMM=MODEL_JSON [COMM=MODEL_JSON ...]
 Prints markdown rows: | case | comm | op | bytes | emulated us | model us | model pick | diff % |
-for every line of HYBRID_OUTPUT ("comm op bytes avg_us algbw") whose comm has a model file,
+for every line of HYBRID_OUTPUT ("comm op bytes avg_us algbw [host_us]") whose comm has a model file,
 matched to the model row of the same op and nearest size (within 10 %). Rows without a model
 row say so; nothing is dropped silently.
 """
@@ -12,7 +12,7 @@ import re
 import sys
 
 LINE = re.compile(r"^(\S+)\s+(allreduce|allgather|reducescatter|broadcast|sendrecv|alltoall)"
-                  r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+\s*$")
+                  r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+(?:\s+[0-9.]+)?\s*$")
 
 
 def load_model(path):

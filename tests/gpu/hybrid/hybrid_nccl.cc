@@ -10,7 +10,9 @@
 //          --min BYTES --max BYTES --step F (size multiplier) --iters N --split G (also
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
 //          --init-only 1 (create the communicators, destroy them, exit)
-// Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups.
+// Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups, and
+// host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
+// the GPU waited for the host, as a real cluster's would for the same calls).
 // Never hangs: it waits for the GPU by polling, checks every communicator's async error
 // (an NCCL error from the plugin, e.g. the emulation host gone) and gives up after
 // WAIT_TIMEOUT seconds (default 120) per measurement; then it aborts the communicators and
@@ -282,7 +284,8 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  std::printf("%-6s %-14s %12s %12s %10s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps");
+  std::printf("%-6s %-14s %12s %12s %10s %9s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps",
+              "host_us");
   std::fflush(stdout);
   for (const std::string& op : splitList(ops)) {
     for (double sz = static_cast<double>(min_b); sz <= static_cast<double>(max_b) * 1.0001;
@@ -301,14 +304,16 @@ int main(int argc, char** argv) {
         const int from = pair ? real_peer : (cr - 1 + cn) % cn;
         for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e0, s));
+        const double h0 = now();
         for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
+        const double host_us = 1e6 * (now() - h0) / iters;
         CUDA_OK(cudaEventRecord(e1, s));
         if (const int rc = waitOrFail(e1, *watchdog, rank, wait_s); rc != 0) return rc;
         float ms = 0;
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
-        std::printf("%-6s %-14s %12zu %12.1f %10.2f\n", name.c_str(), op.c_str(), bytes, us,
-                    bytes / us / 1000.0);
+        std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f\n", name.c_str(), op.c_str(), bytes, us,
+                    bytes / us / 1000.0, host_us);
         std::fflush(stdout);
       }
     }

@@ -184,6 +184,9 @@ case "$case_name" in
          echo "  p2p_peers: true" >>"$cfg"
          # P2P_REAL_CHANNELS=N: emulation.real_channels (NCCL_MIN_NCHANNELS above the target's).
          [ -n "${P2P_REAL_CHANNELS:-}" ] && echo "  real_channels: $P2P_REAL_CHANNELS" >>"$cfg"
+         # P2P_GPU_GBPS=X: emulation.gpu_channel_GBps (ring_fold.h); a large X keeps rings on
+         # the target's channel count (R's kernel measured as the target's would run).
+         [ -n "${P2P_GPU_GBPS:-}" ] && echo "  gpu_channel_GBps: $P2P_GPU_GBPS" >>"$cfg"
          if [ -z "${P2P_OPS:-}" ]; then
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
