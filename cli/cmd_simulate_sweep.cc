@@ -31,8 +31,9 @@ constexpr std::string_view kUsage =
     "  --ranks N   communicator size (default job.world_size); the first N GPUs of the cluster\n"
     "  --proto P   only protocol P (Simple, LL, LL128), as NCCL_PROTO=P; `crystal emulate`\n"
     "              runs with NCCL_PROTO=Simple, so compare emulated runs with --proto Simple\n"
-    "  --rank R    broadcast (root 0) as rank R sees it: its own completion, not the last\n"
-    "              rank's (compare an emulation whose real rank is R); other ops unchanged\n"
+    "  --rank R    broadcast (root 0) and ring all-gather / reduce-scatter / all-reduce as\n"
+    "              rank R sees them: its own completion, not the last rank's (compare an\n"
+    "              emulation whose real rank is R); other ops unchanged\n"
     "  --json FILE the rows as JSON (NCCL-tests' -J keys where they exist)\n";
 
 int parsePositive(std::string_view flag, const std::string& v) {

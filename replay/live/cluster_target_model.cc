@@ -187,6 +187,13 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
     c.ring_net_by[i] = RingHop{net.latency_ns,
                                (net_all > 0 ? 1.0 / net_all : net.ns_per_byte) / wire,
                                net.ns_per_byte / wire, c.nics_used};
+    // The GPU's time per slice: out of the latency, into each unit's occupancy (as the
+    // model's ringRun takes it).
+    const auto unit = static_cast<TimeNs>(m.nvlStep(p, 1, c.shape).ring_unit_us * 1e3 + 0.5);
+    for (RingHop* h : {&c.ring_nvl_by[i], &c.ring_net_by[i]}) {
+      h->unit_ns = unit;
+      h->latency_ns = std::max<TimeNs>(0, h->latency_ns - unit);
+    }
   }
   c.ring_nvl = c.ring_nvl_by[static_cast<std::size_t>(Proto::Simple)];
   c.ring_net = c.ring_net_by[static_cast<std::size_t>(Proto::Simple)];

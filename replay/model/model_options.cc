@@ -47,6 +47,11 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
       if (!(value >= 0)) throw InputError("model.overrides.p2p_net_channel_gbps: must be >= 0");
       o.step.p2p_net_channel_GBps = value;
     }
+    if (name == "ring_slice_us") {
+      if (!(value >= 0 && value <= 1000))
+        throw InputError("model.overrides.ring_slice_us: must be in 0..1000");
+      o.step.ring_slice_us = value;
+    }
   }
   return o;
 }

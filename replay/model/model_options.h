@@ -18,7 +18,8 @@ struct ModelOptions {
 // Free-form overrides this model knows (others are left to other modules):
 //   ll128: 0 disables LL128 (NCCL_PROTO=^LL128), 1 applies NCCL's enable rules;
 //   nic_path_phb: 1 = NICs hang off the CPU (PHB), which disables LL128 on sm90;
-//   amd_cpu: 1 = AMD host CPUs (llMaxBw row, 2 us net overhead).
+//   amd_cpu: 1 = AMD host CPUs (llMaxBw row, 2 us net overhead);
+//   p2p_net_channel_gbps, ring_slice_us: StepOptions' figures of the same names.
 // Throws InputError naming model.<field> for values out of range.
 [[nodiscard]] ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m);
 

@@ -115,7 +115,9 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
   const Placement pl = topo.place(shape);
   const HopPair t = hopTiming(pl, a, p, std::max(1, channels), opt.step);
   const Hop& h = net ? t.net : t.nvl;
-  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3)};
+  const bool ring_unit = a == Algo::Ring && p == Proto::Simple;
+  return StepTiming{h.alpha_us, 1.0 / (h.us_per_byte * 1e3),
+                    ring_unit ? opt.step.ring_slice_us : 0.0};
 }
 
 }  // namespace
@@ -177,7 +179,17 @@ double NcclModel::timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape
                              Proto p, int channels, int rank, int root) const {
   const double whole = time(f, bytes, shape, a, p, channels);
   const int n = shape.nranks;
-  if (f != Func::Broadcast || a != Algo::Ring || whole < 0 || n <= 1) return whole;
+  if (a != Algo::Ring || whole < 0 || n <= 1 || rank < 0 || rank >= n) return whole;
+  if (f == Func::AllGather || f == Func::ReduceScatter || f == Func::AllReduce) {
+    // Every member arrives at once; `rank` is a class of its own between the others.
+    std::vector<StartClass> classes;
+    if (rank > 0) classes.push_back({0.0, rank});
+    classes.push_back({0.0, 1});
+    if (rank + 1 < n) classes.push_back({0.0, n - rank - 1});
+    const std::vector<double> finish = ringFinishTimes(f, bytes, shape, p, channels, classes);
+    return std::min(whole, finish[rank > 0 ? 1 : 0]);
+  }
+  if (f != Func::Broadcast) return whole;
   const CommView v = view(impl_->topo, impl_->opt, shape);
   const ChainRun run = chainRun(v.place, p, std::clamp(channels, 1, nccl::kMaxChannels), bytes,
                                 impl_->opt.step);

@@ -99,6 +99,12 @@ RingRun ringRun(const Placement& pl, Func f, Proto p, int channels, std::uint64_
   r.slices = p == Proto::Simple ? nccl::kRingChunkSteps / nccl::kRingSliceSteps
                                 : std::max(1, static_cast<int>(std::ceil(chunk / forwardGrain(p))));
   r.slice_bytes = chunk / r.slices;
+  if (p == Proto::Simple && opt.ring_slice_us > 0) {
+    for (Hop* hop : {&r.nvl, &r.net}) {
+      hop->unit_us = opt.ring_slice_us;
+      hop->alpha_us = std::max(0.0, hop->alpha_us - opt.ring_slice_us);
+    }
+  }
   return r;
 }
 

@@ -10,11 +10,15 @@
 
 namespace crystal::model {
 
-// One step over one link on one channel: fixed latency + bytes * us_per_byte.
+// One step over one link on one channel: fixed latency + bytes * us_per_byte. `unit_us` is
+// GPU time per unit that keeps the channel busy besides the bytes (the kernel's own work for
+// a slice): it lengthens tx, the channel's occupancy, and ringRun takes it out of alpha_us,
+// so a unit's crossing (alpha + tx) stays the step latency it was.
 struct Hop {
   double alpha_us = 0;
   double us_per_byte = 0;  // per data byte (protocol wire overhead included)
-  [[nodiscard]] double tx(double bytes) const { return bytes * us_per_byte; }
+  double unit_us = 0;
+  [[nodiscard]] double tx(double bytes) const { return unit_us + bytes * us_per_byte; }
 };
 
 // Calibration of the step model (ModelConfig and its free-form overrides).
@@ -26,6 +30,14 @@ struct StepOptions {
   // an H200 (2026-12-03: sendrecv_perf 14.3 GB/s at N >= 64 with 1 channel per peer, 28.3
   // at N = 8 with 2; hybrid_nccl 1 GiB send/recv 14.35 GB/s): the GPU's pace, not the NIC's.
   double p2p_net_channel_GBps = 14.3;
+  // GPU time per slice of a Simple ring collective that occupies the channel: NCCL's kernel
+  // waits, syncs its warps and posts each slice besides moving its bytes, and no other slice
+  // of that channel moves meanwhile. NCCL's latency tables count it once per step; a channel
+  // streaming slices pays it for each. Measured with NCCL 2.28.9 on an H200 (2026-12-04, the
+  // real rank's ring kernel with free-running peers on the target's 16 channels, 64 ranks,
+  // docs/model.md "GPU time per ring slice"): a ring step of 2 slices took 3.5-4.2 us plus
+  // its bytes at 23-31 GB/s. 0 = none (the model before 2026-12-04).
+  double ring_slice_us = 1.9;
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

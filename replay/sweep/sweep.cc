@@ -324,7 +324,9 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
             throw InputError(fmt::format("--proto {}: no algorithm for {} on {} ranks uses it",
                                          model::toString(*options.proto), name(op), n));
           row.time_us = c.time_us;
-          if (op == TestOp::Broadcast && options.rank)
+          const bool at_rank = op == TestOp::Broadcast || op == TestOp::AllGather ||
+                               op == TestOp::ReduceScatter || op == TestOp::AllReduce;
+          if (at_rank && options.rank)
             row.time_us = model.timeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
                                            c.channels, *options.rank, row.root);
           row.algo = std::string(model::toString(c.algo));

@@ -78,8 +78,38 @@ TEST(TimeAtRank, BroadcastChainShortensTowardTheRoot) {
       m.timeAtRank(Func::Broadcast, 1ULL << 30, s, Algo::Ring, Proto::Simple, 16, 0, 0);
   EXPECT_GT(r30, 0.5 * m.time(Func::Broadcast, 1ULL << 30, s, Algo::Ring, Proto::Simple, 16));
   // Other calls: the whole operation.
-  EXPECT_DOUBLE_EQ(m.timeAtRank(Func::AllReduce, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 0, 0),
-                   m.time(Func::AllReduce, 1 << 20, s, Algo::Ring, Proto::Simple, 16));
+  EXPECT_DOUBLE_EQ(m.timeAtRank(Func::AllReduce, 1 << 20, s, Algo::Tree, Proto::Simple, 16, 0, 0),
+                   m.time(Func::AllReduce, 1 << 20, s, Algo::Tree, Proto::Simple, 16));
+}
+
+// A ring all-gather / reduce-scatter / all-reduce as one member sees it: its own finish in
+// the recurrence. The node's first position (its last data comes over the NET hop into the
+// node) ends with the whole operation, each position after it earlier.
+TEST(TimeAtRank, RingMemberFinishesByItsPlaceBehindTheNetHop) {
+  const NcclModel m(dgx(8), {});
+  const CommShape s = full(8);
+  for (Func f : {Func::AllGather, Func::ReduceScatter, Func::AllReduce}) {
+    for (std::uint64_t b : {1ULL << 20, 256ULL << 20}) {
+      const double whole = m.time(f, b, s, Algo::Ring, Proto::Simple, 16);
+      double prev = whole;
+      for (int r = 8; r < 16; ++r) {  // the second node: NET hop 7 -> 8
+        const double t = m.timeAtRank(f, b, s, Algo::Ring, Proto::Simple, 16, r, -1);
+        if (r == 8) {
+          EXPECT_NEAR(t, whole, 1e-6 * whole) << toString(f) << " " << b;
+        }
+        EXPECT_LE(t, prev + 1e-9) << r;
+        prev = t;
+      }
+      EXPECT_LT(prev, whole) << toString(f) << " " << b;
+      const double r13 = m.timeAtRank(f, b, s, Algo::Ring, Proto::Simple, 16, 13, -1);
+      if (b == 256ULL << 20) {
+        EXPECT_LT(r13, 0.99 * whole) << toString(f);
+      }
+      // Equal to the recurrence's class of one.
+      const std::vector<StartClass> classes{{0.0, 13}, {0.0, 1}, {0.0, 50}};
+      EXPECT_DOUBLE_EQ(r13, m.ringFinishTimes(f, b, s, Proto::Simple, 16, classes)[1]);
+    }
+  }
 }
 
 TEST(Choose, TimeIsStepModelOfTheChoice) {
@@ -94,14 +124,27 @@ TEST(Choose, TimeIsStepModelOfTheChoice) {
   EXPECT_EQ(one.choose(Func::AllReduce, 1 << 20, {1, 1, 1}).time_us, 0.0);
 }
 
+ModelConfig noSliceTime() {
+  ModelConfig mc;
+  mc.overrides.emplace_back("ring_slice_us", 0.0);
+  return mc;
+}
+
 TEST(Choose, HugeRingAllReduceRunsAtNicBusBandwidth) {
-  // 8 x 50 GB/s rail NICs per node: ring bus bandwidth tends to 400 GB/s.
-  const NcclModel m(dgx(16), {});
+  // 8 x 50 GB/s rail NICs per node: ring bus bandwidth tends to 400 GB/s, less the GPU's
+  // time per 1 MiB slice (1.9 us beside the slice's 41.9 us on a channel's 25 GB/s).
+  const NcclModel m(dgx(16), {}), wire(dgx(16), noSliceTime());
   const std::uint64_t bytes = 1ULL << 34;
   const Choice c = m.choose(Func::AllReduce, bytes, full(16));
-  const double bus =
-      static_cast<double>(bytes) / c.time_us / 1e3 * busBwFactor(Func::AllReduce, 128);
-  EXPECT_NEAR(bus, 400.0, 4.0);
+  ASSERT_EQ(c.algo, Algo::Ring);
+  ASSERT_EQ(c.channels, 16);
+  const auto bus = [&](double us) {
+    return static_cast<double>(bytes) / us / 1e3 * busBwFactor(Func::AllReduce, 128);
+  };
+  EXPECT_NEAR(bus(wire.time(Func::AllReduce, bytes, full(16), c.algo, c.proto, c.channels)),
+              400.0, 4.0);
+  const double slice_us = (1 << 20) / 25e3;
+  EXPECT_NEAR(bus(c.time_us), 400.0 * slice_us / (slice_us + 1.9), 4.0);
   EXPECT_DOUBLE_EQ(busBwFactor(Func::AllGather, 4), 0.75);
   EXPECT_DOUBLE_EQ(busBwFactor(Func::Broadcast, 4), 1.0);
 }
@@ -126,7 +169,8 @@ TEST(WhatIf, MoreNicBandwidthIsFaster) {
 TEST(WhatIf, MoreNicsIsFasterAcrossNodes) {
   ClusterConfig four = dgx(16);
   four.fabric.nics_per_node = 4;
-  const NcclModel fewer(four, {}), more(dgx(16), {});
+  // The links alone (a GPU time per slice would take the same time on either).
+  const NcclModel fewer(four, noSliceTime()), more(dgx(16), noSliceTime());
   const double t4 =
       fewer.time(Func::AllGather, 1ULL << 30, full(16), Algo::Ring, Proto::Simple, 16);
   const double t8 = more.time(Func::AllGather, 1ULL << 30, full(16), Algo::Ring, Proto::Simple, 16);
@@ -189,19 +233,23 @@ TEST(AllToAll, NicSharingAcrossNodes) {
                    m.allToAllTime(1 << 20, full(16)));
 }
 
-// A plugin that completes each NET step at post + bytes/bw + latency (netStep) reproduces
-// the model's time of a NET-only ring (2 nodes x 1 GPU, all-gather, Simple).
+// A plugin that completes each NET step at post + GPU time + bytes/bw + the rest of the
+// latency (netStep) reproduces the model's time of a NET-only ring (2 nodes x 1 GPU,
+// all-gather, Simple).
 TEST(NetStep, PluginTimingReproducesRingTime) {
   const NcclModel m(dgx(2), {});
   const CommShape s{2, 2, 1};
   const int ch = 4;
   const StepTiming st = m.netStep(Proto::Simple, ch, s);
+  EXPECT_DOUBLE_EQ(st.ring_unit_us, 1.9);
+  EXPECT_DOUBLE_EQ(m.netStep(Proto::LL128, ch, s).ring_unit_us, 0.0);
+  EXPECT_DOUBLE_EQ(m.treeNetStep(Proto::Simple, ch, s).ring_unit_us, 0.0);
   // 64 MiB over 4 channels: 16 MiB per channel, 2 MiB chunks, 1 MiB slices, 8 NET steps.
   double link_free = 0, done = 0;
   for (int step = 0; step < 8; ++step) {
     const double start = link_free;
-    link_free = start + (1 << 20) / (st.bandwidth_GBps * 1e3);
-    done = link_free + st.latency_us;
+    link_free = start + st.ring_unit_us + (1 << 20) / (st.bandwidth_GBps * 1e3);
+    done = link_free + st.latency_us - st.ring_unit_us;
   }
   const double base = 8.4;  // tuning.cc baseLatencies Ring/Simple
   EXPECT_NEAR(m.time(Func::AllGather, 64ULL << 20, s, Algo::Ring, Proto::Simple, ch), base + done,
@@ -232,6 +280,37 @@ TEST(StartOffsets, EqualStartsMatchTimeAndLateMemberDelays) {
   const std::vector<StartClass> wrong = {{0.0, 100}};
   EXPECT_THROW((void)m.ringFinishTimes(Func::AllReduce, bytes, s, Proto::Simple, 16, wrong),
                InputError);
+}
+
+// The GPU's time per ring slice (StepOptions::ring_slice_us) keeps a channel busy: a
+// bandwidth-bound ring pays it for each of its units, a latency-bound one (one slice in flight
+// per hop) keeps its time, as the real rank's kernel showed on the H200 (docs/model.md).
+TEST(RingSliceTime, EachSliceKeepsTheChannelBusy) {
+  const NcclModel m(dgx(8), {}), wire(dgx(8), noSliceTime());
+  const CommShape s = full(8);
+  const auto t = [&](const NcclModel& x, std::uint64_t bytes, Func f) {
+    return x.time(f, bytes, s, Algo::Ring, Proto::Simple, 16);
+  };
+  // Bandwidth-bound (T = U t + alpha): U - 1 more times the slice's GPU time, the last
+  // one's being inside the step latency. 256 MiB all-gather on 16 channels: 63 steps x 2
+  // slices of 128 KiB, 1 loop; 1 GiB all-reduce: 126 steps x 2 slices.
+  EXPECT_NEAR(t(m, 256ULL << 20, Func::AllGather) - t(wire, 256ULL << 20, Func::AllGather),
+              125 * 1.9, 1e-6);
+  EXPECT_NEAR(t(m, 1ULL << 30, Func::AllReduce) - t(wire, 1ULL << 30, Func::AllReduce),
+              251 * 1.9, 1e-6);
+  // 16 MiB (8 KiB slices): latency-bound. Two slices' GPU time (3.8 us) exceed an NVLink
+  // step's latency (3.4 us), so NVLink steps take the former: +1.8 %.
+  const double small = t(wire, 16ULL << 20, Func::AllGather);
+  EXPECT_GT(t(m, 16ULL << 20, Func::AllGather), small);
+  EXPECT_LT(t(m, 16ULL << 20, Func::AllGather), 1.02 * small);
+  // Other protocols, trees and p2p keep their times.
+  EXPECT_DOUBLE_EQ(m.time(Func::AllGather, 256ULL << 20, s, Algo::Ring, Proto::LL128, 16),
+                   wire.time(Func::AllGather, 256ULL << 20, s, Algo::Ring, Proto::LL128, 16));
+  EXPECT_DOUBLE_EQ(m.time(Func::AllReduce, 256ULL << 20, s, Algo::Tree, Proto::Simple, 16),
+                   wire.time(Func::AllReduce, 256ULL << 20, s, Algo::Tree, Proto::Simple, 16));
+  ModelConfig bad;
+  bad.overrides.emplace_back("ring_slice_us", -1.0);
+  EXPECT_THROW(NcclModel(dgx(2), bad), InputError);
 }
 
 TEST(BadInput, ModelConfigErrorsNameTheField) {

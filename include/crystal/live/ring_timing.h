@@ -54,17 +54,22 @@ namespace crystal::live {
 // NICs) lets each channel stand for ports / running of them: the target's NCCL would have
 // used more channels (the tuner folds a ring onto fewer, plugin/ring_fold.h, or NCCL alone
 // connected fewer), and the link, not one port, is what it has.
+//
+// `unit_ns`: GPU time per unit (slice) that keeps the channel busy besides its bytes, the
+// model's StepTiming::ring_unit_us; it is part of the step's latency, so latency_ns is the
+// rest (commLinks). A channel standing for several pays it once a unit, as each of them would.
 struct RingHop {
   TimeNs latency_ns = 0;
   double link_ns_per_byte = 0;  // whole link (NVLink of a GPU, the NICs a node's members drive)
   double one_ns_per_byte = 0;   // one channel's cap (a NIC port), 0 = none
   int ports = 1;                // ports the link is made of
+  TimeNs unit_ns = 0;
   [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int running = 0) const noexcept {
     const double stand_for =
         running > 0 ? std::max(1.0, static_cast<double>(ports) / running) : 1.0;
     const double per_byte =
         std::max(link_ns_per_byte * std::max(1, busy), one_ns_per_byte / stand_for);
-    return static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
+    return unit_ns + static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
   }
 };
 

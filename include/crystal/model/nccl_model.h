@@ -72,6 +72,9 @@ struct Choice {
 struct StepTiming {
   double latency_us = 0;      // one-way, per step (NIC + fabric + proxy)
   double bandwidth_GBps = 0;  // per channel on this connection
+  // Of latency_us, the GPU time per slice of a Simple ring collective that also keeps the
+  // channel busy (steps.h StepOptions::ring_slice_us); 0 for other algorithms and protocols.
+  double ring_unit_us = 0;
 };
 
 using CostTable = std::array<std::array<float, kNumProtos>, kNumAlgos>;
@@ -130,11 +133,14 @@ class NcclModel {
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
                                                     const CommShape& shape, Proto p, int channels,
                                                     std::span<const StartClass> starts) const;
-  // Ring broadcast (a chain from `root` through the ring order) as `rank` sees it: the time
-  // until its own part is done. The pipeline runs at the whole chain's pace; a receiver is
-  // done once the last chunk has come `rank - root` hops (mod nranks) down it, the root once
-  // its last chunk has crossed its first hop: time() less each later hop's latency and
-  // chunk crossing. The chain's last rank sees time(). Other calls: time().
+  // A ring call as `rank` sees it: the time until its own part is done. Broadcast (a chain
+  // from `root` through the ring order): the pipeline runs at the whole chain's pace; a
+  // receiver is done once the last chunk has come `rank - root` hops (mod nranks) down it,
+  // the root once its last chunk has crossed its first hop: time() less each later hop's
+  // latency and chunk crossing; the chain's last rank sees time(). All-gather,
+  // reduce-scatter, all-reduce: the rank's own finish (ringFinishTimes, every member arriving
+  // at once), at most time(), the last member's: a member fewer hops behind the ring's
+  // slowest link ends earlier. Other calls: time().
   [[nodiscard]] double timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
                                   Proto p, int channels, int rank, int root) const;
   // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others

@@ -101,9 +101,9 @@ struct SweepOptions {
   // with the model's channels when that is the model's own choice, else the communicator's
   // channel count (NCCL's own count, which it lowers for small sizes, is not modelled).
   std::optional<model::Proto> proto;
-  // Broadcast rows as this rank sees them (model::NcclModel::timeAtRank, root 0): what an
-  // emulation whose real rank is `rank` measures. Unset: the whole operation (the slowest
-  // rank, as NCCL-tests reports it).
+  // Broadcast (root 0) and ring all-gather, reduce-scatter and all-reduce rows as this rank
+  // sees them (model::NcclModel::timeAtRank): what an emulation whose real rank is `rank`
+  // measures. Unset: the whole operation (the slowest rank, as NCCL-tests reports it).
   std::optional<int> rank;
 };
 
