@@ -183,7 +183,12 @@ void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, in
     if (!ch.tree) {
       ch.tree = make_tree_(treeOf(trees[j].first, j, trees.size()),
                            [box = tree_plan_](std::uint64_t) { return *box; });
-      if (ch.tree_send >= 0) ch.tree->setSendsUp();
+      if (ch.tree_send >= 0) {
+        ch.tree->setSendsUp();
+        // R's kernel writes its chunk into the pool block: it has crossed when the counter
+        // moves (the NET path's posts hand it to the proxy instead).
+        ch.tree->setUpSendsAreWrites();
+      }
     }
     // The operation starts on every channel when R's stream reaches it (its first unit).
     ch.tree_base = ch.tree->nextUnit();
@@ -198,6 +203,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   Conn& c = conns_[static_cast<std::size_t>(i)];
   if (value <= c.seen) return;
   Channel& ch = *c.ch;
+  if (tree_op_ && ch.tree) ch.tree->noteActive(now);
   if (!c.send) {  // R emptied slots: later receives may be posted
     c.seen = value;
     c.heads.emplace_back(value, now);

@@ -208,7 +208,7 @@ TimeNs TreeChannel::fromBelow(std::uint64_t u) {
   return a_[slot(u)];
 }
 
-TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
+TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready, TimeNs crossed) {
   const Op& op = opAt(u);
   TimeNs left = ready;
   if (pos_.loop.empty()) {
@@ -218,15 +218,16 @@ TimeNs TreeChannel::runLoop(std::uint64_t u, TimeNs ready) {
     const TimeNs tx = hp.tx(op.plan.unit_bytes);
     const TimeNs start = std::max(ready, default_up_free_);
     default_up_free_ = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-    left = start + tx;
+    left = std::max(crossed, start + tx);
   }
   for (std::size_t h = 0; h < pos_.loop.size(); ++h) {
     const TreeHop& hp = hop(op, pos_.loop[h]);
     const TimeNs tx = hp.tx(op.plan.unit_bytes);
     const TimeNs start = std::max(ready, loop_free_[h]);
     loop_free_[h] = start + static_cast<TimeNs>(kShare * static_cast<double>(tx));
-    if (h == 0) left = start + tx;
-    ready = start + tx + hp.latency_ns;
+    TimeNs end = start + tx;
+    if (h == 0) left = end = std::max(crossed, end);
+    ready = end + hp.latency_ns;
   }
   d_[slot(u)] = ready;
   return left;
@@ -237,11 +238,13 @@ TimeNs TreeChannel::postUpSend(std::uint64_t unit, TimeNs now, std::uint64_t byt
   const Op& op = opOf(unit, now, bytes, alone);
   last_send_ = now;
   sends_up_ = has_parent_;
-  // The chunk leaves once it arrived from below and the real rank's proxy posted it.
-  const TimeNs ready = std::max(now, fromBelow(unit));
+  // The chunk leaves once it arrived from below and the real rank's proxy posted it; a
+  // write crossed its link by its post, which it began once the chunk was there.
+  const TimeNs below = fromBelow(unit);
+  const TimeNs ready = up_writes_ ? below : std::max(now, below);
   if (unit >= d_next_) {
     d_next_ = unit + 1;
-    return seen(runLoop(unit, ready));
+    return seen(runLoop(unit, ready, up_writes_ ? now : 0));
   }
   // The loop already ran for this unit from below (the send connection was only recognised
   // at its first transfer): only the real rank's link is taken.
@@ -271,6 +274,11 @@ std::uint64_t TreeChannel::nextUnit() {
 void TreeChannel::setSendsUp() {
   std::lock_guard lock(mu_);
   sends_up_ = has_parent_;
+}
+
+void TreeChannel::setUpSendsAreWrites() {
+  std::lock_guard lock(mu_);
+  up_writes_ = true;
 }
 
 void TreeChannel::postRecv(std::uint64_t unit, TimeNs now, std::uint64_t bytes, bool alone) {

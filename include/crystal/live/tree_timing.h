@@ -143,6 +143,16 @@ class TreeChannel {
   // connIndex 0 for both), its sends are not seen here and the loop runs from the arrival
   // from below, as for a root.
   void setSendsUp();
+  // The real rank's sends up are its kernel's writes into the parent's buffer (P2P): a post
+  // comes once the unit crossed, so the link's time runs from when the rank held the unit
+  // (its arrival from below), not from the post, which only bounds the arrival from below.
+  // Without: a post hands the unit to the link (NET: the proxy's isend after the GPU's
+  // write), which then takes its time.
+  void setUpSendsAreWrites();
+  // The real rank's GPU moved a counter of the channel at `t` (P2P: no request of the proxy
+  // marks it busy): the time up to `t` is not quiet (compute), which would hold the leaves'
+  // next operation back.
+  void noteActive(TimeNs t) { quiet_->until(t); }
 
  private:
   struct Op {
@@ -172,13 +182,14 @@ class TreeChannel {
   // Arrival from below of every unit up to `u` (A).
   TimeNs fromBelow(std::uint64_t u);
   // The loop from ready time `ready` (the real rank's own link first): fills D[u], returns
-  // when unit u left the real rank.
-  TimeNs runLoop(std::uint64_t u, TimeNs ready);
+  // when unit u left the real rank, no earlier than `crossed` (a write's post, or 0).
+  TimeNs runLoop(std::uint64_t u, TimeNs ready, TimeNs crossed = 0);
 
   std::mutex mu_;
   TreePosition pos_;
   bool has_parent_;
   bool sends_up_ = false;
+  bool up_writes_ = false;
   std::function<TreeOpPlan(std::uint64_t)> next_op_;
   std::shared_ptr<QuietClock> quiet_;
   std::deque<Op> ops_;         // recent operations, oldest first

@@ -21,6 +21,9 @@ operation), it prints in microseconds:
               after the store (R's processing of the slot: its step, if it waited on us)
   to_cpu      mean CPU saw - GPU saw, per counter move (the mapped table's latency + poll)
   pass        op / the agent kernel's reader passes during it (D rows carry the count)
+  start_lag   S less the previous operation's last counter move (GPU time, mapped): with
+              operations back to back, how late the pacing thread saw the stream reach this
+              one (R's kernel ended at that move; the next starts a few us later)
   gated       share of receive stores below the newest release: R's slots (head + 8) held
               them, the kernel let them through as R emptied a slot
 """
@@ -118,7 +121,7 @@ def describe(start, end, rows, passes_before):
 
 
 COLS = ("op", "gpu_span", "model", "first_send", "cpu_late", "store", "consume", "to_cpu",
-        "pass")
+        "pass", "start_lag")
 
 
 def main():
@@ -134,10 +137,15 @@ def main():
     print("|---|---|---|" + "---|" * (len(COLS) + 1))
     groups = collections.OrderedDict()
     passes = None
+    last_move = None
     for i, (s, d, body) in enumerate(ops):
         key = (i,) if args.each else (s["func"], s["due_ns"])
-        groups.setdefault(key, []).append((s, describe(s, d, body, passes)))
+        row = describe(s, d, body, passes)
+        row["start_lag"] = (s["t_ns"] - last_move) * 1e-3 if last_move else float("nan")
+        groups.setdefault(key, []).append((s, row))
         passes = d["value"] if d else None
+        moves = [r["gpu_ns"] for r in body if r["kind"] == "o" and r["gpu_ns"] >= 0]
+        last_move = max(moves) if moves else None
     for key, items in groups.items():
         s = items[0][0]
         cells = []
