@@ -61,14 +61,14 @@ export CRYSTAL_GDR=${GDR:-1}
 # limit, so one that hangs cannot take the others with it.
 run_all() {
   local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall}
-  local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-5}"
+  local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-20}"
   local self=$PWD/tests/gpu/hybrid/run_device.sh
   local sweep=(-b 1K -e 1G -f 4)
   {
     echo "# Hybrid emulation vs crystal simulate ($(date -u +%FT%TZ))"
     echo
     echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
-    echo "average over ${ITERS:-5} iterations after 2 warm-ups on the real rank; model ="
+    echo "average over ${ITERS:-20} iterations after 2 warm-ups on the real rank; model ="
     echo "\`crystal simulate CONFIG --sweep\` for the same communicator; diff = (emulated - model) / model."
     echo
   } >"$S"
@@ -191,7 +191,7 @@ case "$case_name" in
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
            emulate "$cfg" "${g:+block:$g}" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" --ops "$P2P_OPS" \
-             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-5} ${g:+--split $g} "$@" |
+             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-20} ${g:+--split $g} "$@" |
              tee "$OUT/p2p.txt"
            rc=${PIPESTATUS[0]}
            $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 --ranks $n \
