@@ -71,6 +71,10 @@ struct Buffers {
 };
 
 // One collective of `bytes` (the larger of send/recv) on `comm`.
+// Seconds the all-to-alls spent in ncclGroupEnd (NCCL's enqueue of the grouped sends and
+// receives), for the share of host_us it takes.
+double g_group_end_s = 0;
+
 void runOp(const std::string& op, ncclComm_t comm, int /*rank*/, int n, const Buffers& b,
            size_t bytes, int peer, int from, cudaStream_t s) {
   const size_t floats = bytes / sizeof(float);
@@ -95,7 +99,9 @@ void runOp(const std::string& op, ncclComm_t comm, int /*rank*/, int n, const Bu
       NCCL_OK(ncclSend(static_cast<float*>(b.send) + p * per, per, ncclFloat, p, comm, s));
       NCCL_OK(ncclRecv(static_cast<float*>(b.recv) + p * per, per, ncclFloat, p, comm, s));
     }
+    const double t0 = now();
     NCCL_OK(ncclGroupEnd());
+    g_group_end_s += now() - t0;
   } else {
     std::fprintf(stderr, "hybrid_nccl: unknown op '%s'\n", op.c_str());
     std::exit(2);
@@ -305,8 +311,10 @@ int main(int argc, char** argv) {
         for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
+        g_group_end_s = 0;
         for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         const double host_us = 1e6 * (now() - h0) / iters;
+        const double group_end_us = 1e6 * g_group_end_s / iters;
         CUDA_OK(cudaEventRecord(e1, s));
         if (const int rc = waitOrFail(e1, *watchdog, rank, wait_s); rc != 0) return rc;
         float ms = 0;
@@ -314,6 +322,7 @@ int main(int argc, char** argv) {
         const double us = 1000.0 * ms / iters;
         std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f\n", name.c_str(), op.c_str(), bytes, us,
                     bytes / us / 1000.0, host_us);
+        if (op == "alltoall") std::printf("#   of host_us in ncclGroupEnd: %.1f\n", group_end_us);
         std::fflush(stdout);
       }
     }
