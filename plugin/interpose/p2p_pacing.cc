@@ -30,17 +30,18 @@ void finish(PacedCall& c) noexcept {
 int pacedBefore(NcclComm comm, void* stream, const char* caller,
                 std::optional<PacedCall>& out) noexcept {
   if (!plugin::P2pAgent::anyMade()) return kNcclSuccess;  // the common case: one atomic load
+  // Inside a group NCCL launches one kernel per comm at its end: the first call of the comm
+  // on that stream brackets it (an all-to-all is thousands of grouped sends and receives,
+  // and the lookups below are a mutex and a map each).
+  if (t_group.depth > 0)
+    for (const PacedCall& p : t_group.pending)
+      if (p.comm == comm && p.op.stream == stream) return kNcclSuccess;
   try {
     const auto rec = findComm(comm);
     if (!rec) return kNcclSuccess;
     auto agent = plugin::P2pAgent::find(rec->hash);
     if (!agent) return kNcclSuccess;
-    // Inside a group NCCL launches one kernel per comm at its end: the first call of the comm
-    // on that stream brackets it (an all-to-all is thousands of grouped sends and receives).
-    if (t_group.depth > 0)
-      for (const PacedCall& p : t_group.pending)
-        if (p.agent == agent && p.op.stream == stream) return kNcclSuccess;
-    out = PacedCall{agent, agent->before(stream)};
+    out = PacedCall{agent, agent->before(stream), comm};
     return kNcclSuccess;
   } catch (const plugin::PluginError& e) {
     return reportError(caller, e.what(),

@@ -17,6 +17,7 @@ namespace crystal::interpose {
 struct PacedCall {
   std::shared_ptr<plugin::P2pAgent> agent;
   plugin::P2pAgent::Op op;
+  NcclComm comm = nullptr;
 };
 
 // Before NCCL's call on `comm`: `out` set when the comm is paced. Returns an NCCL code (and
