@@ -45,7 +45,7 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   const TimeNs d = transmit(out, real_free_, now, bytes);
   // Done once the data left the real rank's share of the link: the model has no send window,
   // so NCCL's 8-step credit (freed by this completion) must not wait for the hop latency.
-  return d - out.latency_ns;
+  return d - latencyOf(out);
 }
 
 TimeNs RingChannel::sendOccupancy(std::uint64_t bytes, int channels) {
@@ -53,7 +53,8 @@ TimeNs RingChannel::sendOccupancy(std::uint64_t bytes, int channels) {
   const int ch = channels > 0 ? channels : op_channels_;
   const RingHop& out = in_op_ ? chain()[0] : slowest();
   const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
-  return out.occupancy(bytes, busy, ch > 0 ? ch : connected_->load(std::memory_order_relaxed));
+  return out.occupancy(bytes, busy, ch > 0 ? ch : connected_->load(std::memory_order_relaxed),
+                       sliceTime());
 }
 
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
@@ -66,8 +67,9 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
   free_at = start + hop.occupancy(bytes, busy,
                                   op_channels_ > 0
                                       ? op_channels_
-                                      : connected_->load(std::memory_order_relaxed));
-  return free_at + hop.latency_ns;
+                                      : connected_->load(std::memory_order_relaxed),
+                                  sliceTime());
+  return free_at + latencyOf(hop);
 }
 
 void RingChannel::recvDone(bool idle) {
@@ -151,7 +153,7 @@ std::optional<TimeNs> RingChannel::recvArrival(std::uint64_t unit, TimeNs posted
     // No send of this operation yet to say the unit's size. A ring's comes at once (step 0
     // needs no data); a connection that does not pair as a ring's (the end of a broadcast
     // chain) gets its receive's own size once it waited a few steps.
-    const TimeNs step_ns = in.occupancy(bytes, 1) + in.latency_ns;
+    const TimeNs step_ns = in.occupancy(bytes, 1, 0, sliceTime()) + latencyOf(in);
     const bool recv_only = recv_only_ && now >= posted + step_ns;
     if (!recv_only && now - op_start_ <= kStallSteps * step_ns + kStallSlackNs) return std::nullopt;
   }

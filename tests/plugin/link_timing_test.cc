@@ -204,6 +204,29 @@ TEST(RingTiming, SendOnlyChannelsShareTheLinkByTheCollectivesCount) {
   EXPECT_EQ(chain.postSend(10'000, 50'000, 1), 11'000) << "in a ring: its own link";
 }
 
+// The GPU's time per ring slice (RingHop::unit_ns, out of the latency): a Simple ring's
+// slices (2 a step) keep the link that much longer each and cross it in the same step time;
+// a chain's steps (1 a step: broadcast, reduce) and a root's sends have the model's chain
+// timing, latency and bytes only.
+TEST(RingTiming, RingSlicesPayTheGpusTimeChainsDoNot) {
+  RingHop sliced = kHop;
+  sliced.unit_ns = 300;
+  sliced.latency_ns = kHop.latency_ns - 300;
+  RingChannel root({sliced}, sliced, 2, nullptr);
+  EXPECT_EQ(root.postSend(0, 50'000, 1), 1000) << "a root: bytes only";
+  RingChannel ring({sliced}, sliced, 2, nullptr);
+  ring.postRecv(0, 0, true);
+  EXPECT_EQ(ring.postSend(0, 50'000), 1300) << "a ring's slice: GPU time + bytes";
+  // Unit 0 crosses in the step latency (300 + 1000 + 700); unit 1 waits for the link.
+  EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 0), 2000);
+  EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 3300);
+  RingChannel chain({sliced}, sliced, 2, nullptr);
+  chain.postRecv(0, 0, true, /*units_per_step=*/1);
+  EXPECT_EQ(chain.postSend(0, 50'000), 1000);
+  EXPECT_EQ(chain.postSend(0, 50'000), 2000) << "a chain: serial behind its bytes";
+  EXPECT_EQ(chain.recvArrival(0, 0, 50'000, 0), 2000);
+}
+
 TEST(RingTiming, ReceiveWithoutAnySendIsBoundedByTheStallRule) {
   // A chain broadcast's end only receives: no send says a unit's size. It waits for one
   // kStallSteps steps + slack from the operation's start, then takes its own size.

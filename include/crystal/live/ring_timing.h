@@ -58,18 +58,22 @@ namespace crystal::live {
 // `unit_ns`: GPU time per unit (slice) that keeps the channel busy besides its bytes, the
 // model's StepTiming::ring_unit_us; it is part of the step's latency, so latency_ns is the
 // rest (commLinks). A channel standing for several pays it once a unit, as each of them would.
+// Ring collectives' slices only (`slice_time`): the model's chains (broadcast, reduce) have
+// none, and their real steps are fewer per channel when NCCL runs more channels.
 struct RingHop {
   TimeNs latency_ns = 0;
   double link_ns_per_byte = 0;  // whole link (NVLink of a GPU, the NICs a node's members drive)
   double one_ns_per_byte = 0;   // one channel's cap (a NIC port), 0 = none
   int ports = 1;                // ports the link is made of
   TimeNs unit_ns = 0;
-  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int running = 0) const noexcept {
+  [[nodiscard]] TimeNs occupancy(std::uint64_t bytes, int busy, int running = 0,
+                                 bool slice_time = true) const noexcept {
     const double stand_for =
         running > 0 ? std::max(1.0, static_cast<double>(ports) / running) : 1.0;
     const double per_byte =
         std::max(link_ns_per_byte * std::max(1, busy), one_ns_per_byte / stand_for);
-    return unit_ns + static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
+    return (slice_time ? unit_ns : 0) +
+           static_cast<TimeNs>(static_cast<double>(bytes) * per_byte + 0.5);
   }
 };
 
@@ -131,6 +135,13 @@ class RingChannel {
   [[nodiscard]] TimeNs transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                                 std::uint64_t bytes);
 
+  // A ring collective's slices pay the GPU's time per slice (RingHop::unit_ns): Simple rings
+  // run 2 slices a step; a chain (broadcast, reduce: 1 a step) or a root's sends do not.
+  [[nodiscard]] bool sliceTime() const { return in_op_ && op_lag_ >= 2; }
+  // The hop's latency: without the slice time in the occupancy, the whole step latency.
+  [[nodiscard]] TimeNs latencyOf(const RingHop& h) const {
+    return h.latency_ns + (sliceTime() ? 0 : h.unit_ns);
+  }
   [[nodiscard]] const std::vector<RingHop>& chain() const { return chains_[op_proto_]; }
   [[nodiscard]] const RingHop& in() const { return ins_[op_proto_]; }
   // The chain's hop with the least bandwidth per channel (the link a send-only root is paced
