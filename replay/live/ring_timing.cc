@@ -42,7 +42,7 @@ TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   // of the slowest hop downstream (on 8 x 8 H200 the NET, 400 GB/s, not NVLink's 450). In a
   // ring the receives carry that pace, and the real rank's sends follow its own link.
   const RingHop& out = in_op_ ? chain()[0] : slowest();
-  const TimeNs d = transmit(out, real_free_, now, bytes);
+  const TimeNs d = transmit(out, real_free_, now, bytes, /*own=*/true);
   // Done once the data left the real rank's share of the link: the model has no send window,
   // so NCCL's 8-step credit (freed by this completion) must not wait for the hop latency.
   return d - latencyOf(out);
@@ -54,11 +54,11 @@ TimeNs RingChannel::sendOccupancy(std::uint64_t bytes, int channels) {
   const RingHop& out = in_op_ ? chain()[0] : slowest();
   const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
   return out.occupancy(bytes, busy, ch > 0 ? ch : connected_->load(std::memory_order_relaxed),
-                       sliceTime());
+                       /*slice_time=*/false);
 }
 
 TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
-                             std::uint64_t bytes) {
+                             std::uint64_t bytes, bool own) {
   const TimeNs start = std::max(ready, free_at);
   // The link is shared by the channels running the operation: those with receives
   // outstanding, and at least the collective's own count when NCCL's profiler gave it (a
@@ -68,7 +68,7 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
                                   op_channels_ > 0
                                       ? op_channels_
                                       : connected_->load(std::memory_order_relaxed),
-                                  sliceTime());
+                                  sliceTime() && !own);
   return free_at + latencyOf(hop);
 }
 

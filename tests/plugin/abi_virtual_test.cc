@@ -163,8 +163,11 @@ void ringAllReduce(int nranks, int nch) {
   const Config cfg;
   const live::RingHop hop =
       live::commLinks(*live::makeTargetModel(cfg), cfg.cluster, nranks).ring_nvl;
-  const live::TimeNs fast = hop.occupancy(kStep, 1), slow = hop.occupancy(kStep, nch);
-  const std::int64_t tol = tolerance(slow + hop.latency_ns);
+  // The real rank's sends take the link for their bytes (its GPU spent the slice time).
+  const live::TimeNs fast = hop.occupancy(kStep, 1, 0, false),
+                     slow = hop.occupancy(kStep, nch, 0, false);
+  const live::TimeNs step_latency = hop.latency_ns + hop.unit_ns;  // the model's whole α
+  const std::int64_t tol = tolerance(slow + step_latency);
   int late = 0;
   for (int c = 0; c < nch; ++c) {
     const Progress& p = pr[c];
@@ -173,7 +176,7 @@ void ringAllReduce(int nranks, int nch) {
     live::TimeNs link_free = 0;
     for (int k = 0; k < steps; ++k) {
       const live::TimeNs predicted_end =
-          std::max(p.recv_post_end[k], p.send_post_end[k] + slow + hop.latency_ns);
+          std::max(p.recv_post_end[k], p.send_post_end[k] + slow + step_latency);
       EXPECT_LT(p.recv_miss[k], predicted_end + tol) << "recv step " << k << " withheld";
       EXPECT_GE(p.send_at[k], p.send_post[k] + fast) << "send step " << k << " came early";
       link_free = std::max(p.send_post_end[k], link_free) + slow;
@@ -181,7 +184,7 @@ void ringAllReduce(int nranks, int nch) {
       late += p.recv_at[k] - predicted_end > tol;
     }
   }
-  const double lockstep = static_cast<double>(steps) * static_cast<double>(fast + hop.latency_ns);
+  const double lockstep = static_cast<double>(steps) * static_cast<double>(fast + step_latency);
   std::printf("ring n=%d channels=%d: %d steps x %zu B, measured %.1f us, lockstep %.1f us "
               "(%+.2f %%), steps seen late by the harness: %d\n",
               nranks, nch, steps, kStep, total / 1e3, lockstep / 1e3,

@@ -205,9 +205,9 @@ TEST(RingTiming, SendOnlyChannelsShareTheLinkByTheCollectivesCount) {
 }
 
 // The GPU's time per ring slice (RingHop::unit_ns, out of the latency): a Simple ring's
-// slices (2 a step) keep the link that much longer each and cross it in the same step time;
-// a chain's steps (1 a step: broadcast, reduce) and a root's sends have the model's chain
-// timing, latency and bytes only.
+// slices (2 a step) keep a virtual member's link that much longer each and cross it in the
+// same step time; the real rank's GPU spends it for real; a chain's steps (1 a step:
+// broadcast, reduce) and a root's sends have the model's chain timing, latency and bytes only.
 TEST(RingTiming, RingSlicesPayTheGpusTimeChainsDoNot) {
   RingHop sliced = kHop;
   sliced.unit_ns = 300;
@@ -216,8 +216,12 @@ TEST(RingTiming, RingSlicesPayTheGpusTimeChainsDoNot) {
   EXPECT_EQ(root.postSend(0, 50'000, 1), 1000) << "a root: bytes only";
   RingChannel ring({sliced}, sliced, 2, nullptr);
   ring.postRecv(0, 0, true);
-  EXPECT_EQ(ring.postSend(0, 50'000), 1300) << "a ring's slice: GPU time + bytes";
-  // Unit 0 crosses in the step latency (300 + 1000 + 700); unit 1 waits for the link.
+  // The real rank's own send: its GPU spent the slice time before posting; the link takes
+  // the bytes (and the credit comes after them).
+  EXPECT_EQ(ring.postSend(0, 50'000), 1000) << "the real rank's slice: bytes only";
+  EXPECT_EQ(ring.sendOccupancy(50'000), 1000);
+  // The virtual members' slices: unit 0 crosses in the step latency (300 + 1000 + 700);
+  // unit 1 waits for the link, busy 1300 a slice.
   EXPECT_EQ(ring.recvArrival(0, 0, 50'000, 0), 2000);
   EXPECT_EQ(ring.recvArrival(1, 0, 50'000, 0), 3300);
   RingChannel chain({sliced}, sliced, 2, nullptr);

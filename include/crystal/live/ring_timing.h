@@ -105,7 +105,8 @@ class RingChannel {
   // profiler), 0 = unknown (the channels connected); they share the link.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, int channels = 0);
   // How long a send unit of `bytes` occupies the real rank's share of its link, as postSend
-  // would take it on an idle link (a chain root's: of the chain's slowest link).
+  // would take it on an idle link (a chain root's: of the chain's slowest link): its bytes
+  // only, the slice's GPU time being the real GPU's own.
   [[nodiscard]] TimeNs sendOccupancy(std::uint64_t bytes, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
@@ -132,8 +133,10 @@ class RingChannel {
   // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
   void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
+  // `own`: the real rank's send, whose GPU already spent the slice time before it posted:
+  // the link takes only the bytes.
   [[nodiscard]] TimeNs transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
-                                std::uint64_t bytes);
+                                std::uint64_t bytes, bool own = false);
 
   // A ring collective's slices pay the GPU's time per slice (RingHop::unit_ns): Simple rings
   // run 2 slices a step; a chain (broadcast, reduce: 1 a step) or a root's sends do not.
