@@ -142,6 +142,32 @@ TEST(Sweep, BroadcastAtARanksPlace) {
   EXPECT_DOUBLE_EQ(root[1].time_us, whole[1].time_us);  // all-reduce: every rank alike
 }
 
+// --rank R: ring all-gather / reduce-scatter rows as rank R sees them (its own finish): a
+// node's first rank ends with the whole operation, one later in its node earlier.
+TEST(Sweep, RingRowsAtARanksPlace) {
+  const model::NcclModel m(dgx(8), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::AllGather, TestOp::ReduceScatter};
+  o.steps = {256u << 20};
+  o.nranks = 64;
+  o.proto = model::Proto::Simple;
+  const auto whole = runSweep(m, o);
+  o.rank = 8;
+  const auto first = runSweep(m, o);
+  o.rank = 13;
+  const auto middle = runSweep(m, o);
+  ASSERT_EQ(whole.size(), 2u);
+  const model::CommShape shape{64, 8, 8};
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(whole[i].algo, "Ring");
+    EXPECT_NEAR(first[i].time_us, whole[i].time_us, 1e-6 * whole[i].time_us);
+    EXPECT_LT(middle[i].time_us, 0.99 * whole[i].time_us);
+  }
+  EXPECT_DOUBLE_EQ(middle[0].time_us,
+                   m.timeAtRank(model::Func::AllGather, 256u << 20, shape, model::Algo::Ring,
+                                model::Proto::Simple, whole[0].channels, 13, -1));
+}
+
 TEST(Sweep, CollectivesAreTheModelsChoice) {
   const model::NcclModel m(dgx(1024), ModelConfig{});
   SweepOptions o;
