@@ -177,7 +177,8 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
   constexpr int kMany = 4096;
   for (const Proto p : {Proto::LL, Proto::LL128, Proto::Simple}) {
     const double wire = p == Proto::LL ? 2.0 : p == Proto::LL128 ? 128.0 / 120.0 : 1.0;
-    const LinkParams nvl = toLink(m.nvlStep(p, 1, c.shape), cluster.nvlink.bandwidth_GBps);
+    const StepTiming nvl_step = m.nvlStep(p, 1, c.shape);
+    const LinkParams nvl = toLink(nvl_step, cluster.nvlink.bandwidth_GBps);
     const LinkParams net = toLink(m.netStep(p, 1, net_shape), cluster.fabric.nic.bandwidth_GBps);
     const double nvl_all = m.nvlStep(p, kMany, c.shape).bandwidth_GBps * kMany;
     const double net_all = m.netStep(p, kMany, net_shape).bandwidth_GBps * kMany;
@@ -189,7 +190,7 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
                                net.ns_per_byte / wire, c.nics_used};
     // The GPU's time per slice: out of the latency, into each unit's occupancy (as the
     // model's ringRun takes it).
-    const auto unit = static_cast<TimeNs>(m.nvlStep(p, 1, c.shape).ring_unit_us * 1e3 + 0.5);
+    const auto unit = static_cast<TimeNs>(nvl_step.ring_unit_us * 1e3 + 0.5);
     for (RingHop* h : {&c.ring_nvl_by[i], &c.ring_net_by[i]}) {
       h->unit_ns = unit;
       h->latency_ns = std::max<TimeNs>(0, h->latency_ns - unit);

@@ -170,33 +170,18 @@ std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
   return s;
 }
 
+// The model's ring time less its per-call overhead (the paced span has none): the whole
+// collective (its last member's), or as ring position `rank` sees it (timeAtRank: a member
+// closer behind the ring's slowest hop ends earlier).
 double modelUs(Func f, std::uint64_t bytes, int nranks, int channels,
-               const Config& cfg = oneNode()) {
+               const Config& cfg = oneNode(), int rank = -1) {
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
-  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
-                                              [static_cast<int>(model::Proto::Simple)] +
-                         cfg.model.kernel_launch_us.value_or(0.0);
-  return m.time(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels) - base_us;
-}
-
-// The model's finish of ring position `rank` alone (every member arriving at once): the
-// collective's time is its last member's, a member closer behind the ring's slowest hop ends
-// earlier.
-double modelUsAt(Func f, std::uint64_t bytes, int nranks, int channels, int rank,
-                 const Config& cfg) {
-  const model::NcclModel m(cfg.cluster, cfg.model);
-  const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
-  std::vector<model::StartClass> classes;
-  if (rank > 0) classes.push_back({0.0, rank});
-  classes.push_back({0.0, 1});
-  if (rank + 1 < nranks) classes.push_back({0.0, nranks - rank - 1});
-  const std::vector<double> finish =
-      m.ringFinishTimes(f, bytes, shape, model::Proto::Simple, channels, classes);
-  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
-                                              [static_cast<int>(model::Proto::Simple)] +
-                         cfg.model.kernel_launch_us.value_or(0.0);
-  return finish[rank > 0 ? 1 : 0] - base_us;
+  const double t =
+      rank < 0 ? m.time(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels)
+               : m.timeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple,
+                              channels, rank, -1);
+  return t - m.opOverheadUs(model::Algo::Ring, model::Proto::Simple);
 }
 
 TEST(P2pPacer, RingOpShapeFollowsNcclChunking) {
@@ -237,7 +222,7 @@ void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
       const Result r = runOp(s->pacer, s->chans, e, start);
       ASSERT_FALSE(r.stalled) << model::toString(f) << " " << b;
       EXPECT_FALSE(r.over_released) << model::toString(f) << " " << b;
-      const double want = modelUsAt(f, b, n, channels, rank, cfg);
+      const double want = modelUs(f, b, n, channels, cfg, rank);
       std::printf("%3d ranks, rank %2d: %-13s %6llu MiB: paced %10.1f us, model %10.1f us "
                   "(last member %10.1f), %+6.2f %%\n",
                   n, rank, std::string(model::toString(f)).c_str(),
