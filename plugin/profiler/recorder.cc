@@ -100,13 +100,14 @@ struct Context {
   std::string comm;  // hash, hex
   std::uint64_t hash = 0;
   bool proxy_ops = false;  // report proxy operations to the observer (proxy_ops.h)
+  bool record = false;     // write this comm's events to the record file
 };
 
 struct Event {
-  std::uint64_t id;
-  std::int64_t parent;
-  std::int64_t t0;
-  const Context* ctx;
+  std::uint64_t id = 0;
+  std::int64_t parent = -1;
+  std::int64_t t0 = 0;
+  const Context* ctx = nullptr;
   std::string fields;  // JSON members known at start
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
@@ -186,6 +187,7 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
     ctx->comm = fmt::format("{:016x}", commId);
     ctx->hash = commId;
     ctx->proxy_ops = proxy_ops;
+    ctx->record = record;
     if (record) {
       recordFile().line(
           fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
@@ -233,16 +235,23 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
   *handle = nullptr;
   if (context == nullptr || d == nullptr) return ncclSuccess;
   try {
+    const auto& ctx = *static_cast<const Context*>(context);
     if (d->type == ncclProfileProxyOp) {
-      reportProxyOp(*static_cast<const Context*>(context), *d);
+      reportProxyOp(ctx, *d);
       return ncclSuccess;
     }
-    std::string fields = describe(*d);
-    if (fields.empty()) return ncclSuccess;
+    // Not recording (emulation: proxy operations only), a collective's event is all that is
+    // needed: proxy operations name it as their parent. NCCL still calls here for every task,
+    // on the thread that enqueues it (ProxyOp in the mask enables them), and an all-to-all is
+    // 2 x N p2p tasks: each costs the real rank host time a target rank does not spend (the
+    // JSON of every event took ~1.7 us a task, 2026-12-04, docs/record.md).
+    if (!ctx.record && d->type != ncclProfileColl) return ncclSuccess;
+    std::string fields = ctx.record ? describe(*d) : std::string();
+    if (ctx.record && fields.empty()) return ncclSuccess;
     auto ev = std::make_unique<Event>();
     ev->id = g_next_id++;
-    ev->t0 = nowNs();
-    ev->ctx = static_cast<const Context*>(context);
+    ev->t0 = ctx.record ? nowNs() : 0;
+    ev->ctx = &ctx;
     ev->fields = std::move(fields);
     if (d->type == ncclProfileColl) {
       ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
@@ -256,10 +265,12 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     }
     {
       std::lock_guard lock(g_live_mu);
-      const auto it = liveEvents().find(d->parentObj);
-      ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
-      liveEvents().emplace(ev.get(), ev->id);
-      if (ev->coll && ev->ctx->proxy_ops) knownColls().insert(ev.get());
+      if (ctx.record) {  // parents by id, for the record file only
+        const auto it = liveEvents().find(d->parentObj);
+        ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
+        liveEvents().emplace(ev.get(), ev->id);
+      }
+      if (ev->coll && ctx.proxy_ops) knownColls().insert(ev.get());
     }
     *handle = ev.release();
   } catch (...) {
@@ -272,13 +283,15 @@ ncclResult_t stopEvent(void* handle) noexcept {
   if (handle == nullptr) return ncclSuccess;
   std::unique_ptr<Event> ev(static_cast<Event*>(handle));
   try {
-    {
-      std::lock_guard lock(g_live_mu);
-      liveEvents().erase(ev.get());
+    if (ev->ctx->record) {
+      {
+        std::lock_guard lock(g_live_mu);
+        liveEvents().erase(ev.get());
+      }
+      recordFile().line(
+          fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
+                      ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
     }
-    recordFile().line(
-        fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
-                    ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
     std::lock_guard lock(g_live_mu);
     if (knownColls().count(ev.get()) != 0) {  // proxy operations may still name it
       retiredColls().push_back(std::move(ev));

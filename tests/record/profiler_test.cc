@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "crystal/base/error.h"
 #include "crystal/graph/import.h"
+#include "plugin/profiler/proxy_ops.h"
 #include "plugin/profiler/recorder.h"
 
 namespace crystal::graph {
@@ -57,6 +59,84 @@ ncclProfilerEventDescr_v5_t p2pTask(void* parent, const char* func, std::size_t 
   d.p2p.peer = peer;
   d.p2p.nChannels = 1;
   return d;
+}
+
+std::vector<profiler::ProxyOpStart>& seenProxyOps() {
+  static std::vector<profiler::ProxyOpStart> v;
+  return v;
+}
+
+// Emulation without recording (before the harness test: the record file, once open, stays
+// open for the process): the net plugin observes proxy operations, so the profiler keeps
+// collectives' events only, as their proxy operations' parents. p2p tasks and API events get
+// no handle: NCCL asks for one per task on the enqueuing thread, 2 x N for an all-to-all,
+// and anything more is host time the real rank spends and a target rank does not.
+TEST(Profiler, EmulationKeepsOnlyCollectivesForTheirProxyOps) {
+  ::unsetenv("CRYSTAL_RECORD");
+  seenProxyOps().clear();
+  profiler::setProxyOpObserver(
+      {[] { return true; }, [](const profiler::ProxyOpStart& s) { seenProxyOps().push_back(s); }});
+  const ncclProfiler_v5_t& p = profiler::profilerV5();
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(p.init(&ctx, 0x77, &mask, "world", 8, 64, 0, nullptr), ncclSuccess);
+  EXPECT_EQ(mask, static_cast<int>(ncclProfileColl | ncclProfileProxyOp));
+  ASSERT_NE(ctx, nullptr);
+
+  int stream = 0;
+  void* h = &stream;
+  auto send = p2pTask(nullptr, "Send", 1024, 3);
+  ASSERT_EQ(p.startEvent(ctx, &h, &send), ncclSuccess);
+  EXPECT_EQ(h, nullptr);
+  h = &stream;
+  auto api = collApi(nullptr, "AllGather", 4096, &stream);
+  ASSERT_EQ(p.startEvent(ctx, &h, &api), ncclSuccess);
+  EXPECT_EQ(h, nullptr);
+
+  ncclProfilerEventDescr_v5_t coll{};
+  coll.type = ncclProfileColl;
+  coll.coll.func = "AllGather";
+  coll.coll.algo = "RING";
+  coll.coll.proto = "SIMPLE";
+  coll.coll.nChannels = 16;
+  void* task = nullptr;
+  ASSERT_EQ(p.startEvent(ctx, &task, &coll), ncclSuccess);
+  ASSERT_NE(task, nullptr);
+  // NCCL stops a collective's event once enqueued, often before its proxy operations start.
+  EXPECT_EQ(p.stopEvent(task), ncclSuccess);
+  ncclProfilerEventDescr_v5_t op{};
+  op.type = ncclProfileProxyOp;
+  op.parentObj = task;
+  op.proxyOp.channelId = 5;
+  op.proxyOp.peer = 9;
+  op.proxyOp.isSend = 1;
+  op.proxyOp.nSteps = 12;
+  h = &stream;
+  ASSERT_EQ(p.startEvent(ctx, &h, &op), ncclSuccess);
+  EXPECT_EQ(h, nullptr);
+  op.parentObj = nullptr;  // a p2p task's: no collective
+  op.proxyOp.isSend = 0;
+  ASSERT_EQ(p.startEvent(ctx, &h, &op), ncclSuccess);
+
+  ASSERT_EQ(seenProxyOps().size(), 2u);
+  const profiler::ProxyOpStart& a = seenProxyOps()[0];
+  EXPECT_EQ(a.comm, 0x77u);
+  EXPECT_EQ(a.channel, 5);
+  EXPECT_EQ(a.peer, 9);
+  EXPECT_TRUE(a.send);
+  EXPECT_EQ(a.transfers, 12);
+  EXPECT_GT(a.op, 0u);
+  EXPECT_TRUE(a.ring);
+  EXPECT_TRUE(a.allgather);
+  EXPECT_FALSE(a.rewritable);
+  EXPECT_EQ(a.channels, 16);
+  const profiler::ProxyOpStart& b = seenProxyOps()[1];
+  EXPECT_EQ(b.op, 0u);
+  EXPECT_FALSE(b.send);
+  EXPECT_FALSE(b.ring);
+  EXPECT_EQ(b.channels, 0);
+  EXPECT_EQ(p.finalize(ctx), ncclSuccess);
+  profiler::setProxyOpObserver({});
 }
 
 TEST(Profiler, HarnessDrivesTheAbiLikeNccl) {

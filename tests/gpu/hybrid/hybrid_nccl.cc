@@ -309,6 +309,11 @@ int main(int argc, char** argv) {
         const int peer = pair ? real_peer : (cr + 1) % cn;
         const int from = pair ? real_peer : (cr - 1 + cn) % cn;
         for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
+        // The warm-ups end before the clock starts (as nccl-tests does): else e0 runs when
+        // they end, after the host has enqueued some measured iterations, and a host-bound
+        // operation reads faster than its calls allow.
+        CUDA_OK(cudaEventRecord(e0, s));
+        if (const int rc = waitOrFail(e0, *watchdog, rank, wait_s); rc != 0) return rc;
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
         g_group_end_s = 0;
