@@ -59,21 +59,26 @@ constexpr Param kParams[] = {
      "P2P pacing trace: PREFIX; each pacing agent writes PREFIX.<pid>.<comm hash>.csv when its "
      "communicator is destroyed, one row per event (operation start/end, counter seen, "
      "released, stored by the agent kernel) with CPU and GPU times."},
-    {"CRYSTAL_P2P_TRACE_MAX", "1000000", "Rows each P2P pacing trace keeps (the rest are counted)."},
+    {"CRYSTAL_P2P_TRACE_MAX", "1000000",
+     "Rows each P2P pacing trace keeps (the rest are counted)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "
      "that the profiler writes every NCCL call to. Unset: no recording."},
-    {"CRYSTAL_RANK", "",
-     "Global rank written into a recording; unset: RANK (torchrun's)."},
+    {"CRYSTAL_RECORD_EVENTS", "",
+     "api: record the program's calls only (collective and p2p API events; crystal emulate "
+     "sets it for its report); unset or anything else: every event type."},
+    {"CRYSTAL_RANK", "", "Global rank written into a recording; unset: RANK (torchrun's)."},
     {"CRYSTAL_TRACE_CONN", "",
      "Per-request trace: PREFIX; each process writes PREFIX.<pid>.csv at exit, one row per "
      "completed request (connection, bytes, posted, modelled due and observed done times)."},
-    {"CRYSTAL_TRACE_CONN_MAX", "2000000", "Rows the per-request trace keeps (the rest are counted)."},
+    {"CRYSTAL_TRACE_CONN_MAX", "2000000",
+     "Rows the per-request trace keeps (the rest are counted)."},
     {"CRYSTAL_TRACE_CONN_EVERY_S", "0",
-     "Also rewrite the per-request trace every N seconds (0: only at exit), so a job that hangs and is killed still leaves it; rows recorded during a rewrite may be missing from it."},
+     "Also rewrite the per-request trace every N seconds (0: only at exit), so a job that hangs "
+     "and is killed still leaves it; rows recorded during a rewrite may be missing from it."},
 };
 
 const Param& find(std::string_view name) {

@@ -1,20 +1,25 @@
 #include "plugin/profiler/recorder.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "plugin/profiler/proxy_ops.h"
 
@@ -43,11 +48,26 @@ std::string quoted(const char* s) {
   return out + "\"";
 }
 
-// The process's recording file, opened by the first communicator that records.
+void describeTo(fmt::memory_buffer& out, const ncclProfilerEventDescr_v5_t& d);
+
+// One stopped event, as the writer formats it. The descriptor is NCCL's, copied: its strings
+// (function, datatype, algorithm, protocol names) are NCCL's static names, so they outlive it.
+struct Stopped {
+  ncclProfilerEventDescr_v5_t d;
+  std::uint64_t comm = 0;
+  std::uint64_t id = 0;
+  std::int64_t parent = -1;
+  std::int64_t t0 = 0, t1 = 0;
+};
+
+// The process's recording file, opened by the first communicator that records. NCCL calls
+// the profiler on the threads that enqueue its work (ncclSend, ncclGroupEnd: one event per
+// call and per task), so a stop only queues the event; a writer thread formats and writes
+// (the JSON on the enqueuing thread cost the real rank ~1 us an event, 2026-12-04).
 class RecordFile {
  public:
   bool open(ncclDebugLogger_t log) {
-    std::lock_guard lock(mu_);
+    std::lock_guard io(io_mu_);
     if (file_ != nullptr) return true;
     const char* where = std::getenv("CRYSTAL_RECORD");
     if (where == nullptr || *where == '\0') return false;
@@ -57,8 +77,8 @@ class RecordFile {
       path += fmt::format("/crystal-record.{}.jsonl", ::getpid());
     else if (const auto at = path.find("%p"); at != std::string::npos)
       path.replace(at, 2, std::to_string(::getpid()));
-    file_ = std::fopen(path.c_str(), "w");
-    if (file_ == nullptr) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
       if (log != nullptr)
         log(NCCL_LOG_WARN, kSubsysInit, __FILE__, __LINE__,
             "crystal record: cannot write CRYSTAL_RECORD file %s; not recording", path.c_str());
@@ -68,47 +88,134 @@ class RecordFile {
     // CRYSTAL_RANK are registered (name, doc) in plugin/params.cc with the other knobs.
     const char* rank = std::getenv("CRYSTAL_RANK");
     if (rank == nullptr) rank = std::getenv("RANK");
-    std::fprintf(file_, "{\"crystal_record\":1,\"rank\":%s,\"pid\":%d}\n",
+    std::fprintf(f, "{\"crystal_record\":1,\"rank\":%s,\"pid\":%d}\n",
                  rank != nullptr && *rank != '\0' ? quoted(rank).c_str() : "null", ::getpid());
-    std::fflush(file_);
+    std::fflush(f);
+    file_ = f;
+    {
+      std::lock_guard lock(q_mu_);
+      q_.reserve(kQueued);
+    }
+    out_.reserve(kQueued);
+    // Detached and never stopped: the file lives until exit (proxy threads may report late).
+    std::thread([this] { writeLoop(); }).detach();
     return true;
   }
-
-  void line(const std::string& s) {
-    std::lock_guard lock(mu_);
-    if (file_ == nullptr) return;
-    std::fputs(s.c_str(), file_);
-    std::fputc('\n', file_);
+  [[nodiscard]] bool isOpen() {
+    std::lock_guard io(io_mu_);
+    return file_ != nullptr;
   }
 
+  // A line written as is (a communicator's), in order with the events around it.
+  void line(std::string s) { push(Item{std::move(s), {}}); }
+  void event(const Stopped& e) { push(Item{{}, e}); }
+
+  // Writes what is queued, now (a communicator's finalize).
   void flush() {
-    std::lock_guard lock(mu_);
+    std::lock_guard io(io_mu_);
+    drain();
     if (file_ != nullptr) std::fflush(file_);
   }
 
  private:
-  std::mutex mu_;
+  static constexpr std::size_t kQueued = 1 << 14;  // ~2 ms of a busy enqueuing thread
+  struct Item {
+    std::string line;  // non-empty: written as is
+    Stopped event;
+  };
+  void push(Item&& it) {
+    bool full = false;
+    {
+      std::lock_guard lock(q_mu_);
+      q_.push_back(std::move(it));
+      full = q_.size() >= kQueued;
+    }
+    // The writer fell behind: this thread writes the batch (memory stays bounded, nothing is
+    // lost; the cost lands here only while events come faster than they are written).
+    if (full) {
+      std::lock_guard io(io_mu_);
+      drain();
+    }
+  }
+  // Under io_mu_.
+  void drain() {
+    {
+      std::lock_guard lock(q_mu_);
+      out_.swap(q_);
+    }
+    if (file_ == nullptr) {
+      out_.clear();
+      return;
+    }
+    buf_.clear();
+    for (const Item& it : out_) {
+      if (!it.line.empty()) {
+        buf_.append(it.line);
+      } else {
+        const Stopped& e = it.event;
+        buf_.push_back('{');
+        describeTo(buf_, e.d);
+        fmt::format_to(std::back_inserter(buf_),
+                       ",\"comm\":\"{:016x}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
+                       e.comm, e.id, e.parent, e.t0, e.t1);
+      }
+      buf_.push_back('\n');
+    }
+    std::fwrite(buf_.data(), 1, buf_.size(), file_);
+    out_.clear();
+  }
+  void writeLoop() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      try {
+        std::lock_guard io(io_mu_);
+        drain();
+      } catch (...) {  // allocation: the batch is dropped, recording goes on
+        out_.clear();
+      }
+    }
+  }
+
+  std::mutex io_mu_;  // the file and out_
   std::FILE* file_ = nullptr;
+  std::vector<Item> out_;
+  fmt::memory_buffer buf_;  // out_'s text
+  std::mutex q_mu_;         // q_
+  std::vector<Item> q_;
 };
 
 RecordFile& recordFile() {
-  static RecordFile f;  // lives until exit: proxy threads may report late
-  return f;
+  static auto* f = new RecordFile;  // lives until exit: proxy threads and its writer use it
+  return *f;
 }
 
 struct Context {
   std::string comm;  // hash, hex
   std::uint64_t hash = 0;
   bool proxy_ops = false;  // report proxy operations to the observer (proxy_ops.h)
-  bool record = false;     // write this comm's events to the record file
+  std::uint64_t written = 0;  // the event types written to the record file (none: 0)
+  // Task and group events name their parents by id (record level all); the API events alone
+  // have no recorded parents, and skip the bookkeeping.
+  bool parents = false;
 };
+
+// CRYSTAL_RECORD_EVENTS: "api" writes the program's calls only (CollApi, P2pApi: what
+// `crystal emulate`'s report reads, docs/emulate.md), anything else every event type.
+std::uint64_t recordedTypes() {
+  const char* level = std::getenv("CRYSTAL_RECORD_EVENTS");
+  if (level != nullptr && std::string_view(level) == "api")
+    return ncclProfileCollApi | ncclProfileP2pApi;
+  return ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileColl |
+         ncclProfileP2p;
+}
 
 struct Event {
   std::uint64_t id = 0;
   std::int64_t parent = -1;
   std::int64_t t0 = 0;
   const Context* ctx = nullptr;
-  std::string fields;  // JSON members known at start
+  bool write = false;               // written to the record file at its stop
+  ncclProfilerEventDescr_v5_t d{};  // then: what the writer formats
   std::uint64_t op = 0;  // collectives: event id + 1 (ProxyOpStart::op)
   bool ring = false;     // collectives: NCCL's ring algorithm
   bool allgather = false;  // collectives: an all-gather
@@ -141,36 +248,44 @@ std::unordered_map<const void*, std::uint64_t>& liveEvents() {
   return m;
 }
 
-std::string describe(const ncclProfilerEventDescr_v5_t& d) {
+// The event's own JSON members, appended to `out` (the writer's batch).
+void describeTo(fmt::memory_buffer& out, const ncclProfilerEventDescr_v5_t& d) {
+  auto it = std::back_inserter(out);
   switch (d.type) {
     case ncclProfileGroupApi:
-      return fmt::format("\"ev\":\"group_api\",\"depth\":{},\"graph\":{}", d.groupApi.groupDepth,
-                         d.groupApi.graphCaptured);
+      fmt::format_to(it, "\"ev\":\"group_api\",\"depth\":{},\"graph\":{}", d.groupApi.groupDepth,
+                     d.groupApi.graphCaptured);
+      return;
     case ncclProfileCollApi:
-      return fmt::format(
-          "\"ev\":\"coll_api\",\"func\":{},\"count\":{},\"dtype\":{},\"root\":{},"
-          "\"stream\":\"{}\",\"graph\":{}",
-          quoted(d.collApi.func), d.collApi.count, quoted(d.collApi.datatype), d.collApi.root,
-          d.collApi.stream, d.collApi.graphCaptured);
+      fmt::format_to(it,
+                     "\"ev\":\"coll_api\",\"func\":{},\"count\":{},\"dtype\":{},\"root\":{},"
+                     "\"stream\":\"{}\",\"graph\":{}",
+                     quoted(d.collApi.func), d.collApi.count, quoted(d.collApi.datatype),
+                     d.collApi.root, d.collApi.stream, d.collApi.graphCaptured);
+      return;
     case ncclProfileP2pApi:
-      return fmt::format(
-          "\"ev\":\"p2p_api\",\"func\":{},\"count\":{},\"dtype\":{},\"stream\":\"{}\","
-          "\"graph\":{}",
-          quoted(d.p2pApi.func), d.p2pApi.count, quoted(d.p2pApi.datatype), d.p2pApi.stream,
-          d.p2pApi.graphCaptured);
+      fmt::format_to(it,
+                     "\"ev\":\"p2p_api\",\"func\":{},\"count\":{},\"dtype\":{},\"stream\":\"{}\","
+                     "\"graph\":{}",
+                     quoted(d.p2pApi.func), d.p2pApi.count, quoted(d.p2pApi.datatype),
+                     d.p2pApi.stream, d.p2pApi.graphCaptured);
+      return;
     case ncclProfileColl:
-      return fmt::format(
-          "\"ev\":\"coll\",\"seq\":{},\"func\":{},\"count\":{},\"dtype\":{},"
-          "\"root\":{},\"algo\":{},\"proto\":{},\"channels\":{}",
-          d.coll.seqNumber, quoted(d.coll.func), d.coll.count, quoted(d.coll.datatype), d.coll.root,
-          quoted(d.coll.algo), quoted(d.coll.proto), d.coll.nChannels);
+      fmt::format_to(it,
+                     "\"ev\":\"coll\",\"seq\":{},\"func\":{},\"count\":{},\"dtype\":{},"
+                     "\"root\":{},\"algo\":{},\"proto\":{},\"channels\":{}",
+                     d.coll.seqNumber, quoted(d.coll.func), d.coll.count, quoted(d.coll.datatype),
+                     d.coll.root, quoted(d.coll.algo), quoted(d.coll.proto), d.coll.nChannels);
+      return;
     case ncclProfileP2p:
-      return fmt::format(
-          "\"ev\":\"p2p\",\"func\":{},\"count\":{},\"dtype\":{},\"peer\":{},"
-          "\"channels\":{}",
-          quoted(d.p2p.func), d.p2p.count, quoted(d.p2p.datatype), d.p2p.peer, d.p2p.nChannels);
+      fmt::format_to(it,
+                     "\"ev\":\"p2p\",\"func\":{},\"count\":{},\"dtype\":{},\"peer\":{},"
+                     "\"channels\":{}",
+                     quoted(d.p2p.func), d.p2p.count, quoted(d.p2p.datatype), d.p2p.peer,
+                     d.p2p.nChannels);
+      return;
     default:
-      return {};
+      return;
   }
 }
 
@@ -187,14 +302,14 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
     ctx->comm = fmt::format("{:016x}", commId);
     ctx->hash = commId;
     ctx->proxy_ops = proxy_ops;
-    ctx->record = record;
     if (record) {
+      ctx->written = recordedTypes();
+      ctx->parents = (ctx->written & (ncclProfileColl | ncclProfileP2p)) != 0;
       recordFile().line(
           fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
                       "\"rank\":{},\"t\":{}}}",
                       ctx->comm, quoted(commName), nNodes, nranks, rank, nowNs()));
-      *mask |= static_cast<int>(ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
-                                ncclProfileColl | ncclProfileP2p);
+      *mask |= static_cast<int>(ctx->written);
     }
     // Proxy operations hang under their collective's event: both are needed.
     if (proxy_ops) *mask |= static_cast<int>(ncclProfileColl | ncclProfileProxyOp);
@@ -245,14 +360,16 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     // on the thread that enqueues it (ProxyOp in the mask enables them), and an all-to-all is
     // 2 x N p2p tasks: each costs the real rank host time a target rank does not spend (the
     // JSON of every event took ~1.7 us a task, 2026-12-04, docs/record.md).
-    if (!ctx.record && d->type != ncclProfileColl) return ncclSuccess;
-    std::string fields = ctx.record ? describe(*d) : std::string();
-    if (ctx.record && fields.empty()) return ncclSuccess;
+    const bool write = (ctx.written & d->type) != 0;
+    if (!write && d->type != ncclProfileColl) return ncclSuccess;
     auto ev = std::make_unique<Event>();
     ev->id = g_next_id++;
-    ev->t0 = ctx.record ? nowNs() : 0;
     ev->ctx = &ctx;
-    ev->fields = std::move(fields);
+    if (write) {
+      ev->write = true;
+      ev->d = *d;
+      ev->t0 = nowNs();
+    }
     if (d->type == ncclProfileColl) {
       ev->op = ev->id + 1;  // NCCL's seqNumber counts per collective type
       ev->ring = d->coll.algo != nullptr && std::string_view(d->coll.algo) == "RING";
@@ -265,7 +382,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     }
     {
       std::lock_guard lock(g_live_mu);
-      if (ctx.record) {  // parents by id, for the record file only
+      if (write && ctx.parents) {  // parents by id, for the record file only
         const auto it = liveEvents().find(d->parentObj);
         ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
         liveEvents().emplace(ev.get(), ev->id);
@@ -283,14 +400,12 @@ ncclResult_t stopEvent(void* handle) noexcept {
   if (handle == nullptr) return ncclSuccess;
   std::unique_ptr<Event> ev(static_cast<Event*>(handle));
   try {
-    if (ev->ctx->record) {
-      {
+    if (ev->write) {
+      if (ev->ctx->parents) {
         std::lock_guard lock(g_live_mu);
         liveEvents().erase(ev.get());
       }
-      recordFile().line(
-          fmt::format("{{{},\"comm\":\"{}\",\"id\":{},\"parent\":{},\"t0\":{},\"t1\":{}}}",
-                      ev->fields, ev->ctx->comm, ev->id, ev->parent, ev->t0, nowNs()));
+      recordFile().event(Stopped{ev->d, ev->ctx->hash, ev->id, ev->parent, ev->t0, nowNs()});
     }
     std::lock_guard lock(g_live_mu);
     if (knownColls().count(ev.get()) != 0) {  // proxy operations may still name it

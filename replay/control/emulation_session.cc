@@ -62,6 +62,13 @@ struct EmulationSession::Impl {
       env.emplace_back("NCCL_PROFILER_PLUGIN",
                        outer_plugin && !outer_plugin->empty() ? *outer_plugin : opts.plugin_path);
       if (!record_dir.empty()) env.emplace_back("CRYSTAL_RECORD", record_dir);
+      // Its own recording feeds the report, which reads the program's calls only: the task
+      // and group events would cost the real rank host time per task (2 x N an all-to-all)
+      // that a target rank does not spend. A recording the caller asked for keeps them all.
+      const auto outer_events = envLookup("CRYSTAL_RECORD_EVENTS");
+      if (!record_dir.empty() && !(outer && !outer->empty()) &&
+          !(outer_events && !outer_events->empty()))
+        env.emplace_back("CRYSTAL_RECORD_EVENTS", "api");
     }
     const auto store_env = store::storeEnvironment(launch);
     env.insert(env.end(), store_env.begin(), store_env.end());

@@ -80,6 +80,25 @@ TEST(CrystalEmulate, GivesTheRealRanksTheirEnvironment) {
       << env["NCCL_HOSTID"];
 }
 
+// Its own recording feeds the report (the program's calls only); one the caller asked for
+// (`crystal record -- crystal emulate ...`) keeps every event type.
+TEST(CrystalEmulate, RecordsTheProgramsCallsForItsReport) {
+  const std::string cmd = std::string(CRYSTAL_EXE) + " emulate " + kConfig + " --plugin " +
+                          INTERPOSER_LIB + " -- " + PRINT_ENV_EXE +
+                          " CRYSTAL_RECORD CRYSTAL_RECORD_EVENTS";
+  const ShellRun own = shell(cmd);
+  ASSERT_EQ(own.status, 0) << own.out;
+  auto env = parseEnv(own.out);
+  EXPECT_FALSE(env["CRYSTAL_RECORD"].empty()) << own.out;
+  EXPECT_EQ(env["CRYSTAL_RECORD_EVENTS"], "api");
+  const ShellRun outer = shell("CRYSTAL_RECORD=/tmp/crystal-outer-record " + cmd);
+  ASSERT_EQ(outer.status, 0) << outer.out;
+  env = parseEnv(outer.out);
+  EXPECT_EQ(env["CRYSTAL_RECORD"], "/tmp/crystal-outer-record");
+  EXPECT_EQ(env.count("CRYSTAL_RECORD_EVENTS"), 0u) << outer.out;
+  EXPECT_NE(outer.out.find("CRYSTAL_RECORD_EVENTS unset"), std::string::npos) << outer.out;
+}
+
 TEST(CrystalEmulate, ExitsWithTheCommandsStatus) {
   EXPECT_EQ(shell("PRINT_ENV_EXIT=3 " + std::string(CRYSTAL_EXE) + " emulate " + kConfig +
                   " --plugin " + INTERPOSER_LIB + " -- " + PRINT_ENV_EXE)

@@ -226,6 +226,58 @@ TEST(Profiler, HarnessDrivesTheAbiLikeNccl) {
   std::filesystem::remove_all(dir);
 }
 
+// CRYSTAL_RECORD_EVENTS=api (what `crystal emulate` sets for its report): NCCL is asked for
+// the program's calls only; task and group events get no handle and are not written.
+TEST(Profiler, ApiLevelWritesTheProgramsCallsOnly) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("crystal-rec-api-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "api.jsonl").string();
+  ::setenv("CRYSTAL_RECORD", file.c_str(), 1);
+  ::setenv("CRYSTAL_RECORD_EVENTS", "api", 1);
+  const ncclProfiler_v5_t& p = profiler::profilerV5();
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(p.init(&ctx, 0x5151, &mask, "api", 8, 64, 0, nullptr), ncclSuccess);
+  ::unsetenv("CRYSTAL_RECORD_EVENTS");
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(mask, static_cast<int>(ncclProfileCollApi | ncclProfileP2pApi));
+  int stream = 0;
+  void* group = &stream;
+  ncclProfilerEventDescr_v5_t g{};
+  g.type = ncclProfileGroupApi;
+  ASSERT_EQ(p.startEvent(ctx, &group, &g), ncclSuccess);
+  EXPECT_EQ(group, nullptr);
+  void* send = nullptr;
+  auto ds = p2pApi(nullptr, "Send", 1024, &stream);
+  ASSERT_EQ(p.startEvent(ctx, &send, &ds), ncclSuccess);
+  ASSERT_NE(send, nullptr);
+  EXPECT_EQ(p.stopEvent(send), ncclSuccess);
+  void* task = &stream;
+  auto ts = p2pTask(nullptr, "Send", 1024, 3);
+  ASSERT_EQ(p.startEvent(ctx, &task, &ts), ncclSuccess);
+  EXPECT_EQ(task, nullptr);
+  EXPECT_EQ(p.finalize(ctx), ncclSuccess);  // writes what is queued
+  // The record file is the process's first: under ctest, this one (one process a test).
+  std::ifstream in(file);
+  if (in) {
+    std::string line;
+    int api_lines = 0, other = 0;
+    while (std::getline(in, line)) {
+      if (line.find("\"comm\":\"0000000000005151\"") == std::string::npos ||
+          line.find("\"ev\"") == std::string::npos)
+        continue;
+      if (line.find("\"ev\":\"p2p_api\"") != std::string::npos)
+        ++api_lines;
+      else
+        ++other;
+    }
+    EXPECT_EQ(api_lines, 1);
+    EXPECT_EQ(other, 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 std::string errorOf(const std::string& text) {
   try {
     (void)parseNcclRecording(text, "rec.jsonl");
