@@ -47,6 +47,11 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
       if (!(value >= 0)) throw InputError("model.overrides.p2p_net_channel_gbps: must be >= 0");
       o.step.p2p_net_channel_GBps = value;
     }
+    if (name == "a2a_group_host_us" || name == "a2a_peer_host_us") {
+      if (!(value >= 0 && value <= 1e6))
+        throw InputError("model.overrides." + name + ": must be in 0..1e6");
+      (name == "a2a_group_host_us" ? o.a2a_group_host_us : o.a2a_peer_host_us) = value;
+    }
     if (name == "ring_slice_us") {
       if (!(value >= 0 && value <= 1000))
         throw InputError("model.overrides.ring_slice_us: must be in 0..1000");

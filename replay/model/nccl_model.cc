@@ -305,6 +305,11 @@ std::vector<double> NcclModel::ringFinishTimes(Func f, std::uint64_t bytes, cons
   return out;
 }
 
+double NcclModel::allToAllHostUs(const CommShape& shape) const {
+  if (shape.nranks <= 1) return 0.0;
+  return impl_->opt.a2a_group_host_us + impl_->opt.a2a_peer_host_us * shape.nranks;
+}
+
 double NcclModel::allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const {
   if (shape.nranks <= 1) return 0.0;
   const CommView v = view(impl_->topo, impl_->opt, shape);

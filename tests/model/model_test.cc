@@ -233,6 +233,31 @@ TEST(AllToAll, NicSharingAcrossNodes) {
                    m.allToAllTime(1 << 20, full(16)));
 }
 
+// NCCL's CPU time for an all-to-all's 2 N grouped calls: 2.9 + 1.49 x N us (real NCCL
+// 2.28.9 on the H200's host: 14.8 us at N = 8, 26.7 at N = 16), overridable; the GPU time
+// (allToAllTime, choose) does not include it.
+TEST(AllToAll, HostTimeOfTheGroupedCalls) {
+  const NcclModel m(dgx(8), {});
+  EXPECT_NEAR(m.allToAllHostUs(full(1)), 2.9 + 1.49 * 8, 1e-9);
+  EXPECT_NEAR(m.allToAllHostUs(full(8)), 2.9 + 1.49 * 64, 1e-9);  // 98.26
+  EXPECT_EQ(m.allToAllHostUs({1, 1, 1}), 0.0);
+  EXPECT_DOUBLE_EQ(m.choose(Func::AllToAll, 64ULL << 10, full(8)).time_us,
+                   m.allToAllTime(1 << 10, full(8)));
+  EXPECT_LT(m.allToAllTime(1 << 10, full(8)), m.allToAllHostUs(full(8)));
+  ModelConfig mc;
+  mc.overrides.emplace_back("a2a_group_host_us", 10.0);
+  mc.overrides.emplace_back("a2a_peer_host_us", 0.5);
+  EXPECT_NEAR(NcclModel(dgx(8), mc).allToAllHostUs(full(8)), 10.0 + 0.5 * 64, 1e-9);
+  ModelConfig bad;
+  bad.overrides.emplace_back("a2a_peer_host_us", -1.0);
+  try {
+    NcclModel b(dgx(8), bad);
+    ADD_FAILURE() << "accepted a negative a2a_peer_host_us";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.overrides.a2a_peer_host_us"), std::string::npos);
+  }
+}
+
 // A plugin that completes each NET step at post + GPU time + bytes/bw + the rest of the
 // latency (netStep) reproduces the model's time of a NET-only ring (2 nodes x 1 GPU,
 // all-gather, Simple).

@@ -146,6 +146,14 @@ class NcclModel {
   // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others
   // (grouped p2p), NVLink inside a node, NICs shared across nodes.
   [[nodiscard]] double allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const;
+  // The CPU time of NCCL's enqueue of one all-to-all as grouped ncclSend/ncclRecv to every
+  // rank (2 N calls and ncclGroupEnd), us: model.overrides a2a_group_host_us +
+  // a2a_peer_host_us x N. Measured with real NCCL 2.28.9 (no emulation, Socket, the
+  // emulation's 16 channels) on the H200's host: 14.8 us at N = 8, 26.7 at N = 16
+  // (docs/model.md "Host time of a grouped all-to-all"). Back-to-back calls (nccl-tests'
+  // loop, `crystal simulate --sweep`) run no faster than this; inside a training step the
+  // host works ahead of the GPU, so allToAllTime() leaves it out.
+  [[nodiscard]] double allToAllHostUs(const CommShape& shape) const;
   // netStep for a connection of a given communicator (NIC share and fabric path of `shape`).
   [[nodiscard]] StepTiming netStep(Proto p, int channels, const CommShape& shape) const;
   // Same for an NVLink (NVSwitch) step between two members on one node of `shape`.
