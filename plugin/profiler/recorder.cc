@@ -60,6 +60,21 @@ struct Stopped {
   std::int64_t t0 = 0, t1 = 0;
 };
 
+// For the queue: held for a push_back or a swap, nanoseconds; a mutex's futex wake-ups cost
+// the enqueuing thread more than that (the profiler bench, 2026-12-04).
+class SpinLock {
+ public:
+  void lock() noexcept {
+    while (flag_.test_and_set(std::memory_order_acquire))
+      while (flag_.test(std::memory_order_relaxed)) {
+      }
+  }
+  void unlock() noexcept { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
 // The process's recording file, opened by the first communicator that records. NCCL calls
 // the profiler on the threads that enqueue its work (ncclSend, ncclGroupEnd: one event per
 // call and per task), so a stop only queues the event; a writer thread formats and writes
@@ -180,7 +195,7 @@ class RecordFile {
   std::FILE* file_ = nullptr;
   std::vector<Item> out_;
   fmt::memory_buffer buf_;  // out_'s text
-  std::mutex q_mu_;         // q_
+  SpinLock q_mu_;           // q_: held for a push or a swap
   std::vector<Item> q_;
 };
 
@@ -407,6 +422,7 @@ ncclResult_t stopEvent(void* handle) noexcept {
       }
       recordFile().event(Stopped{ev->d, ev->ctx->hash, ev->id, ev->parent, ev->t0, nowNs()});
     }
+    if (!ev->coll) return ncclSuccess;
     std::lock_guard lock(g_live_mu);
     if (knownColls().count(ev.get()) != 0) {  // proxy operations may still name it
       retiredColls().push_back(std::move(ev));
