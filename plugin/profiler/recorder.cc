@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -113,14 +114,13 @@ class RecordFile {
     }
     out_.reserve(kQueued);
     // Detached and never stopped: the file lives until exit (proxy threads may report late).
-    std::thread([this] { writeLoop(); }).detach();
+    try {
+      std::thread([this] { writeLoop(); }).detach();
+    } catch (const std::system_error&) {
+      // No writer: the queue is written when it fills and at each finalize.
+    }
     return true;
   }
-  [[nodiscard]] bool isOpen() {
-    std::lock_guard io(io_mu_);
-    return file_ != nullptr;
-  }
-
   // A line written as is (a communicator's), in order with the events around it.
   void line(std::string s) { push(Item{std::move(s), {}}); }
   void event(const Stopped& e) { push(Item{{}, e}); }
@@ -152,8 +152,17 @@ class RecordFile {
       drain();
     }
   }
-  // Under io_mu_.
-  void drain() {
+  // Under io_mu_. Never throws (finalize and NCCL's threads call it): a batch that cannot be
+  // formatted (allocation) is dropped and recording goes on.
+  void drain() noexcept {
+    try {
+      write();
+    } catch (...) {
+      out_.clear();
+      buf_.clear();
+    }
+  }
+  void write() {
     {
       std::lock_guard lock(q_mu_);
       out_.swap(q_);
@@ -182,12 +191,8 @@ class RecordFile {
   void writeLoop() {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      try {
-        std::lock_guard io(io_mu_);
-        drain();
-      } catch (...) {  // allocation: the batch is dropped, recording goes on
-        out_.clear();
-      }
+      std::lock_guard io(io_mu_);
+      drain();
     }
   }
 
