@@ -1,10 +1,12 @@
 // What NCCL's per-task profiler calls cost the thread that enqueues them (ncclGroupEnd: one
-// startEvent per p2p task, its stopEvent when the plan is reclaimed). In emulation the
-// profiler only feeds proxy operations to the net plugin and gives p2p tasks no handle; in
-// record mode every event becomes a JSON line. An all-to-all on 64 ranks is 128 tasks each
-// time: before emulation skipped them, the real rank spent ~1.7 us a task more than real NCCL
-// (the H200's host, 2026-12-04). Target: emulation < 50 ns a task, and the ratio to record
-// mode printed; record level api (crystal emulate's own) beside them.
+// startEvent per p2p task, its stopEvent when the plan is reclaimed; a startEvent/stopEvent
+// pair around every ncclSend/ncclRecv call). In emulation the profiler only feeds proxy
+// operations to the net plugin and gives p2p tasks no handle; in record mode every event is
+// queued for the writer thread. An all-to-all on 64 ranks is 128 calls and 128 tasks each
+// time: when every event was formatted on the enqueuing thread, it took 240-420 us of the
+// real rank's CPU against ~100 for NCCL alone (the H200's host, 2026-12-04). Target:
+// emulation < 50 ns a task; record mode (every event) and record level api (crystal
+// emulate's own: the calls only) printed beside it, and their ratio.
 #include <benchmark/benchmark.h>
 
 #include <chrono>

@@ -375,13 +375,14 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       reportProxyOp(ctx, *d);
       return ncclSuccess;
     }
-    // Not recording (emulation: proxy operations only), a collective's event is all that is
-    // needed: proxy operations name it as their parent. NCCL still calls here for every task,
-    // on the thread that enqueues it (ProxyOp in the mask enables them), and an all-to-all is
-    // 2 x N p2p tasks: each costs the real rank host time a target rank does not spend (the
-    // JSON of every event took ~1.7 us a task, 2026-12-04, docs/record.md).
+    // Events not written: only a collective's, which its proxy operations name as parent.
+    // NCCL calls here for every task on the thread that enqueues it (ProxyOp in the mask
+    // enables them), and an all-to-all is 2 x N p2p tasks: whatever this does costs the real
+    // rank host time a target rank does not spend (2026-12-04: with every event formatted
+    // here, a 64-rank all-to-all took 240-420 us of CPU against ~100 for NCCL alone).
     const bool write = (ctx.written & d->type) != 0;
-    if (!write && d->type != ncclProfileColl) return ncclSuccess;
+    const bool proxy_parent = d->type == ncclProfileColl && ctx.proxy_ops;
+    if (!write && !proxy_parent) return ncclSuccess;
     auto ev = std::make_unique<Event>();
     ev->id = g_next_id++;
     ev->ctx = &ctx;
@@ -400,14 +401,15 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       ev->coll = true;
       ev->channels = d->coll.nChannels;
     }
-    {
+    const bool track = write && ctx.parents;  // parents by id, for the record file only
+    if (track || proxy_parent) {
       std::lock_guard lock(g_live_mu);
-      if (write && ctx.parents) {  // parents by id, for the record file only
+      if (track) {
         const auto it = liveEvents().find(d->parentObj);
         ev->parent = it == liveEvents().end() ? -1 : static_cast<std::int64_t>(it->second);
         liveEvents().emplace(ev.get(), ev->id);
       }
-      if (ev->coll && ctx.proxy_ops) knownColls().insert(ev.get());
+      if (proxy_parent) knownColls().insert(ev.get());
     }
     *handle = ev.release();
   } catch (...) {
