@@ -74,27 +74,37 @@ double nsPerCall(int calls, F&& f) {
          calls;
 }
 
+// Runs `interposed` and `direct` (each `calls` NCCL calls) alternately and prints the ns
+// a call of each and what the interposer adds.
+template <typename Interposed, typename Direct>
+void compare(benchmark::State& state, int calls, Interposed&& interposed, Direct&& direct) {
+  double through = 0, plain = 0;
+  long rounds = 0;
+  for (auto _ : state) {
+    through += nsPerCall(calls, interposed);
+    plain += nsPerCall(calls, direct);
+    ++rounds;
+  }
+  state.counters["interposed_ns_per_call"] = through / rounds;
+  state.counters["direct_ns_per_call"] = plain / rounds;
+  state.counters["added_ns_per_call"] = (through - plain) / rounds;
+  state.counters["added_under_200ns"] = (through - plain) / rounds < 200 ? 1 : 0;
+}
+
 void BM_InterposedAllReduce(benchmark::State& state) {
   Setup& s = setup();
   float x = 0;
-  double interposed = 0, direct = 0;
-  long rounds = 0;
   constexpr int kCalls = 256;
-  for (auto _ : state) {
-    interposed += nsPerCall(kCalls, [&] {
-      for (int i = 0; i < kCalls; ++i)
-        benchmark::DoNotOptimize(ncclAllReduce(&x, &x, 1, 7, 0, s.comm, nullptr));
-    });
-    direct += nsPerCall(kCalls, [&] {
-      for (int i = 0; i < kCalls; ++i)
-        benchmark::DoNotOptimize(s.all_reduce(&x, &x, 1, 7, 0, s.comm, nullptr));
-    });
-    ++rounds;
-  }
-  state.counters["interposed_ns"] = interposed / rounds;
-  state.counters["direct_ns"] = direct / rounds;
-  state.counters["added_ns"] = (interposed - direct) / rounds;
-  state.counters["added_under_200ns"] = (interposed - direct) / rounds < 200 ? 1 : 0;
+  compare(
+      state, kCalls,
+      [&] {
+        for (int i = 0; i < kCalls; ++i)
+          benchmark::DoNotOptimize(ncclAllReduce(&x, &x, 1, 7, 0, s.comm, nullptr));
+      },
+      [&] {
+        for (int i = 0; i < kCalls; ++i)
+          benchmark::DoNotOptimize(s.all_reduce(&x, &x, 1, 7, 0, s.comm, nullptr));
+      });
 }
 BENCHMARK(BM_InterposedAllReduce);
 
@@ -102,32 +112,24 @@ BENCHMARK(BM_InterposedAllReduce);
 void BM_InterposedAllToAllCalls(benchmark::State& state) {
   Setup& s = setup();
   float buf[64] = {};
-  double interposed = 0, direct = 0;
-  long rounds = 0;
-  constexpr int kCalls = 2 * 64 + 2;
-  for (auto _ : state) {
-    interposed += nsPerCall(kCalls, [&] {
-      ncclGroupStart();
-      for (int p = 0; p < 64; ++p) {
-        ncclSend(buf + p, 1, 7, p, s.comm, nullptr);
-        ncclRecv(buf + p, 1, 7, p, s.comm, nullptr);
-      }
-      ncclGroupEnd();
-    });
-    direct += nsPerCall(kCalls, [&] {
-      s.group_start();
-      for (int p = 0; p < 64; ++p) {
-        s.send(buf + p, 1, 7, p, s.comm, nullptr);
-        s.recv(buf + p, 1, 7, p, s.comm, nullptr);
-      }
-      s.group_end();
-    });
-    ++rounds;
-  }
-  state.counters["interposed_ns_per_call"] = interposed / rounds;
-  state.counters["direct_ns_per_call"] = direct / rounds;
-  state.counters["added_ns_per_call"] = (interposed - direct) / rounds;
-  state.counters["added_under_200ns"] = (interposed - direct) / rounds < 200 ? 1 : 0;
+  compare(
+      state, 2 * 64 + 2,
+      [&] {
+        ncclGroupStart();
+        for (int p = 0; p < 64; ++p) {
+          ncclSend(buf + p, 1, 7, p, s.comm, nullptr);
+          ncclRecv(buf + p, 1, 7, p, s.comm, nullptr);
+        }
+        ncclGroupEnd();
+      },
+      [&] {
+        s.group_start();
+        for (int p = 0; p < 64; ++p) {
+          s.send(buf + p, 1, 7, p, s.comm, nullptr);
+          s.recv(buf + p, 1, 7, p, s.comm, nullptr);
+        }
+        s.group_end();
+      });
 }
 BENCHMARK(BM_InterposedAllToAllCalls);
 

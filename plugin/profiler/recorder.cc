@@ -216,7 +216,7 @@ struct Context {
   std::uint64_t written = 0;  // the event types written to the record file (none: 0)
   // Task and group events name their parents by id (record level all); the API events alone
   // have no recorded parents, and skip the bookkeeping.
-  bool parents = false;
+  [[nodiscard]] bool parents() const { return (written & (ncclProfileColl | ncclProfileP2p)) != 0; }
 };
 
 // CRYSTAL_RECORD_EVENTS: "api" writes the program's calls only (CollApi, P2pApi: what
@@ -324,7 +324,6 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
     ctx->proxy_ops = proxy_ops;
     if (record) {
       ctx->written = recordedTypes();
-      ctx->parents = (ctx->written & (ncclProfileColl | ncclProfileP2p)) != 0;
       recordFile().line(
           fmt::format("{{\"comm\":\"{}\",\"name\":{},\"nnodes\":{},\"nranks\":{},"
                       "\"rank\":{},\"t\":{}}}",
@@ -401,7 +400,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
       ev->coll = true;
       ev->channels = d->coll.nChannels;
     }
-    const bool track = write && ctx.parents;  // parents by id, for the record file only
+    const bool track = write && ctx.parents();  // parents by id, for the record file only
     if (track || proxy_parent) {
       std::lock_guard lock(g_live_mu);
       if (track) {
@@ -423,7 +422,7 @@ ncclResult_t stopEvent(void* handle) noexcept {
   std::unique_ptr<Event> ev(static_cast<Event*>(handle));
   try {
     if (ev->write) {
-      if (ev->ctx->parents) {
+      if (ev->ctx->parents()) {
         std::lock_guard lock(g_live_mu);
         liveEvents().erase(ev.get());
       }
