@@ -1,5 +1,7 @@
 #include "tuner.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -8,14 +10,13 @@
 #include <string>
 #include <utility>
 
-#include <fmt/core.h>
-
 #include "crystal/base/log.h"
 #include "crystal/live/collective_log.h"
 #include "errors.h"
 #include "nccl_log.h"
 #include "ring_fold.h"
 #include "state.h"
+#include "tuner_memo.h"
 
 namespace crystal::plugin {
 
@@ -103,7 +104,8 @@ struct TunerContext {
   std::uint64_t comm_id = 0;
   model::CommShape shape;
   bool enabled = true;
-  std::mutex mu;
+  std::mutex mu;                                 // guards memo and logged
+  TunerMemo memo;                                // the model's answers, per (func, bytes)
   std::set<std::pair<int, std::size_t>> logged;  // (func, bytes) whose choice was logged
   std::shared_ptr<live::CollectiveLog> log;      // what NCCL runs next, for the tree timing
 };
@@ -143,9 +145,12 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
     // NCCL passes its float[numAlgo][numProto] table cast to float**.
     auto* table = reinterpret_cast<float*>(collCostTable);
     const int before = nChannels ? *nChannels : 0;
-    if (!applyTargetCosts(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo,
-                          numProto, nChannels))
-      return;
+    {
+      std::lock_guard lock(t->mu);
+      if (!t->memo.apply(PluginState::get().model(), f, nBytes, t->shape, table, numAlgo, numProto,
+                         nChannels))
+        return;
+    }
     // NCCL runs what it picks from this table, in enqueue order: the live tree timing reads
     // it when the proxy starts the operation (crystal/live/collective_log.h).
     const TunerPick run = bestEntry(table, numAlgo, numProto);

@@ -167,7 +167,10 @@ BENCHMARK_MAIN();
 // cost table for the call, plus (ring) the folded channel count (plugin/ring_fold.h), which
 // for an entry NCCL forced asks the model for that entry's channels. Arg 1: fold on, Arg 0:
 // off; both with the table NCCL_PROTO=Simple leaves (Tree/Ring x Simple usable), a 64-rank
-// 1 MiB all-gather. Target: under 10 us per call (a collective's launch costs ~5-10 us).
+// 1 MiB all-gather. Arg 2 (second): 1 = every call a size not asked before, so the model is
+// evaluated each time (plugin/tuner_memo.h remembers answers per size: a training job asks
+// the same few sizes). Target: under 10 us per call (a collective's launch costs ~5-10 us);
+// the remembered answer should cost a tenth of the computed one.
 void BM_TunerGetCollInfoRing(benchmark::State& state) {
   Config cfg;
   cfg.source = "bench";
@@ -177,18 +180,23 @@ void BM_TunerGetCollInfoRing(benchmark::State& state) {
   void* ctx = nullptr;
   if (plugin::tuner::init(&ctx, 3, 64, 64, nullptr, nullptr, nullptr) != nccl::ncclSuccess)
     std::abort();
+  const bool new_sizes = state.range(1) != 0;
+  std::size_t bytes = 1 << 20;
   int ch = 0;
   for (auto _ : state) {
     float table[7][3];
     for (int a = 0; a < 7; ++a)
       for (int p = 0; p < 3; ++p) table[a][p] = p == 2 && a < 2 ? 0.0f : -1.0f;
     ch = 0;
-    benchmark::DoNotOptimize(plugin::tuner::getCollInfo(ctx, nccl::ncclFuncAllGather, 1 << 20,
-                                                        1, reinterpret_cast<float**>(table), 7,
-                                                        3, 0, &ch));
+    if (new_sizes) bytes = (bytes + 128) & ((std::size_t{1} << 24) - 1);  // 131072 sizes
+    benchmark::DoNotOptimize(plugin::tuner::getCollInfo(
+        ctx, nccl::ncclFuncAllGather, bytes, 1, reinterpret_cast<float**>(table), 7, 3, 0, &ch));
   }
   state.counters["channels"] = ch;
   state.counters["target_us"] = 10;
   (void)plugin::tuner::finalize(ctx);
 }
-BENCHMARK(BM_TunerGetCollInfoRing)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TunerGetCollInfoRing)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"fold", "new_sizes"})
+    ->Unit(benchmark::kMicrosecond);

@@ -1,12 +1,17 @@
 // Tuner mapping: NCCL's (nRanks, nNodes) onto the target, cost table written from the
 // target model, the switch that turns it off.
+#include "tuner.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
+
+#include <algorithm>
+#include <array>
 
 #include "crystal/live/target_model.h"
 #include "p2p_agent.h"
 #include "state.h"
-#include "tuner.h"
+#include "tuner_memo.h"
 
 namespace crystal::plugin {
 namespace {
@@ -217,6 +222,74 @@ TEST(PluginTuner, ForcedProtocolGetsTheTargetsChannelsForTheEntryNcclRuns) {
     EXPECT_GE(ch, 1);
     EXPECT_LE(ch, target);
   }
+}
+
+// The memo answers as the model does: for every function, size and NCCL mask (all entries
+// usable, NCCL_PROTO=Simple's, none), the first call (computed) and the second (remembered)
+// leave the table and the channel count exactly as applyTargetCosts does.
+TEST(PluginTunerMemo, AnswersAsTheModelDoesComputedOrRemembered) {
+  Config cfg;
+  auto m = live::makeClusterTargetModel(cfg);
+  const model::CommShape s{64, 8, 8};
+  TunerMemo memo;
+  using Table = std::array<float, 21>;
+  auto fill = [](int mask) {
+    Table t;
+    for (int a = 0; a < 7; ++a)
+      for (int p = 0; p < 3; ++p) {
+        const bool usable = mask == 0 || (mask == 1 && p == 2 && a < 2);
+        t[a * 3 + p] = usable ? 0.0f : -1.0f;
+      }
+    return t;
+  };
+  int cases = 0;
+  for (int f = nccl::ncclFuncBroadcast; f <= nccl::ncclFuncSendRecv; ++f)
+    for (const std::size_t bytes : {std::size_t{1024}, std::size_t{1} << 20, std::size_t{1} << 30})
+      for (int mask = 0; mask < 3; ++mask) {
+        const auto func = static_cast<nccl::ncclFunc_t>(f);
+        Table want = fill(mask);
+        int want_ch = -7;
+        const bool want_applied = applyTargetCosts(*m, func, bytes, s, want.data(), 7, 3, &want_ch);
+        for (int round = 0; round < 2; ++round) {
+          Table got = fill(mask);
+          int ch = -7;
+          EXPECT_EQ(memo.apply(*m, func, bytes, s, got.data(), 7, 3, &ch), want_applied)
+              << f << " " << bytes << " " << mask << " round " << round;
+          EXPECT_EQ(got, want) << f << " " << bytes << " " << mask << " round " << round;
+          EXPECT_EQ(ch, want_ch) << f << " " << bytes << " " << mask << " round " << round;
+        }
+        ++cases;
+      }
+  EXPECT_EQ(memo.size(), static_cast<std::size_t>(cases));
+  EXPECT_EQ(memo.hits(), static_cast<std::uint64_t>(cases));
+  // A null nChannels is left alone, answered or remembered.
+  Table t = fill(1);
+  EXPECT_TRUE(memo.apply(*m, nccl::ncclFuncAllReduce, 1 << 20, s, t.data(), 7, 3, nullptr));
+  EXPECT_EQ(memo.hits(), static_cast<std::uint64_t>(cases) + 1);
+}
+
+// A program that asks every size once keeps the memo bounded; another model (the plugin
+// configured again) starts it over.
+TEST(PluginTunerMemo, StaysBoundedAndFollowsTheModel) {
+  Config cfg;
+  auto m = live::makeClusterTargetModel(cfg);
+  const model::CommShape s{64, 8, 8};
+  TunerMemo memo;
+  float t[21];
+  for (std::size_t i = 0; i <= TunerMemo::kMaxKeys; ++i) {
+    std::fill(std::begin(t), std::end(t), 0.0f);
+    int ch = 0;
+    ASSERT_TRUE(memo.apply(*m, nccl::ncclFuncAllGather, 4096 + i, s, t, 7, 3, &ch));
+  }
+  EXPECT_LE(memo.size(), TunerMemo::kMaxKeys);
+  EXPECT_EQ(memo.hits(), 0u);
+  cfg.cluster.nodes = 2;
+  auto other = live::makeClusterTargetModel(cfg);
+  std::fill(std::begin(t), std::end(t), 0.0f);
+  int ch = 0;
+  EXPECT_TRUE(memo.apply(*other, nccl::ncclFuncAllGather, 4096, s, t, 7, 3, &ch));
+  EXPECT_EQ(memo.size(), 1u);
+  EXPECT_EQ(memo.hits(), 0u);
 }
 
 }  // namespace
