@@ -55,6 +55,10 @@ constexpr Param kParams[] = {
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations, kernel launches and starts)."},
+    {"CRYSTAL_HOST_STATS", "0",
+     "1: each ncclCommDestroy/Abort prints, on stderr and as an INFO line, the calling "
+     "thread's host time per operation since the previous line: NCCL's own, the tuner's, the "
+     "profiler's, P2P pacing's and the interposer's (plugin/app_call_stats.h)."},
     {"CRYSTAL_P2P_TRACE", "",
      "P2P pacing trace: PREFIX; each pacing agent writes PREFIX.<pid>.<comm hash>.csv when its "
      "communicator is destroyed, one row per event (operation start/end, counter seen, "

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "app_call_stats.h"
 #include "crystal/base/log.h"
 #include "crystal/live/collective_log.h"
 #include "errors.h"
@@ -137,6 +138,7 @@ ncclResult_t init(void** ctx, std::uint64_t commId, std::size_t nRanks, std::siz
 ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
                          float** collCostTable, int numAlgo, int numProto, int,
                          int* nChannels) noexcept {
+  const AppSpan span(&AppCallStats::tuner_ns, &AppCallStats::tuner_calls);
   LogSubsystem sub(nccl::kSubsysTuning);
   return guard("tuner getCollInfo", [&] {
     auto* t = static_cast<TunerContext*>(ctx);

@@ -13,10 +13,11 @@
 // which cannot include virtual ranks.
 #include <exception>
 
+#include "app_call_stats.h"
 #include "plugin/interpose/block_pool.h"
-#include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
+#include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
 
@@ -159,6 +160,7 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
 }
 
 CRYSTAL_EXPORT int ncclCommDestroy(NcclComm comm) {
+  crystal::plugin::logAppCallStats();
   ci::forgetPacing(comm);
   ci::forgetComm(comm);
   ci::forgetMapped(comm);
@@ -167,6 +169,7 @@ CRYSTAL_EXPORT int ncclCommDestroy(NcclComm comm) {
 }
 
 CRYSTAL_EXPORT int ncclCommAbort(NcclComm comm) {
+  crystal::plugin::logAppCallStats();
   ci::forgetPacing(comm);
   ci::forgetComm(comm);
   ci::forgetMapped(comm);

@@ -5,6 +5,7 @@
 // its communicator (it does not know the op's scalar).
 #include <atomic>
 
+#include "app_call_stats.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
 #include "plugin/interpose/p2p_pacing.h"
@@ -35,7 +36,16 @@ CRYSTAL_EXPORT int ncclGroupStart() {
 
 CRYSTAL_EXPORT int ncclGroupEnd() {
   CRYSTAL_REAL(GroupFn, ncclGroupEnd);
-  const int rc = real_fn();
+  using crystal::plugin::AppCallStats;
+  using crystal::plugin::AppSpan;
+  // The outermost end enqueues the group: its host time is an operation's (app_call_stats.h).
+  const bool outermost = ci::pacedGroupDepth() == 1;
+  const AppSpan whole(&AppCallStats::group_end_ns, outermost ? &AppCallStats::group_ends : nullptr);
+  int rc = ci::kNcclSuccess;
+  {
+    const AppSpan nccl(&AppCallStats::group_end_nccl_ns);
+    rc = real_fn();
+  }
   ci::pacedGroupEnded();
   return ci::mirrorGroupEnded("ncclGroupEnd", rc, rc == ci::kNcclSuccess);
 }

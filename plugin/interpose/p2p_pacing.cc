@@ -17,6 +17,7 @@ struct Group {
 thread_local Group t_group;
 
 void finish(PacedCall& c) noexcept {
+  const plugin::AppSpan span(&plugin::AppCallStats::pacing_ns);
   try {
     c.agent->after(c.op);
   } catch (const std::exception& e) {
@@ -41,6 +42,7 @@ int pacedBefore(NcclComm comm, void* stream, const char* caller,
     if (!rec) return kNcclSuccess;
     auto agent = plugin::P2pAgent::find(rec->hash);
     if (!agent) return kNcclSuccess;
+    const plugin::AppSpan span(&plugin::AppCallStats::pacing_ns);
     out = PacedCall{agent, agent->before(stream), comm};
     return kNcclSuccess;
   } catch (const plugin::PluginError& e) {
@@ -64,6 +66,8 @@ void pacedAfter(std::optional<PacedCall>& call) noexcept {
 }
 
 void pacedGroupStarted() noexcept { ++t_group.depth; }
+
+int pacedGroupDepth() noexcept { return t_group.depth; }
 
 void pacedGroupEnded() noexcept {
   if (t_group.depth > 0) --t_group.depth;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "app_call_stats.h"
 #include "p2p_agent.h"
 #include "plugin/interpose/real_nccl.h"
 
@@ -28,15 +29,23 @@ struct PacedCall {
 void pacedAfter(std::optional<PacedCall>& call) noexcept;
 void pacedGroupStarted() noexcept;
 void pacedGroupEnded() noexcept;
+[[nodiscard]] int pacedGroupDepth() noexcept;  // this thread's ncclGroupStart/End nesting
 // ncclCommDestroy/Abort: the comm's agent stops.
 void forgetPacing(NcclComm comm) noexcept;
 
-// The call `call()` bracketed for `comm`.
+// The call `call()` bracketed for `comm`, its host time counted (app_call_stats.h).
 template <typename Call>
 int withPacing(NcclComm comm, void* stream, const char* caller, Call&& call) {
+  using plugin::AppCallStats;
+  const plugin::AppSpan whole(&AppCallStats::call_ns, &AppCallStats::calls);
+  if (plugin::appCallStatsOn() && pacedGroupDepth() == 0) ++plugin::appCallStats().ungrouped;
   std::optional<PacedCall> paced;
   if (const int rc = pacedBefore(comm, stream, caller, paced); rc != kNcclSuccess) return rc;
-  const int rc = call();
+  int rc = kNcclSuccess;
+  {
+    const plugin::AppSpan nccl(&AppCallStats::call_nccl_ns);
+    rc = call();
+  }
   pacedAfter(paced);
   return rc;
 }

@@ -1,0 +1,84 @@
+// CRYSTAL_HOST_STATS through the LD_PRELOAD interposer in front of the fake libnccl.so.2,
+// whose calls take a known time: the destroying thread's line counts ungrouped calls and
+// outermost group ends as operations, and puts NCCL's time where it was spent. Its own
+// binary: the switch is read once per process, and is on here from the start.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "fake_nccl.h"
+
+extern "C" {
+struct TestId {
+  char internal[128];
+};
+int ncclCommInitRank(void**, int, TestId, int);
+int ncclCommDestroy(void*);
+int ncclAllReduce(const void*, void*, std::size_t, int, int, void*, void*);
+int ncclGroupStart();
+int ncclGroupEnd();
+}
+
+namespace {
+
+const int kOn = ::setenv("CRYSTAL_HOST_STATS", "1", 1);
+
+void spin(std::chrono::microseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+// NCCL's time: an all-reduce 100 us, a group end 300 us.
+void slowNccl(const char* event) {
+  const std::string_view e(event);
+  if (e.starts_with("nccl:ncclAllReduce")) spin(std::chrono::microseconds(100));
+  if (e == "nccl:ncclGroupEnd") spin(std::chrono::microseconds(300));
+}
+
+TEST(InterposerHostStats, NcclsTimeAndOursPerOperation) {
+  ASSERT_EQ(kOn, 0);
+  ::unsetenv("CRYSTAL_HOST");
+  void* comm = nullptr;
+  TestId id{};
+  ASSERT_EQ(ncclCommInitRank(&comm, 4, id, 1), 0);
+  fakeNcclSetHook(slowNccl);
+  float x = 1.0f;
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(ncclAllReduce(&x, &x, 1, 7, 0, comm, nullptr), 0);
+  ASSERT_EQ(ncclGroupStart(), 0);
+  ASSERT_EQ(ncclGroupStart(), 0);  // nested: only the outermost end is an operation
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(ncclAllReduce(&x, &x, 1, 7, 0, comm, nullptr), 0);
+  ASSERT_EQ(ncclGroupEnd(), 0);
+  ASSERT_EQ(ncclGroupEnd(), 0);
+  fakeNcclSetHook(nullptr);
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(ncclCommDestroy(comm), 0);
+  const std::string out = testing::internal::GetCapturedStderr();
+  const auto at = out.find("crystal: host time on thread ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto colon = out.find(": ", at + 29);
+  ASSERT_NE(colon, std::string::npos) << out;
+  double each = 0, nccl = 0, own = 0;
+  int ops = 0, calls = 0, grouped = 0, ends = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + colon + 2,
+                        "%d operations (%d calls, %d of them grouped; %d group ends): %lf us each "
+                        "on the host, of which NCCL %lf us (its own %lf",
+                        &ops, &calls, &grouped, &ends, &each, &nccl, &own),
+            7)
+      << out;
+  EXPECT_EQ(ops, 3);
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(grouped, 3);
+  EXPECT_EQ(ends, 1);
+  const double nccl_floor = (5 * 100.0 + 2 * 300.0) / 3;  // two group ends spin: the inner too
+  EXPECT_GE(nccl, nccl_floor) << out;
+  EXPECT_EQ(own, nccl) << "no tuner or profiler in the fake: " << out;
+  EXPECT_GE(each, nccl) << out;
+  EXPECT_LE(each - nccl, each / 2) << "the interposer's own share: " << out;
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+// The application thread's host-time record (plugin/app_call_stats.h): spans add to their
+// field only when on, nest (the tuner inside NCCL's call inside the interposed call), and
+// the line says per operation what was NCCL's own and what was ours.
+#include "app_call_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "state.h"
+#include "tuner.h"
+
+namespace crystal::plugin {
+namespace {
+
+void spin(std::chrono::microseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+TEST(AppCallStats, OffSpansCountNothing) {
+  setAppCallStatsForTesting(false);
+  {
+    const AppSpan s(&AppCallStats::call_ns, &AppCallStats::calls);
+    spin(std::chrono::microseconds(50));
+  }
+  EXPECT_EQ(appCallStats().calls, 0);
+  EXPECT_EQ(appCallStats().call_ns, 0);
+}
+
+// One interposed collective whose NCCL call asks the tuner: the tuner's own span lands in
+// its field, inside NCCL's, inside the call's.
+TEST(AppCallStats, SpansNestAsTheCallsDo) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.cluster.nodes = 8;
+  PluginState::get().configure(cfg);
+  void* ctx = nullptr;
+  ASSERT_EQ(tuner::init(&ctx, 9, 64, 64, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  setAppCallStatsForTesting(true);
+  for (int i = 0; i < 3; ++i) {
+    const AppSpan whole(&AppCallStats::call_ns, &AppCallStats::calls);
+    ++appCallStats().ungrouped;
+    spin(std::chrono::microseconds(100));  // the interposer's lookups
+    const AppSpan nccl(&AppCallStats::call_nccl_ns);
+    float table[7][3] = {};
+    int ch = 0;
+    ASSERT_EQ(tuner::getCollInfo(ctx, nccl::ncclFuncAllReduce, 1 << 20, 1,
+                                 reinterpret_cast<float**>(table), 7, 3, 0, &ch),
+              nccl::ncclSuccess);
+    spin(std::chrono::microseconds(200));  // NCCL's own
+  }
+  const AppCallStats s = appCallStats();
+  setAppCallStatsForTesting(false);
+  EXPECT_EQ(s.calls, 3);
+  EXPECT_EQ(s.ungrouped, 3);
+  EXPECT_EQ(s.tuner_calls, 3);
+  EXPECT_EQ(s.group_ends, 0);
+  EXPECT_GE(s.call_nccl_ns, 3 * 200'000);
+  EXPECT_GE(s.call_ns - s.call_nccl_ns, 3 * 100'000);
+  EXPECT_GT(s.tuner_ns, 0);
+  EXPECT_LT(s.tuner_ns, s.call_nccl_ns);
+  EXPECT_LT(s.call_nccl_ns, s.call_ns);
+  EXPECT_EQ(tuner::finalize(ctx), nccl::ncclSuccess);
+}
+
+TEST(AppCallStats, TheLineIsPerOperation) {
+  AppCallStats s;
+  EXPECT_EQ(describeAppCallStats(s), "");
+  // An all-to-all of 4 grouped calls and one ungrouped all-reduce: 2 operations.
+  s.calls = 5;
+  s.ungrouped = 1;
+  s.call_ns = 12'000;
+  s.call_nccl_ns = 6'000;
+  s.group_ends = 1;
+  s.group_end_ns = 30'000;
+  s.group_end_nccl_ns = 26'000;
+  s.pacing_ns = 5'000;
+  s.tuner_calls = 1;
+  s.tuner_ns = 100;
+  s.profiler_calls = 4;
+  s.profiler_ns = 900;
+  EXPECT_EQ(describeAppCallStats(s),
+            "2 operations (5 calls, 4 of them grouped; 1 group ends): 21.00 us each on the "
+            "host, of which NCCL 16.00 us (its own 15.50, the tuner 0.05 in 1 calls, the "
+            "profiler 0.45 in 4 events), P2P pacing 2.50 us, the interposer's other work "
+            "2.50 us");
+}
+
+TEST(AppCallStats, TheLogPrintsOnStderrAndStartsOver) {
+  setAppCallStatsForTesting(true);
+  {
+    const AppSpan s(&AppCallStats::call_ns, &AppCallStats::calls);
+    ++appCallStats().ungrouped;
+  }
+  testing::internal::CaptureStderr();
+  logAppCallStats();
+  const std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("crystal: host time on thread "), std::string::npos) << out;
+  EXPECT_NE(out.find(": 1 operations (1 calls, 0 of them grouped; 0 group ends)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(appCallStats().calls, 0);
+  testing::internal::CaptureStderr();
+  logAppCallStats();  // nothing since: no line
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  // Another thread's calls are its own.
+  std::thread([] { const AppSpan s(&AppCallStats::call_ns, &AppCallStats::calls); }).join();
+  EXPECT_EQ(appCallStats().calls, 0);
+  setAppCallStatsForTesting(false);
+}
+
+}  // namespace
+}  // namespace crystal::plugin
