@@ -220,6 +220,7 @@ std::vector<std::string> splitList(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpu_check::installCrashReport();
   std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;

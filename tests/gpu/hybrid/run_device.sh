@@ -11,7 +11,8 @@
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
-#   OPS, ITERS, CRYSTAL_DATA (default zero: no copies of real bytes for virtual peers),
+#   OPS, ITERS, CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
+#   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
 #   P2P (1: every case under emulation.p2p_peers).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
@@ -53,9 +54,25 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
   return $rc
 }
 
+# A crash report of hybrid_nccl (gpu_check.h): each frame "lib(+0xOFFSET)" named by addr2line.
+resolve_crash() {  # resolve_crash LOG...
+  local f line
+  for f in "$@"; do
+    [ -f "$f" ] && grep -q 'crash: signal' "$f" || continue
+    echo "### crash in $(basename "$f")"
+    sed -n '/crash: signal/,/crash: end of stack/p' "$f" | while IFS= read -r line; do
+      if [[ $line =~ ^([^\(]+)\(\+(0x[0-9a-f]+)\) ]] && command -v addr2line >/dev/null; then
+        echo "    $line -> $(addr2line -f -C -p -e "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" 2>&1 | head -1)"
+      else
+        echo "    $line"
+      fi
+    done
+  done
+}
+
 PROTO=${PROTO-Simple}
 [ -n "$PROTO" ] && export NCCL_PROTO=$PROTO
-export CRYSTAL_DATA=${CRYSTAL_DATA:-zero}
+export CRYSTAL_DATA=${CRYSTAL_DATA:-none}
 export CRYSTAL_GDR=${GDR:-1}
 # Every case with its prediction; appends to $OUT/summary.md. Each case has its own time
 # limit, so one that hangs cannot take the others with it.
@@ -78,9 +95,10 @@ run_all() {
     local t0=$(date +%s%N)
     EMULATE_TIMEOUT=$limit timeout -k 5 $((limit + 20)) "$self" "$name" "$@" >"$OUT/$name.txt" 2>&1
     local rc=$?
-    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|no completion' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
+    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|no completion|crash:' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
+    resolve_crash "$OUT/$name.txt" "$OUT/$name"-*.txt >>"$OUT/crashes.md"
   }
-  rm -f "$OUT/cases.md"
+  rm -f "$OUT/cases.md" "$OUT/crashes.md"
   local cfg64 cfg8k
   cfg64=$(case_name=one config 0); cfg8k=$(case_name=big config 0)
   model() {  # model NAME CONFIG SWEEP-ARGS...: with --proto if this crystal has it
@@ -109,6 +127,12 @@ run_all() {
     echo "|---|---|---|---|"
     cat "$OUT/cases.md"
     echo
+    if [ -s "$OUT/crashes.md" ]; then
+      echo "## Crashes"
+      echo
+      cat "$OUT/crashes.md"
+      echo
+    fi
     echo "## Emulated vs model (us)"
     echo
     echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
@@ -166,6 +190,7 @@ case "$case_name" in
          for i in $(seq 300); do grep -q "^rc=" "$log" 2>/dev/null && break; sleep 0.1; done
          ms=$(( ($(date +%s%N) - t0) / 1000000 ))
          tail -n 5 "$log"
+         resolve_crash "$log"
          rc=$(sed -n 's/^rc=//p' "$log")
          echo "kill: program rc=${rc:-none (still running: HANG)} ${ms} ms after the host died (CRYSTAL_TIMEOUT=$CRYSTAL_TIMEOUT)"
          [ -n "$rc" ] && [ "$rc" != 0 ] ;;
