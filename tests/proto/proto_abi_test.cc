@@ -281,12 +281,17 @@ TEST(ProtoAbiMirror, HoldsLastWhileTheRealRanksSendsKeepComing) {
     }
     fillLL(c.sslot(kLL, k), 0x900 + 0x10 * static_cast<std::uint32_t>(k),
            static_cast<std::uint32_t>(k + 1));
+    // Descheduled after the last poll and before this send (a loaded CI box): the hold may
+    // have run out with the test none the wiser; from here on nothing is judged.
+    judged = judged && live::nowNs() - last_send < 150'000;
     void* sreq = nullptr;
     ASSERT_EQ(n->isend(c.send, c.sslot(kLL, k), 64, 0, c.smr[kLL], nullptr, &sreq), ncclSuccess);
     last_send = live::nowNs();
     ASSERT_GT(waitDone(n, rreq[k]), 0);
     ASSERT_GT(waitDone(n, sreq), 0);
-    EXPECT_EQ(words32(c.rslot(kLL, k), 64)[0], 0x900u + 0x10 * k) << k;
+    if (judged) {
+      EXPECT_EQ(words32(c.rslot(kLL, k), 64)[0], 0x900u + 0x10 * k) << k;
+    }
   }
   close(c);
 }
