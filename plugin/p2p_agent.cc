@@ -1,6 +1,7 @@
 #include "p2p_agent.h"
 
 #include <fmt/core.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,8 +10,7 @@
 #include <cstring>
 #include <map>
 #include <thread>
-
-#include <sched.h>
+#include <utility>
 
 #include "crystal/base/log.h"
 #include "errors.h"
@@ -39,6 +39,7 @@ Agents& agents() {
 std::atomic<bool> g_any{false};
 std::atomic<const void*> g_test_image{nullptr};
 std::atomic<live::TimeNs> g_test_stall_ns{0};
+std::atomic<live::TimeNs> g_test_idle_spin_ns{0};
 
 const void* kernelImage() {
   if (const void* t = g_test_image.load()) return t;
@@ -153,6 +154,7 @@ bool P2pAgent::builtWithKernel() {
 #endif
 }
 void P2pAgent::setStallNsForTesting(live::TimeNs ns) { g_test_stall_ns.store(ns); }
+void P2pAgent::setIdleSpinNsForTesting(live::TimeNs ns) { g_test_idle_spin_ns.store(ns); }
 
 bool P2pAgent::anyMade() noexcept { return g_any.load(std::memory_order_acquire); }
 
@@ -176,6 +178,7 @@ void P2pAgent::forget(std::uint64_t comm_hash) {
 
 void P2pAgent::start(const void* image) {
   if (const live::TimeNs t = g_test_stall_ns.load(); t > 0) stall_ns_ = t;
+  if (const live::TimeNs t = g_test_idle_spin_ns.load(); t > 0) idle_spin_ns_ = t;
   check(d_.ctxSetCurrent(ctx_), "cuCtxSetCurrent");
   check(d_.moduleLoadData(&module_, image), "cuModuleLoadData (P2P agent kernel)");
   check(d_.moduleGetFunction(&fn_, module_, "crystal_p2p_agent"), "cuModuleGetFunction");
@@ -252,14 +255,14 @@ P2pAgent::~P2pAgent() {
 
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
-  return fmt::format("{} paced connections ({} running free), {} operations done, {} kernel "
-                     "launches, {} kernel starts, {} kernel passes, {} NET ring models fed, "
-                     "kernel state {}, want {}",
-                     table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), launches_,
-                     table_ ? word(table_->starts).load() : 0,
-                     table_ ? word(table_->passes).load() : 0, net_rings_.load(),
-                     table_ ? word(table_->state).load() : 0,
-                     table_ ? word(table_->want).load() : 0);
+  return fmt::format(
+      "{} paced connections ({} running free), {} operations done, {} kernel "
+      "launches, {} kernel starts, {} kernel passes, {} NET ring models fed, "
+      "kernel state {}, want {}",
+      table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), launches_.load(),
+      table_ ? word(table_->starts).load() : 0, table_ ? word(table_->passes).load() : 0,
+      net_rings_.load(), table_ ? word(table_->state).load() : 0,
+      table_ ? word(table_->want).load() : 0);
 }
 
 bool P2pAgent::add(P2pConnection c) {
@@ -331,7 +334,7 @@ void P2pAgent::launch() {
   check(d_.launchKernel(fn_, 1, 1, 1, pa::kThreads + pa::kReaderThreads, 1, 1, 0, stream_, args,
                        nullptr),
         "cuLaunchKernel (P2P agent)");
-  ++launches_;
+  launches_.fetch_add(1, std::memory_order_relaxed);
 }
 
 P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
@@ -372,7 +375,10 @@ void P2pAgent::after(const Op& op) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (word(table_->state).load(std::memory_order_acquire) != pa::kRunning) {
       word(table_->state).store(pa::kRunning, std::memory_order_relaxed);
-      launch();
+      if (pacer_asleep_)
+        launch();
+      else
+        launch_wanted_ = true;
     }
   }
   wake_.notify_all();
@@ -456,13 +462,17 @@ void P2pAgent::run() {
   std::vector<cuda::Event> done_events;
   live::TimeNs progress_at = live::nowNs();
   for (;;) {
+    bool launch_now = false;  // after() left the kernel's launch to this thread
     {
       std::unique_lock lock(in_mu_);
       // Idle: spin a while (a program's next collective usually follows at once, and a
       // wake-up would start its timing late), then sleep.
       if (ops_.empty() && in_ops_.empty() && in_conns_.empty() && !stopping_ &&
-          live::nowNs() - progress_at > kIdleSpinNs)
+          live::nowNs() - progress_at > idle_spin_ns_) {
+        pacer_asleep_ = true;
         wake_.wait_for(lock, std::chrono::milliseconds(20));
+        pacer_asleep_ = false;
+      }
       free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
       done_events.clear();
       if (stopping_) return;
@@ -471,6 +481,7 @@ void P2pAgent::run() {
       if (!in_ops_.empty()) progress_at = live::nowNs();  // the stall clock starts anew
       for (auto& p : in_ops_) ops_.push_back(std::move(p));
       in_ops_.clear();
+      launch_now = std::exchange(launch_wanted_, false);
       if (ops_.empty()) {
         // Nothing outstanding: the kernel may leave (the next operation's after() raises
         // `want` again under this lock), and its pass time is measured anew when it runs.
@@ -481,6 +492,7 @@ void P2pAgent::run() {
     }
     const live::TimeNs now = live::nowNs();
     try {
+      if (launch_now) launch();
       // The operations in stream order: started once the stream reached the first event,
       // done once it passed the second.
       while (!ops_.empty()) {

@@ -93,10 +93,11 @@ class P2pAgent {
   // the pacing (one WARN; the connections run free from then on).
   static constexpr live::TimeNs kStallNs = 10'000'000'000;
   // Tests: the kernel image to load (nullptr: the one built into the plugin, if any), and the
-  // stall bound of agents made from now on (0: kStallNs).
+  // stall bound and idle spin of agents made from now on (0: kStallNs, kIdleSpinNs).
   static void setImageForTesting(const void* image);
   [[nodiscard]] static bool builtWithKernel();  // nvcc built the kernel into the plugin
   static void setStallNsForTesting(live::TimeNs ns);
+  static void setIdleSpinNsForTesting(live::TimeNs ns);
   // R's moves reach the model at the GPU time the kernel saw them (seen_at), mapped; never
   // more than this before the pass that found them, nor before the connection's last. So an
   // operation's start (as the CPU saw its stream reach it) moves back at most this far.
@@ -148,7 +149,9 @@ class P2pAgent {
            const std::shared_ptr<live::TreeComm>& trees);
   void start(const void* image);  // the table, stream, kernel and thread; throws PluginError
   void run();     // the pacing thread
-  void launch();                      // under in_mu_
+  // The kernel's launch: by the pacing thread (launch_wanted_), or by after() while that
+  // thread sleeps. Never both for one launch: the one that sets the state to running decides.
+  void launch();
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
@@ -187,12 +190,20 @@ class P2pAgent {
   std::vector<Pending> in_ops_;
   std::vector<P2pConnection> in_conns_;
   std::vector<cuda::Event> free_events_;
-  std::uint64_t launches_ = 0;
+  std::atomic<std::uint64_t> launches_{0};
+  // A cuLaunchKernel costs the program's thread a few microseconds, more than the rest of
+  // after(); a host-bound loop of small collectives lets the kernel leave between every two
+  // (nothing outstanding) and paid it on every call. So after() leaves the launch to the
+  // pacing thread while it spins (it sees the operation within a pass), and launches itself
+  // only while that thread sleeps (a wake-up would come later than the launch).
+  bool launch_wanted_ = false;  // in_mu_: the pacing thread launches at its next pass
+  bool pacer_asleep_ = false;   // in_mu_: the pacing thread waits on wake_
   bool stopping_ = false;
   std::uint32_t conns_ = 0;  // connections taken (in_mu_)
   std::uint32_t unpaced_ = 0;  // connections offered and left to run free (in_mu_)
   bool free_running_ = false;  // pacing failed: every counter released for good
   live::TimeNs stall_ns_ = kStallNs;
+  live::TimeNs idle_spin_ns_ = kIdleSpinNs;
 
   P2pPacer pacer_;
   std::unique_ptr<P2pTrace> trace_;  // CRYSTAL_P2P_TRACE (pacing thread only, then ~P2pAgent)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "mirror_kernel_abi.h"
@@ -18,13 +19,21 @@ using plugin::cuda::Result;
 
 FakeGpu g;
 int g_context = 0, g_stream = 0;
+// Calls come from the test's thread and the plugin's (the P2P agent's pacing thread queries
+// events and launches its kernel): one call at a time, as the recorded order needs.
+std::recursive_mutex g_mu;
+#define FAKE_LOCK const std::lock_guard fake_lock_(g_mu)
 
 void* ptr(DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-void record(FakeCall c) { g.calls.push_back(std::move(c)); }
+void record(FakeCall c) {
+  FAKE_LOCK;
+  g.calls.push_back(std::move(c));
+}
 
 Result getErrorString(Result rc, const char** s) {
+  FAKE_LOCK;
   *s = rc == 600 ? "fake: not ready" : "fake: error";
   return 0;
 }
@@ -34,11 +43,13 @@ Result ctxGetCurrent(void** c) {
 }
 Result ctxSetCurrent(void*) { return 0; }
 Result streamCreate(void** s, unsigned) {
+  FAKE_LOCK;
   ++g.live_streams;
   *s = &g_stream;
   return 0;
 }
 Result streamDestroy(void*) {
+  FAKE_LOCK;
   --g.live_streams;
   return 0;
 }
@@ -50,16 +61,19 @@ struct FakeEvent {
 };
 std::atomic<std::uint64_t> g_records{0};
 Result eventCreate(void** e, unsigned) {
+  FAKE_LOCK;
   ++g.live_events;
   *e = new FakeEvent;
   return 0;
 }
 Result eventDestroy(void* e) {
+  FAKE_LOCK;
   --g.live_events;
   delete static_cast<FakeEvent*>(e);
   return 0;
 }
 Result eventRecord(void* e, void*) {
+  FAKE_LOCK;
   auto* ev = static_cast<FakeEvent*>(e);
   ev->done = false;
   ev->number = ++g_records;
@@ -67,26 +81,31 @@ Result eventRecord(void* e, void*) {
   return 0;
 }
 Result eventQuery(void* e) {
+  FAKE_LOCK;
   auto* ev = static_cast<FakeEvent*>(e);
   if (g.complete || ev->number <= std::atomic_ref(g.done_through).load()) ev->done = true;
   return ev->done ? 0 : 600;
 }
 Result htod(DevicePtr d, const void* s, std::size_t n, void*) {
+  FAKE_LOCK;
   std::memcpy(ptr(d), s, n);
   record({"cuMemcpyHtoDAsync", static_cast<std::uintptr_t>(d), addr(s), n});
   return 0;
 }
 Result dtoh(void* d, DevicePtr s, std::size_t n, void*) {
+  FAKE_LOCK;
   std::memcpy(d, ptr(s), n);
   record({"cuMemcpyDtoHAsync", addr(d), static_cast<std::uintptr_t>(s), n});
   return 0;
 }
 Result dtod(DevicePtr d, DevicePtr s, std::size_t n, void*) {
+  FAKE_LOCK;
   std::memmove(ptr(d), ptr(s), n);
   record({"cuMemcpyDtoDAsync", static_cast<std::uintptr_t>(d), static_cast<std::uintptr_t>(s), n});
   return 0;
 }
 Result copy2d(const plugin::cuda::Memcpy2D* m, void*) {
+  FAKE_LOCK;
   for (std::size_t r = 0; r < m->Height; ++r)
     std::memcpy(static_cast<char*>(ptr(m->dstDevice)) + r * m->dstPitch,
                 static_cast<const char*>(ptr(m->srcDevice)) + r * m->srcPitch, m->WidthInBytes);
@@ -95,11 +114,13 @@ Result copy2d(const plugin::cuda::Memcpy2D* m, void*) {
   return 0;
 }
 Result memset8(DevicePtr d, unsigned char v, std::size_t n, void*) {
+  FAKE_LOCK;
   std::memset(ptr(d), v, n);
   record({"cuMemsetD8Async", static_cast<std::uintptr_t>(d), 0, n, 0, 0, v});
   return 0;
 }
 Result memset2d32(DevicePtr d, std::size_t pitch, unsigned v, std::size_t w, std::size_t h, void*) {
+  FAKE_LOCK;
   for (std::size_t r = 0; r < h; ++r)
     for (std::size_t i = 0; i < w; ++i)
       std::memcpy(static_cast<char*>(ptr(d)) + r * pitch + 4 * i, &v, 4);
@@ -109,6 +130,7 @@ Result memset2d32(DevicePtr d, std::size_t pitch, unsigned v, std::size_t w, std
 std::vector<void*> g_host_allocs;  // live pinned allocations
 
 Result hostAlloc(void** p, std::size_t n, unsigned) {
+  FAKE_LOCK;
   ++g.live_host_allocs;
   *p = std::malloc(n);
   g_host_allocs.push_back(*p);
@@ -116,6 +138,7 @@ Result hostAlloc(void** p, std::size_t n, unsigned) {
   return *p ? 0 : 2;
 }
 Result freeHost(void* p) {
+  FAKE_LOCK;
   --g.live_host_allocs;
   std::erase(g_host_allocs, p);
   record({"cuMemFreeHost", addr(p), 0, 0});
@@ -124,6 +147,7 @@ Result freeHost(void* p) {
 }
 
 Result allocAsync(DevicePtr* p, std::size_t n, void*) {
+  FAKE_LOCK;
   ++g.live_device_allocs;
   void* m = std::malloc(n);
   *p = static_cast<DevicePtr>(addr(m));
@@ -131,12 +155,14 @@ Result allocAsync(DevicePtr* p, std::size_t n, void*) {
   return m ? 0 : 2;
 }
 Result freeAsync(DevicePtr p, void*) {
+  FAKE_LOCK;
   --g.live_device_allocs;
   record({"cuMemFreeAsync", static_cast<std::uintptr_t>(p), 0, 0});
   std::free(ptr(p));
   return 0;
 }
 Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
+  FAKE_LOCK;
   *d = static_cast<DevicePtr>(addr(p));  // unified addressing: the same address
   return 0;
 }
@@ -151,12 +177,14 @@ struct FakeAgentConn {
 };
 std::vector<FakeAgentConn> g_agent_conns;
 Result moduleLoad(void** m, const void*) {
+  FAKE_LOCK;
   if (!g.module_loads) return 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
   *m = &g_module;
   return 0;
 }
 Result moduleUnload(void*) { return 0; }
 Result moduleFunction(void** f, void*, const char* name) {
+  FAKE_LOCK;
   record({std::string("cuModuleGetFunction:") + name});
   const std::string n(name);
   *f = n == plugin::mirror_kernel::kName ? &g_mirror_function
@@ -226,12 +254,14 @@ void mirrorKernel(void** params) {
 
 Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
               void** params, void**) {
+  FAKE_LOCK;
   if (f == &g_mirror_function) {
     mirrorKernel(params);
     return 0;
   }
   if (f == &g_p2p_function) {
     record({"cuLaunchKernel:crystal_p2p_agent"});
+    g.agent_launcher = std::this_thread::get_id();
     g_p2p = static_cast<plugin::p2p_agent::Table*>(ptr(*static_cast<DevicePtr*>(params[0])));
     std::atomic_ref(g_p2p->starts).fetch_add(1);
     std::atomic_ref(g_p2p->state).store(plugin::p2p_agent::kRunning);
@@ -252,12 +282,14 @@ Result priorityRange(int* least, int* greatest) {
   return 0;
 }
 Result streamCreatePriority(void** s, unsigned, int priority) {
+  FAKE_LOCK;
   record({"cuStreamCreateWithPriority", 0, 0, 0, 0, 0, static_cast<std::uint32_t>(priority)});
   ++g.live_streams;
   *s = &g_stream;
   return 0;
 }
 Result streamIsCapturing(void*, int* status) {
+  FAKE_LOCK;
   *status = g.capturing ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE / _NONE
   return 0;
 }
@@ -271,6 +303,7 @@ const plugin::cuda::DriverApi kFake{
 }  // namespace
 
 bool p2pAgentPass() {
+  FAKE_LOCK;
   namespace pa = plugin::p2p_agent;
   pa::Table* t = g_p2p;
   if (!t || std::atomic_ref(t->state).load() != pa::kRunning) return false;
@@ -332,6 +365,7 @@ bool p2pAgentPass() {
 }
 
 std::vector<FakeCall> FakeGpu::named(const std::string& name) const {
+  FAKE_LOCK;
   std::vector<FakeCall> out;
   for (const auto& c : calls)
     if (c.name == name) out.push_back(c);
@@ -339,6 +373,7 @@ std::vector<FakeCall> FakeGpu::named(const std::string& name) const {
 }
 
 std::size_t FakeGpu::count(const std::string& prefix) const {
+  FAKE_LOCK;
   std::size_t n = 0;
   for (const auto& c : calls) n += c.name.rfind(prefix, 0) == 0;
   return n;

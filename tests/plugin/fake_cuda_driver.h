@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_driver.h"
@@ -36,7 +37,8 @@ struct FakeGpu {
   bool capturing = false;    // cuStreamIsCapturing says the stream is under graph capture
   // cuLaunchKernel of the P2P agent (plugin/p2p_agent_abi.h) is recorded as
   // "cuLaunchKernel:crystal_p2p_agent"; the "kernel" then runs while the table's `want` is 1
-  // (p2pAgentPass) and leaves at once otherwise.
+  // (p2pAgentPass) and leaves at once otherwise. The thread that launched it last:
+  std::thread::id agent_launcher;
   int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so

@@ -60,6 +60,7 @@ class P2pAgentTest : public ::testing::Test {
     (void)freeLeftHostAllocs();
     P2pAgent::setImageForTesting(nullptr);
     P2pAgent::setStallNsForTesting(0);
+    P2pAgent::setIdleSpinNsForTesting(0);
     uninstallFakeDriver();
   }
   std::shared_ptr<P2pAgent> make() {
@@ -93,7 +94,8 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
       {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
   const P2pAgent::Op op = a->before(nullptr);
   a->after(op);
-  EXPECT_EQ(gpu_->count("cuLaunchKernel:crystal_p2p_agent"), 2u);  // warm-up, then this one
+  // Warm-up, then this one's (by the pacing thread: LaunchIsThePacingThreadsWhileItSpins).
+  ASSERT_TRUE(eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == 2u; }));
   // The stream reaches the operation (the first event); R's kernel has sent nothing yet: its
   // receive tail stays (a channel without work is left alone).
   std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);
@@ -110,6 +112,62 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   gpu_->complete = true;
   EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+}
+
+// The kernel's launch (a few us of cuLaunchKernel) is off the program's thread while the
+// pacing thread spins: after() returns without it and the pacing thread launches at its next
+// pass. Asleep (nothing for kIdleSpinNs), the pacing thread would first need a wake-up, and
+// the operation still gets its kernel.
+TEST_F(P2pAgentTest, LaunchIsThePacingThreadsWhileItSpins) {
+  // Spinning for sure while the test thread (maybe descheduled on a loaded box) works.
+  P2pAgent::setIdleSpinNsForTesting(60'000'000'000);
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
+  std::size_t warm = gpu_->count("cuLaunchKernel:crystal_p2p_agent");
+  auto oneOp = [&] {
+    gpu_->complete = true;  // an operation the stream has already run
+    live::collectiveLog(kHash)->append(
+        {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+    const P2pAgent::Op op = a->before(nullptr);
+    a->after(op);
+  };
+  oneOp();
+  ASSERT_TRUE(
+      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 1; }));
+  EXPECT_NE(gpu_->agent_launcher, std::this_thread::get_id());
+  // Done: nothing outstanding, the kernel leaves; the next operation's kernel is launched
+  // again, off this thread.
+  ASSERT_TRUE(eventually([&] {
+    return !p2pAgentPass() && a->stateLine().find("1 operations done") != std::string::npos;
+  }));
+  oneOp();
+  ASSERT_TRUE(
+      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 2; }));
+  EXPECT_NE(gpu_->agent_launcher, std::this_thread::get_id());
+  ASSERT_TRUE(eventually([&] {
+    return !p2pAgentPass() && a->stateLine().find("2 operations done") != std::string::npos;
+  }));
+  // Another agent that sleeps as soon as it is idle: after() launches itself (the pacing
+  // thread would first need a wake-up), and the operation runs.
+  P2pAgent::forget(kHash);
+  a.reset();
+  P2pAgent::setIdleSpinNsForTesting(1);
+  a = make();
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
+  ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); }));   // the warm-up kernel left
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the thread took its connections
+  warm = gpu_->count("cuLaunchKernel:crystal_p2p_agent");
+  oneOp();
+  ASSERT_TRUE(
+      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 1; }));
+  EXPECT_TRUE(eventually([&] {
+    return !p2pAgentPass() && a->stateLine().find("1 operations done") != std::string::npos;
+  }));
 }
 
 // Over several target nodes every position's ring connections to GPUs of its node are paced:
