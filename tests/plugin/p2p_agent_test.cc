@@ -119,55 +119,45 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
 // pass. Asleep (nothing for kIdleSpinNs), the pacing thread would first need a wake-up, and
 // the operation still gets its kernel.
 TEST_F(P2pAgentTest, LaunchIsThePacingThreadsWhileItSpins) {
-  // Spinning for sure while the test thread (maybe descheduled on a loaded box) works.
-  P2pAgent::setIdleSpinNsForTesting(60'000'000'000);
-  auto a = make();
-  ASSERT_TRUE(a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
-  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
-  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
-  std::size_t warm = gpu_->count("cuLaunchKernel:crystal_p2p_agent");
-  auto oneOp = [&] {
-    gpu_->complete = true;  // an operation the stream has already run
+  std::shared_ptr<P2pAgent> a;
+  auto makePaced = [&](live::TimeNs idle_spin_ns) {
+    P2pAgent::forget(kHash);
+    a.reset();
+    P2pAgent::setIdleSpinNsForTesting(idle_spin_ns);
+    a = make();
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+    ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
+    ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); }));  // the warm-up kernel left
+  };
+  // One operation the stream has already run: its kernel is launched (the count grows by
+  // one), it is done, and the kernel leaves (nothing outstanding).
+  auto runOne = [&](int done) {
+    const std::size_t launches = gpu_->count("cuLaunchKernel:crystal_p2p_agent");
+    gpu_->complete = true;
     live::collectiveLog(kHash)->append(
         {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
-    const P2pAgent::Op op = a->before(nullptr);
-    a->after(op);
+    a->after(a->before(nullptr));
+    ASSERT_TRUE(eventually(
+        [&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == launches + 1; }));
+    ASSERT_TRUE(eventually([&] {
+      return !p2pAgentPass() &&
+             a->stateLine().find(std::to_string(done) + " operations done") != std::string::npos;
+    }));
   };
-  oneOp();
-  ASSERT_TRUE(
-      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 1; }));
-  EXPECT_NE(gpu_->agent_launcher, std::this_thread::get_id());
-  // Done: nothing outstanding, the kernel leaves; the next operation's kernel is launched
-  // again, off this thread.
-  ASSERT_TRUE(eventually([&] {
-    return !p2pAgentPass() && a->stateLine().find("1 operations done") != std::string::npos;
-  }));
-  oneOp();
-  ASSERT_TRUE(
-      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 2; }));
-  EXPECT_NE(gpu_->agent_launcher, std::this_thread::get_id());
-  ASSERT_TRUE(eventually([&] {
-    return !p2pAgentPass() && a->stateLine().find("2 operations done") != std::string::npos;
-  }));
-  // Another agent that sleeps as soon as it is idle: after() launches itself (the pacing
-  // thread would first need a wake-up), and the operation runs.
-  P2pAgent::forget(kHash);
-  a.reset();
-  P2pAgent::setIdleSpinNsForTesting(1);
-  a = make();
-  ASSERT_TRUE(a);
-  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
-  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
-  ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); }));   // the warm-up kernel left
+  // Spinning for sure while the test thread (maybe descheduled on a loaded box) works: every
+  // operation's kernel is launched off this thread, again after the kernel left.
+  makePaced(60'000'000'000);
+  for (int done = 1; done <= 2; ++done) {
+    runOne(done);
+    EXPECT_NE(gpu_->agent_launcher, std::this_thread::get_id()) << done;
+  }
+  // An agent that sleeps as soon as it is idle: after() launches itself (a wake-up would come
+  // later), and the operation runs.
+  makePaced(1);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the thread took its connections
-  warm = gpu_->count("cuLaunchKernel:crystal_p2p_agent");
-  oneOp();
-  ASSERT_TRUE(
-      eventually([&] { return gpu_->count("cuLaunchKernel:crystal_p2p_agent") == warm + 1; }));
-  EXPECT_TRUE(eventually([&] {
-    return !p2pAgentPass() && a->stateLine().find("1 operations done") != std::string::npos;
-  }));
+  runOne(1);
 }
 
 // Over several target nodes every position's ring connections to GPUs of its node are paced:
@@ -183,8 +173,7 @@ TEST_F(P2pAgentTest, OverSeveralNodesEveryPositionIsPaced) {
     auto a = P2pAgent::create(kHash, rank, 16, reinterpret_cast<void*>(0x1), {}, 0, &why);
     ASSERT_TRUE(a) << why;
     EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), (rank + 1) % 16, 16, 0, true, 1})) << rank;
-    EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), (rank + 15) % 16, 16, 0, false, 1}))
-        << rank;
+    EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), (rank + 15) % 16, 16, 0, false, 1})) << rank;
     EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), (rank + 2) % 16, 16, 1, true, 1})) << rank;
     P2pAgent::forget(kHash);
   }
@@ -201,10 +190,10 @@ TEST_F(P2pAgentTest, RotatedRingTakesTheHostsNeighbours) {
   std::string why;
   auto a = P2pAgent::create(kHash, 0, 16, reinterpret_cast<void*>(0x1), {7, 1}, 2, &why);
   ASSERT_TRUE(a) << why;
-  EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 16, 0, true, 1}));    // ring send
-  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 16, 0, false, 1}));   // ring receive
-  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 1, 16, 0, false, 2}));   // tree's child
-  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 7, 16, 0, true, 1}));   // not a neighbour
+  EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 16, 0, true, 1}));   // ring send
+  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 16, 0, false, 1}));  // ring receive
+  EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 1, 16, 0, false, 2}));  // tree's child
+  EXPECT_FALSE(a->add({addr(r_head_), addr(v_tail_), 7, 16, 0, true, 1}));  // not a neighbour
   EXPECT_FALSE(a->add({addr(r_tail_), addr(v_head_), 15, 16, 0, false, 2}));
   P2pAgent::forget(kHash);
   // Where the host said nothing: rank -/+ 1, so 7 is no neighbour of rank 0.
@@ -254,8 +243,8 @@ TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
 // agent goes: the operation's start and end, what R's kernel moved, what the CPU released
 // and when it was due, and what the kernel stored, with GPU times on the CPU's clock.
 TEST_F(P2pAgentTest, TraceRecordsEveryLegOfAnOperation) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("crystal-p2p-trace-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("crystal-p2p-trace-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   ::setenv("CRYSTAL_P2P_TRACE", (dir / "t").c_str(), 1);
@@ -311,7 +300,8 @@ TEST_F(P2pAgentTest, TraceRecordsEveryLegOfAnOperation) {
   for (const Row& r : rows) ++kinds[r.kind];
   EXPECT_EQ(kinds['S'], 1);
   EXPECT_EQ(kinds['D'], 1);
-  const Row& start = *std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == 'S'; });
+  const Row& start =
+      *std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == 'S'; });
   EXPECT_EQ(start.func, "AllReduce");
   EXPECT_EQ(start.due, 8 << 20);
   // R's moves as the CPU saw them: the send's first slice, the receive slots emptied.
