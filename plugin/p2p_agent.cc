@@ -481,7 +481,8 @@ void P2pAgent::run() {
       if (!in_ops_.empty()) progress_at = live::nowNs();  // the stall clock starts anew
       for (auto& p : in_ops_) ops_.push_back(std::move(p));
       in_ops_.clear();
-      launch_now = std::exchange(launch_wanted_, false);
+      // (after() asks only with an operation it queued: it is in ops_ now.)
+      launch_now = !ops_.empty() && std::exchange(launch_wanted_, false);
       if (ops_.empty()) {
         // Nothing outstanding: the kernel may leave (the next operation's after() raises
         // `want` again under this lock), and its pass time is measured anew when it runs.
