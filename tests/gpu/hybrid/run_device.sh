@@ -14,7 +14,8 @@
 #   OPS, ITERS, CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
 #   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
-#   P2P (1: every case under emulation.p2p_peers).
+#   P2P (1: every case under emulation.p2p_peers), CRYSTAL_HOST_STATS (1: the real rank's host
+#   time per operation, NCCL's and each part of the plugin's, in each log and the summary).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -149,6 +150,14 @@ run_all() {
     for c in one rank5 two split big; do
       echo "- $c: $(cat "$OUT"/nccl-$c.*.log 2>/dev/null | grep -c 'via NET/crystal/[0-9]*/GDRDMA') / $(cat "$OUT"/nccl-$c.*.log 2>/dev/null | grep -c 'via NET/crystal/')"
     done
+    if [ "${CRYSTAL_HOST_STATS:-0}" = 1 ]; then
+      # plugin/app_call_stats.h: each comm destroy's line, per case.
+      echo
+      echo "Host time per operation (CRYSTAL_HOST_STATS), per case:"
+      for c in one rank5 two split big; do
+        grep -h "crystal: host time on thread" "$OUT/$c.txt" "$OUT/$c"-*.txt 2>/dev/null | sed "s/^/- $c: /"
+      done
+    fi
     echo "Total $(( $(date +%s) - t_all )) s after the build."
   } >>"$S"
   cat "$S"
