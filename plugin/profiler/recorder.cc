@@ -66,6 +66,14 @@ struct Described {
   bool graph = false;  // the API events: under CUDA-graph capture
 };
 
+// The members NCCL's call and task descriptors (collApi, p2pApi, coll, p2p) share by name.
+template <typename Call>
+void describeCall(Described& o, const Call& c) {
+  o.func = c.func;
+  o.count = c.count;
+  o.dtype = c.datatype;
+}
+
 Described describe(const ncclProfilerEventDescr_v5_t& d) {
   Described o;
   o.type = static_cast<std::uint32_t>(d.type);
@@ -75,34 +83,26 @@ Described describe(const ncclProfilerEventDescr_v5_t& d) {
       o.graph = d.groupApi.graphCaptured;
       break;
     case ncclProfileCollApi:
-      o.func = d.collApi.func;
-      o.count = d.collApi.count;
-      o.dtype = d.collApi.datatype;
+      describeCall(o, d.collApi);
       o.where = d.collApi.root;
       o.stream = d.collApi.stream;
       o.graph = d.collApi.graphCaptured;
       break;
     case ncclProfileP2pApi:
-      o.func = d.p2pApi.func;
-      o.count = d.p2pApi.count;
-      o.dtype = d.p2pApi.datatype;
+      describeCall(o, d.p2pApi);
       o.stream = d.p2pApi.stream;
       o.graph = d.p2pApi.graphCaptured;
       break;
     case ncclProfileColl:
+      describeCall(o, d.coll);
       o.seq = d.coll.seqNumber;
-      o.func = d.coll.func;
-      o.count = d.coll.count;
-      o.dtype = d.coll.datatype;
       o.where = static_cast<std::int32_t>(d.coll.root);
       o.algo = d.coll.algo;
       o.proto = d.coll.proto;
       o.channels = d.coll.nChannels;
       break;
     case ncclProfileP2p:
-      o.func = d.p2p.func;
-      o.count = d.p2p.count;
-      o.dtype = d.p2p.datatype;
+      describeCall(o, d.p2p);
       o.where = d.p2p.peer;
       o.channels = d.p2p.nChannels;
       break;
