@@ -20,7 +20,8 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: crystal simulate CONFIG --sweep [--op OPS] [-b MIN] [-e MAX] [-f FACTOR | -i INC]\n"
-    "                               [-d TYPE] [--ranks N] [--proto P] [--rank R] [--json FILE]\n"
+    "                               [-d TYPE] [--ranks N] [--proto P] [--rank R] [-n ITERS]\n"
+    "                               [--json FILE]\n"
     "  Prints NCCL-tests' table (size, count, type, redop, root, time, algbw, busbw) for each\n"
     "  op as the target would run it, with the algorithm/protocol/channels NCCL would pick.\n"
     "  --op OPS    comma list of allreduce,allgather,reducescatter,alltoall,sendrecv,broadcast\n"
@@ -34,6 +35,9 @@ constexpr std::string_view kUsage =
     "  --rank R    broadcast (root 0) and ring all-gather / reduce-scatter / all-reduce as\n"
     "              rank R sees them: its own completion, not the last rank's (compare an\n"
     "              emulation whose real rank is R); other ops unchanged\n"
+    "  -n ITERS    operations back to back per size, as NCCL-tests' -n (default 20): times\n"
+    "              are per operation of that loop; a broadcast streams from one into the\n"
+    "              next (its chain fills once). -n 1: one operation alone\n"
     "  --json FILE the rows as JSON (NCCL-tests' -J keys where they exist)\n";
 
 int parsePositive(std::string_view flag, const std::string& v) {
@@ -102,6 +106,8 @@ int simulateSweep(std::span<const std::string> args) {
     } else if (a == "--rank") {
       const std::string v = value();
       opts.rank = v == "0" ? 0 : parsePositive(a, v);
+    } else if (a == "-n" || a == "--iters") {
+      opts.iters = parsePositive(a, value());
     } else if (a == "--json") {
       json_path = value();
     } else if (!a.empty() && a[0] == '-') {

@@ -120,6 +120,67 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
                     ring_unit ? opt.step.ring_slice_us : 0.0};
 }
 
+// A ring broadcast or reduce is a chain through the ring order: broadcast from `root`, reduce
+// from root + 1 to `root`. `iters` of them back to back (nccl-tests' loop: one event before
+// the first, one after the last) are one pipeline of iters x units chunks per channel, as a
+// member starts the next operation's chunks once its kernel ended the last one's, so the
+// chain's fill is paid once, not per operation. Per operation, at the member `rank` (< 0: the
+// chain's last, the slowest):
+//  - a member past the head receives the last chunk after the hops before it and every
+//    chunk at the slowest hop's pace (the closed form's lock-step: finite buffers hold each
+//    member back to that hop), and runs no faster than its own per-operation work (the
+//    fixed cost and its chunks over its links), which the chain's slack hides otherwise;
+//  - the head only sends. NCCL's sender waits for a free slot of the next member's
+//    NCCL_STEPS-slot window (that member frees a slot once it forwarded its chunk) and not
+//    for anything after its last chunk crossed its link, so it ends a window ahead of the
+//    chain, no sooner than its own chunks cross its link. Measured with the real rank as the
+//    root of 64 on the H200 (20 back to back, 64 MiB-1 GiB; tests/gpu/hybrid/README.md,
+//    seventeenth session): 17-19 us an operation under one operation at rank 1, this 15.6.
+// iters = 1 is one operation alone (timeAtRank).
+double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes, Algo a,
+                   Proto p, int channels, int rank, int root, int iters) {
+  const Placement& pl = v.place;
+  const int n = pl.nranks;
+  const ChainRun run =
+      chainRun(pl, p, std::clamp(channels, 1, nccl::kMaxChannels), bytes, opt.step);
+  const int head = f == Func::Reduce ? (root + 1) % n : root;
+  const int pos = rank < 0 ? n - 1 : ((rank - head) % n + n) % n;
+  const int ppn = std::max(1, pl.ppn);
+  // Hop k leaves the member k places after the head; a node's last member sends over the NET.
+  auto hop = [&](int k) -> const Hop& {
+    const bool net = pl.nnodes > 1 && ((head + k) % n) % ppn == ppn - 1;
+    return net ? run.net : run.nvl;
+  };
+  auto tx = [&](int k) { return hop(k).tx(run.unit_bytes); };
+  double slowest = 0;
+  for (int k = 0; k < n - 1; ++k) slowest = std::max(slowest, run.share * tx(k));
+  const double base = baseLatency(a, p, opt);
+  const double units = static_cast<double>(run.units);
+  const double all_units = units * iters;
+  if (pos > 0) {
+    double fill = 0;
+    for (int k = 0; k < pos; ++k) fill += hop(k).alpha_us + tx(k);
+    const double chain = base + fill + (all_units - 1) * slowest;
+    const double own = base + units * std::max(tx(pos - 1), pos < n - 1 ? tx(pos) : 0.0);
+    return std::max(chain / iters, own);
+  }
+  // The head: its own chunks at its own link's pace, or the window's credits.
+  const double own = base + units * tx(0);
+  // NCCL_STEPS slots of one step each. A Simple chunk fills a slot; LL and LL128 forward line
+  // by line, chainRun's units then being lines of data, a step's data (half of LL's bytes are
+  // flags, 1 of LL128's 16 words) holding many.
+  const double step = static_cast<double>(nccl::kBuffSize[static_cast<int>(p)]) / nccl::kSteps;
+  const double step_data = p == Proto::LL ? step / 2 : p == Proto::LL128 ? step / 16 * 15 : step;
+  const double window =
+      p == Proto::Simple ? nccl::kSteps : nccl::kSteps * std::floor(step_data / run.unit_bytes);
+  if (all_units <= window) return own;
+  // The next member frees chunk j's slot once it forwarded it (the chain's last member: once
+  // it received it); the head's last chunk needs the slot of the chunk a window before.
+  const double forward = n > 2 ? tx(1) : 0.0;
+  const double credit = hop(0).alpha_us + tx(0) + (all_units - 1 - window) * slowest + forward;
+  return std::max(own, (base + credit + tx(0)) / iters);
+}
+
 }  // namespace
 
 CommShape blockShape(const ClusterConfig& cluster, int nranks) {
@@ -189,23 +250,23 @@ double NcclModel::timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape
     const std::vector<double> finish = ringFinishTimes(f, bytes, shape, p, channels, classes);
     return std::min(whole, finish[rank > 0 ? 1 : 0]);
   }
-  if (f != Func::Broadcast) return whole;
-  const CommView v = view(impl_->topo, impl_->opt, shape);
-  const ChainRun run = chainRun(v.place, p, std::clamp(channels, 1, nccl::kMaxChannels), bytes,
-                                impl_->opt.step);
-  // The pipeline runs at the whole chain's pace (finite buffers hold each member back to the
-  // slowest hop), so the last chunk reaches `rank` as it would in the whole operation, less
-  // the hops after it (each a latency plus one chunk's crossing). Ring order = rank order:
-  // a hop from a node's last member crosses the NET.
-  const int hops = std::max(1, ((rank - root) % n + n) % n);
-  const int ppn = std::max(1, v.place.ppn);
-  double after = 0;
-  for (int k = hops; k < n - 1; ++k) {
-    const bool net = v.place.nnodes > 1 && ((root + k) % n) % ppn == ppn - 1;
-    const Hop& h = net ? run.net : run.nvl;
-    after += h.alpha_us + h.tx(run.unit_bytes);
+  if (f != Func::Broadcast && f != Func::Reduce) return whole;
+  return chainLoopAt(view(impl_->topo, impl_->opt, shape), impl_->opt, f, bytes, a, p, channels,
+                     rank, root, 1);
+}
+
+double NcclModel::loopTimeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                 Proto p, int channels, int rank, int root, int iters) const {
+  const int n = shape.nranks;
+  const bool chain = a == Algo::Ring && (f == Func::Broadcast || f == Func::Reduce);
+  if (!chain || n <= 1 || iters <= 1 || root < 0 || root >= n) {
+    return rank >= 0 ? timeAtRank(f, bytes, shape, a, p, channels, rank, root)
+                     : time(f, bytes, shape, a, p, channels);
   }
-  return whole - after;
+  const double whole = time(f, bytes, shape, a, p, channels);
+  if (whole < 0) return whole;
+  return chainLoopAt(view(impl_->topo, impl_->opt, shape), impl_->opt, f, bytes, a, p, channels,
+                     rank >= 0 && rank < n ? rank : -1, root, iters);
 }
 
 double NcclModel::timeByRecurrence(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,

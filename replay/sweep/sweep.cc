@@ -330,7 +330,11 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
           row.time_us = c.time_us;
           const bool at_rank = op == TestOp::Broadcast || op == TestOp::AllGather ||
                                op == TestOp::ReduceScatter || op == TestOp::AllReduce;
-          if (at_rank && options.rank)
+          if (op == TestOp::Broadcast)
+            row.time_us = model.loopTimeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
+                                               c.channels, options.rank.value_or(-1), row.root,
+                                               options.iters);
+          else if (at_rank && options.rank)
             row.time_us = model.timeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
                                            c.channels, *options.rank, row.root);
           row.algo = std::string(model::toString(c.algo));

@@ -57,6 +57,24 @@ TEST(SweepCli, SimulateSweepBadOptionsExit2) {
   EXPECT_EQ(run("simulate " + kConfig + " --sweep --ranks 16384").code, 2);
   EXPECT_EQ(run("simulate " + kConfig + " --sweep -d fp32").code, 2);
   EXPECT_EQ(run("simulate " + kConfig + " --sweep --ranks 16 --rank 16").code, 2);
+  EXPECT_EQ(run("simulate " + kConfig + " --sweep -n 0").code, 2);
+  EXPECT_EQ(run("simulate " + kConfig + " --sweep -n x").code, 2);
+}
+
+// -n: broadcast rows per operation of that many back to back (NCCL-tests' -n, default 20);
+// the chain's fill is paid once, so the loop's operation is the shorter.
+TEST(SweepCli, BroadcastIsOneOfItersBackToBack) {
+  const auto time = [](const std::string& extra) {
+    const std::string json = ::testing::TempDir() + "sweep_cli_n.json";
+    const CliRun r = run("simulate " + kConfig + " --sweep --op broadcast -b 64M -e 64M " +
+                         "--ranks 64 --proto Simple --json " + json + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return readJson(json)["results"][0]["time"].get<double>();
+  };
+  const double alone = time(" -n 1"), loop = time(""), twenty = time(" --iters 20");
+  EXPECT_DOUBLE_EQ(loop, twenty);
+  EXPECT_LT(loop, 0.5 * alone);  // the last of 64 ranks: the fill is most of one alone
+  EXPECT_GT(loop, time(" -n 1000"));
 }
 
 TEST(SweepCli, NcclTestsFromLogRestatesForTarget) {

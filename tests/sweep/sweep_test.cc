@@ -126,7 +126,7 @@ TEST(Sweep, BroadcastAtARanksPlace) {
   const model::NcclModel m(dgx(8), ModelConfig{});
   SweepOptions o;
   o.ops = {TestOp::Broadcast, TestOp::AllReduce};
-  o.steps = {1 << 20};
+  o.steps = {256 << 20};
   o.nranks = 64;
   const auto whole = runSweep(m, o);
   o.rank = 0;
@@ -135,12 +135,22 @@ TEST(Sweep, BroadcastAtARanksPlace) {
   const auto last = runSweep(m, o);
   ASSERT_EQ(whole.size(), 2u);
   const model::CommShape shape{64, 8, 8};
-  const model::Choice c = m.choose(model::Func::Broadcast, 1 << 20, shape);
-  EXPECT_DOUBLE_EQ(root[0].time_us, m.timeAtRank(model::Func::Broadcast, 1 << 20, shape, c.algo,
-                                                 c.proto, c.channels, 0, 0));
+  const model::Choice c = m.choose(model::Func::Broadcast, 256 << 20, shape);
+  // Per operation of NCCL-tests' 20 back to back.
+  EXPECT_DOUBLE_EQ(root[0].time_us, m.loopTimeAtRank(model::Func::Broadcast, 256 << 20, shape,
+                                                     c.algo, c.proto, c.channels, 0, 0, 20));
   EXPECT_LT(root[0].time_us, whole[0].time_us);
   EXPECT_DOUBLE_EQ(last[0].time_us, whole[0].time_us);  // the chain's last rank
   EXPECT_DOUBLE_EQ(root[1].time_us, whole[1].time_us);  // all-reduce: every rank alike
+  // -n 1: one operation alone.
+  o.iters = 1;
+  o.rank = 0;
+  const auto alone = runSweep(m, o);
+  EXPECT_DOUBLE_EQ(alone[0].time_us, m.timeAtRank(model::Func::Broadcast, 256 << 20, shape, c.algo,
+                                                  c.proto, c.channels, 0, 0));
+  EXPECT_DOUBLE_EQ(alone[1].time_us, root[1].time_us);
+  o.rank.reset();
+  EXPECT_DOUBLE_EQ(runSweep(m, o)[0].time_us, c.time_us);
 }
 
 // --rank R: ring all-gather / reduce-scatter rows as rank R sees them (its own finish): a
@@ -196,7 +206,11 @@ TEST(Sweep, CollectivesAreTheModelsChoice) {
         want = m.choose(model::Func::ReduceScatter, r.size_bytes, shape).time_us;
         break;
       case TestOp::Broadcast:
-        want = m.choose(model::Func::Broadcast, r.size_bytes, shape).time_us;
+        want = [&] {
+          const model::Choice c = m.choose(model::Func::Broadcast, r.size_bytes, shape);
+          return m.loopTimeAtRank(model::Func::Broadcast, r.size_bytes, shape, c.algo, c.proto,
+                                  c.channels, -1, 0, 20);
+        }();
         EXPECT_EQ(r.root, 0);
         break;
       case TestOp::AllToAll:

@@ -133,16 +133,25 @@ class NcclModel {
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
                                                     const CommShape& shape, Proto p, int channels,
                                                     std::span<const StartClass> starts) const;
-  // A ring call as `rank` sees it: the time until its own part is done. Broadcast (a chain
-  // from `root` through the ring order): the pipeline runs at the whole chain's pace; a
-  // receiver is done once the last chunk has come `rank - root` hops (mod nranks) down it,
-  // the root once its last chunk has crossed its first hop: time() less each later hop's
-  // latency and chunk crossing; the chain's last rank sees time(). All-gather,
+  // A ring call as `rank` sees it: the time until its own part is done. Broadcast and reduce
+  // (a chain through the ring order, from `root` / to it): the pipeline runs at the whole
+  // chain's pace; a member is done once the last chunk has come its hops down it: time() less
+  // each later hop's latency and chunk crossing, the chain's last rank sees time(). The head
+  // only sends: its last chunk waits for a free slot of the next member's NCCL_STEPS-slot
+  // window, not for that member, so it ends up to a window ahead, no sooner than its own
+  // chunks cross its link. All-gather,
   // reduce-scatter, all-reduce: the rank's own finish (ringFinishTimes, every member arriving
   // at once), at most time(), the last member's: a member fewer hops behind the ring's
   // slowest link ends earlier. Other calls: time().
   [[nodiscard]] double timeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
                                   Proto p, int channels, int rank, int root) const;
+  // Per operation of `iters` back to back as `rank` sees them (nccl-tests' loop: one event
+  // before the first, one after the last; rank < 0: the last member to finish). A ring
+  // broadcast or reduce streams through its chain from one operation into the next, so its
+  // fill is paid once and its head ends a send window ahead (docs/model.md "Broadcast and
+  // reduce back to back"); other calls take timeAtRank (time() for rank < 0) each.
+  [[nodiscard]] double loopTimeAtRank(Func f, std::uint64_t bytes, const CommShape& shape, Algo a,
+                                      Proto p, int channels, int rank, int root, int iters) const;
   // All-to-all: every member sends `bytes_per_peer` to each of the nranks-1 others
   // (grouped p2p), NVLink inside a node, NICs shared across nodes.
   [[nodiscard]] double allToAllTime(std::uint64_t bytes_per_peer, const CommShape& shape) const;

@@ -105,6 +105,11 @@ struct SweepOptions {
   // sees them (model::NcclModel::timeAtRank): what an emulation whose real rank is `rank`
   // measures. Unset: the whole operation (the slowest rank, as NCCL-tests reports it).
   std::optional<int> rank;
+  // Operations back to back per row, as NCCL-tests' -n (its default, 20): the time is per
+  // operation of the loop. A broadcast streams from one operation into the next (its chain's
+  // fill is paid once; the root ends a send window ahead): model::NcclModel::loopTimeAtRank.
+  // Other ops do not overlap and take one operation's time. 1: one operation alone.
+  int iters = 20;
 };
 
 // "Simple", "LL", "LL128" (any case) -> protocol; throws InputError naming --proto.
