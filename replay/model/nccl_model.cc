@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "closed_form.h"
@@ -34,6 +35,13 @@ CommView view(const Topology& topo, const ModelOptions& opt, const CommShape& sh
   const Placement pl = topo.place(shape);
   const CommGraphs g = searchGraphs(pl, opt.graph);
   return CommView{pl, g, Tuning(pl, g, opt.tune)};
+}
+
+// The smallest power of 2 at least n (NCCL's pow2Up).
+int pow2Up(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
 }
 
 bool isP2p(Func f) {
@@ -382,10 +390,21 @@ double NcclModel::allToAllTime(std::uint64_t bytes_per_peer, const CommShape& sh
   const double nvl_us = (pl.ppn - 1) * b * h.nvl.us_per_byte;
   const double net_us =
       pl.multiNode() ? (pl.nranks - pl.ppn) * b / (pl.node_net_GBps / pl.ppn * 1e3) : 0.0;
-  // Peers are served in rounds of as many concurrent p2p ops as there are channels.
-  const double rounds = std::ceil((pl.nranks - 1.0) / v.graphs.commChannels);
+  // NCCL 2.28.9 runs a channel's p2p work as batches, one after the other, and a batch's
+  // peers (up to 8) at once, each with its own warps (common.h, sendrecv.h): the latency is
+  // paid once per batch. Rounds come in groups of 8 (NCCL_P2P_SCHEDULE_GROUP_SIZE: one node
+  // distance each, init.cc ncclP2pSchedule), a group on `per_peer` channels from its base
+  // (channel.h ncclP2pChannelBaseForRound) and in a batch of its own (enqueue.cc); one node:
+  // a round per base. The p2p channels are the comm's rounded up to a power of 2
+  // (paths.cc ncclTopoComputeP2pChannels), so 64 ranks on 16 channels run one batch each.
+  const int p2p_channels = std::min(pow2Up(std::max(1, v.graphs.commChannels)), nccl::kMaxChannels);
+  const int per_peer = std::min(
+      pow2Up(netChannelsPerPeer(pl.nranks, v.graphs.commChannels, cluster_)), p2p_channels);
+  const int group = pl.multiNode() ? std::gcd(8, std::max(1, pl.ppn)) : pl.nranks;
+  const int bases = pl.multiNode() ? pl.nranks / group : pl.nranks;
+  const double batches = std::ceil(static_cast<double>(bases) * per_peer / p2p_channels);
   const double alpha = pl.multiNode() ? h.net.alpha_us : h.nvl.alpha_us;
-  return baseLatency(Algo::Ring, Proto::Simple, impl_->opt) + rounds * alpha +
+  return baseLatency(Algo::Ring, Proto::Simple, impl_->opt) + batches * alpha +
          std::max(nvl_us, net_us);
 }
 

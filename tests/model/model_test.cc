@@ -303,6 +303,19 @@ TEST(AllToAll, NicSharingAcrossNodes) {
                    m.allToAllTime(1 << 20, full(16)));
 }
 
+// A channel runs its p2p batches one after the other and a batch's peers at once, so the
+// latency is paid once per batch: a group of 8 rounds (one node distance) per batch, the
+// groups spread over the 16 p2p channels (one per peer from 64 ranks on). 64 ranks: 8
+// groups, one batch a channel; 1024: 128 groups, 8; 8192: 1024, 64.
+TEST(AllToAll, OneLatencyPerBatchOfAChannel) {
+  for (const auto& [nodes, batches] : {std::pair{8, 1}, std::pair{128, 8}, std::pair{1024, 64}}) {
+    const NcclModel m(dgx(nodes), {});
+    ASSERT_EQ(m.commChannels(full(nodes)), 16);
+    const double fixed = m.allToAllTime(0, full(nodes)) - m.opOverheadUs(Algo::Ring, Proto::Simple);
+    EXPECT_NEAR(fixed, batches * m.netStep(Proto::Simple, 1).latency_us, 1e-9) << nodes;
+  }
+}
+
 // NCCL's CPU time for an all-to-all's 2 N grouped calls: 2.9 + 1.49 x N us (real NCCL
 // 2.28.9 on the H200's host: 14.8 us at N = 8, 26.7 at N = 16), overridable; the GPU time
 // (allToAllTime, choose) does not include it.
