@@ -81,13 +81,13 @@ run_all() {
   local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall}
   local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-20}"
   local self=$PWD/tests/gpu/hybrid/run_device.sh
-  local sweep=(-b 1K -e 1G -f 4)
+  local sweep=(-b 1K -e 1G -f 4 -n "${ITERS:-20}")  # -n: per operation of the same loop
   {
     echo "# Hybrid emulation vs crystal simulate ($(date -u +%FT%TZ))"
     echo
     echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
     echo "average over ${ITERS:-20} iterations after 2 warm-ups on the real rank; model ="
-    echo "\`crystal simulate CONFIG --sweep\` for the same communicator; diff = (emulated - model) / model."
+    echo "\`crystal simulate CONFIG --sweep -n ${ITERS:-20}\` for the same communicator; diff = (emulated - model) / model."
     echo
   } >"$S"
   local t_all=$(date +%s)
@@ -115,7 +115,7 @@ run_all() {
   model model-8 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 8 --rank 0
   model model-8192 "$cfg8k" --op allreduce -b 1G -e 1G --ranks 8192
   run_case one 120 --ops "$ops" $sizes $it
-  run_case rank5 60 --ops allreduce,allgather,reducescatter $sizes $it
+  run_case rank5 60 --ops allreduce,allgather,reducescatter,broadcast $sizes $it
   run_case two 60 --ops allreduce,allgather,sendrecv --min 1024 --max 67108864 --step 16 $it
   run_case split 60 --ops allreduce,allgather --min 1024 --max 67108864 --step 16 $it
   run_case big 60 --ops allreduce --min 1073741824 --max 1073741824 --iters 2
@@ -229,9 +229,9 @@ case "$case_name" in
              tee "$OUT/p2p.txt"
            rc=${PIPESTATUS[0]}
            $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 --ranks $n \
-             --rank $r ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p.json" >"$OUT/model-p2p.txt" 2>&1
+             -n ${ITERS:-20} --rank $r ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p.json" >"$OUT/model-p2p.txt" 2>&1
            [ -n "$g" ] && $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 \
-             --ranks $g --rank $((r % g)) ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p-split.json" \
+             -n ${ITERS:-20} --ranks $g --rank $((r % g)) ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p-split.json" \
              >"$OUT/model-p2p-split.txt" 2>&1
            echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % |"
            echo "|---|---|---|---|---|---|---|---|"
