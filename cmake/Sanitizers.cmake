@@ -5,6 +5,15 @@ if(CRYSTAL_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+# Threads: the plugin's pacing, recorder and host threads run beside NCCL's.
+if(CRYSTAL_TSAN)
+  if(CRYSTAL_SANITIZE)
+    message(FATAL_ERROR "CRYSTAL_TSAN and CRYSTAL_SANITIZE cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
 # Fuzz build: instrument everything for coverage; each fuzzer links libFuzzer's main.
 if(CRYSTAL_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
