@@ -13,6 +13,7 @@
 
 #include "crystal/control/socket_io.h"
 #include "plugin/interpose/control_client.h"
+#include "tests/common/scratch_cwd.h"
 
 namespace {
 
@@ -25,7 +26,7 @@ struct ShellRun {
 
 ShellRun shell(const std::string& cmd) {
   ShellRun r;
-  FILE* p = ::popen((cmd + " 2>/dev/null").c_str(), "r");
+  FILE* p = ::popen((crystal::test::inScratchDir() + cmd + " 2>/dev/null").c_str(), "r");
   std::array<char, 4096> buf{};
   while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
   const int st = ::pclose(p);

@@ -20,6 +20,7 @@
 #include <regex>
 #include <string>
 
+#include "tests/common/scratch_cwd.h"
 #include "wire.h"
 
 namespace {
@@ -31,7 +32,7 @@ struct ShellRun {
 
 ShellRun shell(const std::string& cmd) {
   ShellRun r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  FILE* p = ::popen((crystal::test::inScratchDir() + cmd + " 2>&1").c_str(), "r");
   std::array<char, 4096> buf{};
   while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
   const int st = ::pclose(p);

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/common/scratch_cwd.h"
+
 namespace {
 
 struct CliRun {
@@ -18,7 +20,8 @@ struct CliRun {
 
 CliRun run(const std::string& args) {
   CliRun r;
-  const std::string cmd = std::string(CRYSTAL_EXE) + " " + args + " 2>&1";
+  const std::string cmd =
+      crystal::test::inScratchDir() + std::string(CRYSTAL_EXE) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf{};
