@@ -22,8 +22,8 @@ struct Loaded {
 };
 
 Loaded& loaded() {
-  static Loaded l;
-  return l;
+  static auto* l = new Loaded;  // never destroyed: pacing threads call the driver during exit
+  return *l;
 }
 
 // Resolves every entry or names the first symbol that is missing. The library stays loaded

@@ -33,8 +33,8 @@ struct SharedStreams {
 };
 
 SharedStreams& sharedStreams() {
-  static SharedStreams s;  // never destroyed: queues may close during static destruction
-  return s;
+  static auto* s = new SharedStreams;  // never destroyed: queues may close during exit
+  return *s;
 }
 
 cuda::Stream acquireStream(const cuda::DriverApi& d, cuda::Context ctx) {

@@ -12,8 +12,11 @@ std::uintptr_t encode(std::uint32_t index, std::uint32_t gen) {
 }  // namespace
 
 HandleTable& HandleTable::instance() {
-  static HandleTable table;
-  return table;
+  // Never destroyed: NCCL's proxy thread tests requests until the process is gone, also while
+  // exit() runs static destructors; and a comm destroyed at exit would free GPU memory after
+  // the CUDA driver's own teardown.
+  static auto* table = new HandleTable;
+  return *table;
 }
 
 HandleTable::HandleTable() : slots_(std::make_unique<Slot[]>(kCapacity)) {}

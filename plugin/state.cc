@@ -192,8 +192,11 @@ std::shared_ptr<live::RingChannel> PluginState::ringReceiving(std::uint64_t comm
 }
 
 PluginState& PluginState::get() {
-  static PluginState state;
-  return state;
+  // Never destroyed: NCCL's proxy thread and the P2P pacing threads call in until the process
+  // is gone, also while exit() runs static destructors (a program that leaves on an NCCL error
+  // without destroying its communicators).
+  static auto* state = new PluginState;
+  return *state;
 }
 
 Config loadTargetConfig() {

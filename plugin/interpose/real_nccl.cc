@@ -11,10 +11,11 @@
 namespace crystal::interpose {
 
 void* realSymbol(const char* name) noexcept {
-  static std::mutex mu;
-  static std::unordered_map<std::string, void*> cache;
-  std::lock_guard lock(mu);
-  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  // Never destroyed: NCCL's and the program's threads may call in while exit() runs.
+  static auto* mu = new std::mutex;
+  static auto* cache = new std::unordered_map<std::string, void*>;
+  std::lock_guard lock(*mu);
+  if (auto it = cache->find(name); it != cache->end()) return it->second;
   void* sym = nullptr;
   // NOLOAD: never load an NCCL of our choosing; forward to the one the program loaded.
   if (void* lib = ::dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_NOW)) {
@@ -29,7 +30,7 @@ void* realSymbol(const char* name) noexcept {
         name);
     return nullptr;  // not cached: NCCL may be loaded later
   }
-  cache.emplace(name, sym);
+  cache->emplace(name, sym);
   return sym;
 }
 

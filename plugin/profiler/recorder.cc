@@ -306,10 +306,12 @@ struct Event {
   int channels = 0;  // collectives: the channels NCCL runs it on
 };
 
-// Retired collective events (see knownColls), oldest first; guarded by g_live_mu.
+// Retired collective events (see knownColls), oldest first; guarded by g_live_mu. These
+// tables are never destroyed: NCCL's proxy thread reports events until the process is gone,
+// also while exit() runs static destructors.
 std::deque<std::unique_ptr<Event>>& retiredColls() {
-  static std::deque<std::unique_ptr<Event>> q;
-  return q;
+  static auto* q = new std::deque<std::unique_ptr<Event>>;
+  return *q;
 }
 
 std::atomic<std::uint64_t> g_next_id{0};
@@ -320,14 +322,14 @@ std::atomic<std::uint64_t> g_next_id{0};
 // its collective (and no newer event can reuse its address meanwhile).
 constexpr std::size_t kRetiredColls = 4096;
 std::unordered_set<const void*>& knownColls() {  // live or retired; guarded by g_live_mu
-  static std::unordered_set<const void*> s;
-  return s;
+  static auto* s = new std::unordered_set<const void*>;
+  return *s;
 }
 
 std::mutex g_live_mu;
 std::unordered_map<const void*, std::uint64_t>& liveEvents() {
-  static std::unordered_map<const void*, std::uint64_t> m;
-  return m;
+  static auto* m = new std::unordered_map<const void*, std::uint64_t>;
+  return *m;
 }
 
 // The event's own JSON members, appended to `out` (the writer's batch).
