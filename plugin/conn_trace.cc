@@ -72,8 +72,11 @@ std::size_t ConnTrace::write() {
       "conn,dir,peer_kind,timing,self,peer,nranks,graph,distance,ordinal,step,bytes,"
       "posted_ns,due_ns,done_ns,dev,first_test_ns,tests,conn_step,mirror_op,mirror_index,data\n",
       f);
+  std::size_t written_rows = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const TraceRow& r = rows_[i];
+    if (!rows_[i].ready.load(std::memory_order_acquire)) continue;  // claimed, being written
+    ++written_rows;
+    const TraceRow& r = rows_[i].row;
     const TraceConnInfo c = r.conn < conns_.size() ? conns_[r.conn] : TraceConnInfo{};
     const long long due = r.due == INT64_MAX ? -1 : static_cast<long long>(r.due);
     // The mirror key is (operation << 24) | index (virtual_comm.cc mirrorKey).
@@ -98,8 +101,8 @@ std::size_t ConnTrace::write() {
     std::fprintf(stderr,
                  "crystal: connection trace %s kept %zu rows, dropped %zu "
                  "(raise CRYSTAL_TRACE_CONN_MAX)\n",
-                 path_.c_str(), n, claimed - n);
-  return n;
+                 path_.c_str(), written_rows, claimed - n);
+  return written_rows;
 }
 
 }  // namespace crystal::plugin

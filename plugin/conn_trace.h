@@ -59,7 +59,9 @@ class ConnTrace {
   [[nodiscard]] std::uint32_t addConn(const TraceConnInfo& info);
   void record(const TraceRow& row) noexcept {
     const std::size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i < rows_.size()) rows_[i] = row;
+    if (i >= rows_.size()) return;
+    rows_[i].row = row;
+    rows_[i].ready.store(true, std::memory_order_release);
   }
   // Writes the CSV (header + rows in completion order); returns the rows written. Rows past
   // the capacity are reported on stderr as dropped.
@@ -68,7 +70,13 @@ class ConnTrace {
 
  private:
   std::string path_;
-  std::vector<TraceRow> rows_;
+  // A slot is claimed (next_) before its row is written: the periodic rewrite skips rows
+  // not written yet (the next write has them).
+  struct Slot {
+    TraceRow row;
+    std::atomic<bool> ready{false};
+  };
+  std::vector<Slot> rows_;
   std::atomic<std::size_t> next_{0};
   std::mutex mu_;  // guards conns_ (connection setup, not the data path)
   std::vector<TraceConnInfo> conns_;

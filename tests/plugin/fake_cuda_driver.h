@@ -3,6 +3,7 @@
 // report "not ready" until the test declares the stream's work done (FakeGpu::complete).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,7 +25,8 @@ struct FakeCall {
 
 struct FakeGpu {
   std::vector<FakeCall> calls;
-  bool complete = true;     // events recorded so far report done
+  // Events recorded so far report done. Tests flip it while the P2P pacing thread queries.
+  std::atomic<bool> complete{true};
   std::uint64_t done_through = 0;  // and so do those of the first N records (cuEventRecord)
   bool has_context = true;  // cuCtxGetCurrent returns a context
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
