@@ -88,11 +88,14 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
       gpus_per_node_(std::max(1, gpus_per_node)),
       ctx_(ctx),
       log_(live::collectiveLog(comm_hash)),
-      pacer_(nranks, [links, rank, busy = std::make_shared<std::atomic<int>>(0),
-                      connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
-        if (connection) connected->fetch_add(1, std::memory_order_relaxed);
-        return makeRingChannel(links, rank, busy, connected);
-      }) {
+      pacer_(
+          nranks,
+          [links, rank, busy = std::make_shared<std::atomic<int>>(0),
+           connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
+            if (connection) connected->fetch_add(1, std::memory_order_relaxed);
+            return makeRingChannel(links, rank, busy, connected);
+          },
+          rank) {
   log_cursor_ = log_->appended();
   // Tree all-reduces: R's place in the target's tree (its node a chain in rank order, as
   // NCCL builds the node of virtual GPUs), the channels' quiet time shared.
@@ -256,13 +259,13 @@ P2pAgent::~P2pAgent() {
 std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
   return fmt::format(
-      "{} paced connections ({} running free), {} operations done, {} kernel "
-      "launches, {} kernel starts, {} kernel passes, {} NET ring models fed, "
-      "kernel state {}, want {}",
-      table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), launches_.load(),
-      table_ ? word(table_->starts).load() : 0, table_ ? word(table_->passes).load() : 0,
-      net_rings_.load(), table_ ? word(table_->state).load() : 0,
-      table_ ? word(table_->want).load() : 0);
+      "{} paced connections ({} running free), {} operations done ({} received as a "
+      "chain from its head), {} kernel launches, {} kernel starts, {} kernel passes, {} NET "
+      "ring models fed, kernel state {}, want {}",
+      table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), chain_ops_.load(),
+      launches_.load(), table_ ? word(table_->starts).load() : 0,
+      table_ ? word(table_->passes).load() : 0, net_rings_.load(),
+      table_ ? word(table_->state).load() : 0, table_ ? word(table_->want).load() : 0);
 }
 
 bool P2pAgent::add(P2pConnection c) {
@@ -350,6 +353,7 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
   std::lock_guard lock(in_mu_);
   Op op;
   op.stream = stream;
+  op.issued = live::nowNs();
   op.before = event();
   check(d_.eventRecord(op.before, stream), "cuEventRecord");
   return op;
@@ -365,6 +369,10 @@ void P2pAgent::after(const Op& op) {
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
+    p.issued = op.issued;
+    if (p.entry &&
+        (p.entry->func == model::Func::Broadcast || p.entry->func == model::Func::Reduce))
+      p.entry->root = op.root;
     while (log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; })) {
     }
     in_ops_.push_back(std::move(p));
@@ -502,7 +510,8 @@ void P2pAgent::run() {
           if (d_.eventQuery(p.before) == cuda::kNotReady) break;
           p.started = true;
           if (!free_running_) {
-            pacer_.opStarted(now, p.entry);
+            pacer_.opStarted(now, p.entry, p.issued);
+            if (pacer_.chainOp()) chain_ops_.fetch_add(1, std::memory_order_relaxed);
             publishSendPace();
             findNetRings();  // none wanted on one node
           }

@@ -137,6 +137,8 @@ class P2pAgent {
   struct Op {
     cuda::Event before = nullptr;
     cuda::Stream stream = nullptr;
+    live::TimeNs issued = 0;  // when before() was called (the program's call)
+    int root = -1;            // ncclBroadcast/ncclReduce: the root (the interposer sets it)
   };
   [[nodiscard]] Op before(cuda::Stream stream);
   void after(const Op& op);
@@ -166,6 +168,7 @@ class P2pAgent {
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
     std::optional<live::CollectiveEntry> entry;
+    live::TimeNs issued = -1;
     bool started = false;
   };
 
@@ -219,6 +222,7 @@ class P2pAgent {
   std::uint64_t lead_passes_ = 0;
   std::deque<Pending> ops_;
   std::atomic<std::uint64_t> ops_done_{0};
+  std::atomic<std::uint64_t> chain_ops_{0};  // started as a chain R receives in (stateLine)
   std::thread thread_;
 };
 

@@ -50,7 +50,18 @@ RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nran
   return s;
 }
 
-P2pPacer::P2pPacer(int nranks, MakeChannel make) : nranks_(nranks), make_(std::move(make)) {}
+P2pPacer::P2pPacer(int nranks, MakeChannel make, int rank)
+    : nranks_(nranks), rank_(rank), make_(std::move(make)) {}
+
+int P2pPacer::chainHops(const std::optional<live::CollectiveEntry>& op) const {
+  if (!op || op->algo != model::Algo::Ring || rank_ < 0 || nranks_ < 2 || op->root < 0 ||
+      op->root >= nranks_)
+    return 0;
+  if (op->func != model::Func::Broadcast && op->func != model::Func::Reduce) return 0;
+  // A broadcast flows from the root, a reduce from the rank after it to the root.
+  const int head = op->func == model::Func::Reduce ? (op->root + 1) % nranks_ : op->root;
+  return ((rank_ - head) % nranks_ + nranks_) % nranks_;
+}
 
 void P2pPacer::setTrees(MakeTree make_tree, PlanTree plan) {
   make_tree_ = std::move(make_tree);
@@ -109,7 +120,8 @@ live::TimeNs P2pPacer::scheduled(std::uint64_t k) {
 
 void P2pPacer::opsDone() { endOp(); }
 
-void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op) {
+void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
+                         live::TimeNs issued) {
   endOp();
   in_op_ = true;
   op_start_ = now;
@@ -152,6 +164,31 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   if (op && op->algo == model::Algo::Tree && op->func == model::Func::AllReduce && make_tree_ &&
       plan_tree_)
     startTreeOp(now, *op, connected);
+  startChainOp(now, op, issued);
+}
+
+void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
+                            live::TimeNs issued) {
+  const int hops = chainHops(op);
+  chain_op_ = hops > 0 && !channels_.empty();
+  // R heads the chain (a broadcast's root, the rank after a reduce's): nothing comes to it.
+  chain_head_ = hops == 0 && op && op->root >= 0 && op->algo == model::Algo::Ring &&
+                (op->func == model::Func::Broadcast || op->func == model::Func::Reduce);
+  if (!chain_op_) {
+    last_chain_.reset();
+    return;
+  }
+  chain_ = channels_.begin()->second.ring->chainTo(hops, shape_.unit_bytes, op_channels_);
+  // The head sends a unit once its link and a slot of the next member are free, and starts
+  // the next operation when it ended the last, a window ahead of R: back to back, the chain
+  // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"). It
+  // starts no earlier than the program called the operation, which R's call stands for.
+  const auto key = std::make_tuple(op->func, op->root, shape_.unit_bytes);
+  const bool streams = last_chain_ == key;
+  last_chain_ = key;
+  const live::TimeNs first = (issued >= 0 ? std::min(issued, now) : now) + chain_.fill;
+  for (auto& [ordinal, ch] : channels_)
+    ch.chain_next = streams ? std::max(ch.chain_next, first) : first;
 }
 
 int P2pPacer::treeOf(int ordinal, std::size_t index, std::size_t count) const {
@@ -212,7 +249,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     if (tree_op_ && ch.tree) {
       if (c.tree_only && ch.child_done == 0) ch.child_base = std::max(ch.child_base, value);
       if (!c.tree_only && ch.op_recv_done == 0) ch.op_recv_base = std::max(ch.op_recv_base, value);
-    } else if (in_op_ && shape_.symmetric && ch.op_recv_done == 0 && !c.tree_only) {
+    } else if (in_op_ && (shape_.symmetric || chain_op_) && ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
     }
     return;
@@ -271,6 +308,10 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
       // A ring receive that is not the tree's parent's stays idle in a tree all-reduce.
       if (!c.tree_only && !c.tree_parent) continue;
       next = std::min(next, releaseTree(c, *c.ch, now, value, due));
+    } else if (chain_op_ && !c.tree_only) {
+      next = std::min(next, releaseChain(c, *c.ch, now, value, due));
+    } else if (chain_head_ && !c.tree_only) {
+      continue;
     } else if (c.tree_only) {
       // Not expected to move: one step ahead of what R consumed, so nothing waits on it.
       if (value <= c.seen) {
@@ -331,6 +372,28 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
     }
   }
   return next;
+}
+
+live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std::uint64_t& value,
+                                    live::TimeNs& due) {
+  const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
+  for (;;) {
+    // Open loop within the operation's units (the kernel holds a unit until R's slot is
+    // free); past them (NCCL cut the operation into more) one ahead of what R consumed.
+    if (ch.op_recv_done >= shape_.units && value > c.seen) return kNever;
+    const std::uint64_t end = ch.op_recv_base + (ch.op_recv_done + 1) * steps;
+    const auto free = slotFree(c, end, op_start_);
+    if (!free) return kNever;  // R's slot: the next pass after R's head moved
+    // The member before R writes the unit into R's slot once the chain brought it there and
+    // the slot is free (a slow R: the chain had it waiting).
+    const live::TimeNs arrival = std::max(ch.chain_next, *free + chain_.last_hop);
+    if (arrival > now) return arrival;
+    ++ch.op_recv_done;
+    value = std::max(value, end);
+    due = arrival;
+    op_released_ = true;
+    ch.chain_next += chain_.pace;
+  }
 }
 
 live::TimeNs P2pPacer::releaseTree(Conn& c, Channel& ch, live::TimeNs now, std::uint64_t& value,

@@ -155,9 +155,9 @@ CRYSTAL_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, std::size
       "ncclBroadcast",
       [&] { return ci::mirrorBroadcast(sendbuff, recvbuff, count, type, root, comm, stream); },
       [&] {
-        return ci::withPacing(comm, stream, "ncclBroadcast", [&] {
-          return real_fn(sendbuff, recvbuff, count, type, root, comm, stream);
-        });
+        return ci::withPacing(
+            comm, stream, "ncclBroadcast",
+            [&] { return real_fn(sendbuff, recvbuff, count, type, root, comm, stream); }, root);
       });
 }
 
@@ -173,9 +173,9 @@ CRYSTAL_EXPORT int ncclReduce(const void* sendbuff, void* recvbuff, std::size_t 
         return ci::mirrorReduction(sendbuff, recvbuff, count, type, op, comm, stream);
       },
       [&] {
-        return ci::withPacing(comm, stream, "ncclReduce", [&] {
-          return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream);
-        });
+        return ci::withPacing(
+            comm, stream, "ncclReduce",
+            [&] { return real_fn(sendbuff, recvbuff, count, type, op, root, comm, stream); }, root);
       });
 }
 

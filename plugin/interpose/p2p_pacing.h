@@ -33,14 +33,16 @@ void pacedGroupEnded() noexcept;
 // ncclCommDestroy/Abort: the comm's agent stops.
 void forgetPacing(NcclComm comm) noexcept;
 
-// The call `call()` bracketed for `comm`, its host time counted (app_call_stats.h).
+// The call `call()` bracketed for `comm`, its host time counted (app_call_stats.h). `root`:
+// a broadcast's or reduce's (the pacing of a chain needs it; NCCL's tuner does not say it).
 template <typename Call>
-int withPacing(NcclComm comm, void* stream, const char* caller, Call&& call) {
+int withPacing(NcclComm comm, void* stream, const char* caller, Call&& call, int root = -1) {
   using plugin::AppCallStats;
   const plugin::AppSpan whole(&AppCallStats::call_ns, &AppCallStats::calls);
   if (plugin::appCallStatsOn() && pacedGroupDepth() == 0) ++plugin::appCallStats().ungrouped;
   std::optional<PacedCall> paced;
   if (const int rc = pacedBefore(comm, stream, caller, paced); rc != kNcclSuccess) return rc;
+  if (paced) paced->op.root = root;
   int rc = kNcclSuccess;
   {
     const plugin::AppSpan nccl(&AppCallStats::call_nccl_ns);

@@ -72,6 +72,28 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
   return free_at + latencyOf(hop);
 }
 
+RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels) {
+  std::lock_guard lock(mu_);
+  const int ch = channels > 0 ? channels : op_channels_;
+  const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
+  const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
+  // A chain has no slice time: its hop is the crossing of the bytes and the whole latency.
+  auto way = [&](const RingHop& h) {
+    return h.occupancy(bytes, busy, running, /*slice_time=*/false) + h.latency_ns + h.unit_ns;
+  };
+  // The member m places before the real rank sends over the hop of its node position, which
+  // the chain holds from the real rank's own on (one member per period: `in`).
+  auto before = [&](int m) -> const RingHop& {
+    if (period_ == 1) return in();
+    return chain()[static_cast<std::size_t>((period_ - m % period_) % period_)];
+  };
+  ChainTiming t;
+  for (int m = 1; m <= hops; ++m) t.fill += way(before(m));
+  t.last_hop = hops > 0 ? way(before(1)) : 0;
+  t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);
+  return t;
+}
+
 void RingChannel::recvDone(bool idle) {
   if (!idle) return;
   std::lock_guard lock(mu_);

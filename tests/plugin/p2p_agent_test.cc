@@ -114,6 +114,30 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
 }
 
+// A broadcast's root comes from the program's call (NCCL's tuner does not say it): with it,
+// R (rank 0 of 8) is a member of the chain from root 3 and receives at the chain's pace
+// (p2p_pacer.h); without it, as any other operation.
+TEST_F(P2pAgentTest, ABroadcastsRootComesFromTheCall) {
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
+  gpu_->complete = true;  // the stream reaches each operation and passes it at once
+  for (const int root : {3, -1}) {
+    live::collectiveLog(kHash)->append(
+        {model::Func::Broadcast, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+    P2pAgent::Op op = a->before(nullptr);
+    op.root = root;
+    a->after(op);
+  }
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("2 operations done") != std::string::npos;
+  })) << a->stateLine();
+  EXPECT_NE(a->stateLine().find("(1 received as a chain from its head)"), std::string::npos)
+      << a->stateLine();
+}
+
 // The kernel's launch (a few us of cuLaunchKernel) is off the program's thread while the
 // pacing thread spins: after() returns without it and the pacing thread launches at its next
 // pass. Asleep (nothing for kIdleSpinNs), the pacing thread would first need a wake-up, and

@@ -28,6 +28,7 @@ struct CollectiveEntry {
   model::Proto proto = model::Proto::Simple;
   std::uint64_t bytes = 0;
   int channels = 0;  // what the tuner set; 0: NCCL keeps its own count (all it built)
+  int root = -1;     // broadcast, reduce: the root (the interposer's call); -1: unknown
 };
 
 class CollectiveLog {

@@ -108,6 +108,15 @@ class RingChannel {
   // would take it on an idle link (a chain root's: of the chain's slowest link): its bytes
   // only, the slice's GPU time being the real GPU's own.
   [[nodiscard]] TimeNs sendOccupancy(std::uint64_t bytes, int channels = 0);
+  // A chain operation (broadcast, reduce) whose head is `hops` ring positions before the real
+  // rank, in units of `bytes` on the operation's `channels` (0: the connected ones): `fill`,
+  // a unit's way from the head to the real rank (each hop's crossing and latency); `pace`,
+  // the chain's slowest hop's crossing (every member moves at it); `last_hop`, the way of
+  // the hop into the real rank.
+  struct ChainTiming {
+    TimeNs fill = 0, pace = 0, last_hop = 0;
+  };
+  [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
   // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol
