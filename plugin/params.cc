@@ -54,7 +54,8 @@ constexpr Param kParams[] = {
      "wait."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
-     "destroyed (connections, operations, kernel launches and starts)."},
+     "destroyed (connections, operations and how many of them it received as a chain from "
+     "its head, kernel launches and starts)."},
     {"CRYSTAL_HOST_STATS", "0",
      "1: each ncclCommDestroy/Abort prints, on stderr and as an INFO line, the calling "
      "thread's host time per operation since the previous line: NCCL's own, the tuner's, the "
