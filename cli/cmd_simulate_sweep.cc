@@ -144,12 +144,17 @@ int simulateSweep(std::span<const std::string> args) {
   const model::CommShape shape = sweep::sweepShape(config.cluster, opts.nranks);
   fmt::print("# crystal simulate --sweep: {} ({} ranks on {} node{} x {} GPUs)\n", config_path,
              opts.nranks, shape.nnodes, shape.nnodes == 1 ? "" : "s", shape.ranks_per_node);
+  fmt::print("# time: per operation of {} back to back (-n){}\n", opts.iters,
+             opts.rank ? fmt::format(", as rank {} sees it (--rank)", *opts.rank) : "");
   fmt::print("{}", sweep::formatSweepTable(rows, opts.nranks, sweep::RowSource::Model));
   fmt::print("# {} rows in {:.2f} ms\n", rows.size(), ms);
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     if (!f) throw InputError(fmt::format("simulate --sweep: cannot write '{}'", json_path));
-    f << sweep::sweepJson(rows, opts.nranks, sweep::RowSource::Model).dump(1) << '\n';
+    nlohmann::json j = sweep::sweepJson(rows, opts.nranks, sweep::RowSource::Model);
+    j["iters"] = opts.iters;  // nccl-tests' -n: the rows are per operation of that loop
+    if (opts.rank) j["rank"] = *opts.rank;
+    f << j.dump(1) << '\n';
     if (!f) throw InputError(fmt::format("simulate --sweep: failed writing '{}'", json_path));
   }
   return 0;

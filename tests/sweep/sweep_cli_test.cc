@@ -46,6 +46,7 @@ TEST(SweepCli, SimulateSweepTableAndJson) {
                        "--ranks 1024 --json " + json);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("# allreduce (all_reduce_perf) on 1024 ranks"), std::string::npos);
+  EXPECT_NE(r.out.find("# time: per operation of 20 back to back (-n)\n"), std::string::npos);
   EXPECT_NE(r.out.find("# sendrecv (sendrecv_perf) on 1024 ranks"), std::string::npos);
   const nlohmann::json j = readJson(json);
   EXPECT_EQ(j["nranks"], 1024);
@@ -75,6 +76,7 @@ TEST(SweepCli, BroadcastIsOneOfItersBackToBack) {
     return readJson(json)["results"][0]["time"].get<double>();
   };
   const double alone = time(" -n 1"), loop = time(""), twenty = time(" --iters 20");
+  EXPECT_EQ(readJson(::testing::TempDir() + "sweep_cli_n.json")["iters"], 20);
   EXPECT_DOUBLE_EQ(loop, twenty);
   EXPECT_LT(loop, 0.5 * alone);  // the last of 64 ranks: the fill is most of one alone
   EXPECT_GT(loop, time(" -n 1000"));
