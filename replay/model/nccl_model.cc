@@ -160,8 +160,10 @@ double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint
     return net ? run.net : run.nvl;
   };
   auto tx = [&](int k) { return hop(k).tx(run.unit_bytes); };
-  double slowest = 0;
-  for (int k = 0; k < n - 1; ++k) slowest = std::max(slowest, run.share * tx(k));
+  // Over several nodes at least one node's last member is not the chain's tail (NET hops),
+  // and with several GPUs a node the others send over NVLink.
+  const double slowest = run.share * std::max(ppn > 1 ? run.nvl.tx(run.unit_bytes) : 0.0,
+                                              pl.nnodes > 1 ? run.net.tx(run.unit_bytes) : 0.0);
   const double base = baseLatency(a, p, opt);
   const double units = static_cast<double>(run.units);
   const double all_units = units * iters;
