@@ -19,13 +19,14 @@ struct OpNames {
   std::string_view name;
   std::string_view binary;
 };
-constexpr std::array<OpNames, 6> kOpNames{{
+constexpr std::array<OpNames, 7> kOpNames{{
     {TestOp::AllReduce, "allreduce", "all_reduce_perf"},
     {TestOp::AllGather, "allgather", "all_gather_perf"},
     {TestOp::ReduceScatter, "reducescatter", "reduce_scatter_perf"},
     {TestOp::AllToAll, "alltoall", "alltoall_perf"},
     {TestOp::SendRecv, "sendrecv", "sendrecv_perf"},
     {TestOp::Broadcast, "broadcast", "broadcast_perf"},
+    {TestOp::Reduce, "reduce", "reduce_perf"},
 }};
 
 // NCCL-tests' type names (src/common.cu test_typenames) and sizes.
@@ -53,7 +54,12 @@ std::string withoutUnderscores(std::string_view s) {
   return out;
 }
 
-bool isReduction(TestOp op) { return op == TestOp::AllReduce || op == TestOp::ReduceScatter; }
+bool isReduction(TestOp op) {
+  return op == TestOp::AllReduce || op == TestOp::ReduceScatter || op == TestOp::Reduce;
+}
+
+// Ops with a root (NCCL-tests' -r, default 0): chains through the ring order.
+bool isRooted(TestOp op) { return op == TestOp::Broadcast || op == TestOp::Reduce; }
 
 // Per-rank blocks of ops that split the buffer over ranks: (count / N) rounded down to a
 // multiple of 16 bytes (NCCL-tests' "& ~(16/eltSize - 1)").
@@ -73,6 +79,8 @@ model::Func modelFunc(TestOp op) {
       return model::Func::ReduceScatter;
     case TestOp::Broadcast:
       return model::Func::Broadcast;
+    case TestOp::Reduce:
+      return model::Func::Reduce;
     case TestOp::AllToAll:
       return model::Func::AllToAll;
     case TestOp::SendRecv:
@@ -117,7 +125,7 @@ std::vector<TestOp> parseTestOpList(std::string_view list) {
     if (!op)
       throw InputError(fmt::format(
           "--op: unknown operation '{}' (known: allreduce, allgather, reducescatter, alltoall, "
-          "sendrecv, broadcast)",
+          "sendrecv, broadcast, reduce)",
           item));
     ops.push_back(*op);
     if (comma == std::string_view::npos) break;
@@ -138,6 +146,7 @@ double busBwFactor(TestOp op, int nranks) {
       return (n - 1) / n;
     case TestOp::SendRecv:
     case TestOp::Broadcast:
+    case TestOp::Reduce:
       return 1.0;
   }
   return 1.0;
@@ -166,6 +175,7 @@ TestSize testSize(TestOp op, std::uint64_t step_bytes, const DataType& type, int
     case TestOp::AllReduce:
     case TestOp::SendRecv:
     case TestOp::Broadcast:
+    case TestOp::Reduce:
       return TestSize{count * elt, count};
   }
   return TestSize{count * elt, count};
@@ -298,7 +308,7 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
       row.count = ts.count;
       row.type = options.type.name;
       row.redop = isReduction(op) ? "sum" : "none";
-      row.root = op == TestOp::Broadcast ? 0 : -1;
+      row.root = isRooted(op) ? 0 : -1;
       row.algo = row.proto = "-";
       if (ts.count > 0) {
         if (op == TestOp::SendRecv && n == 1) {
@@ -328,9 +338,9 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
             throw InputError(fmt::format("--proto {}: no algorithm for {} on {} ranks uses it",
                                          model::toString(*options.proto), name(op), n));
           row.time_us = c.time_us;
-          const bool at_rank = op == TestOp::Broadcast || op == TestOp::AllGather ||
-                               op == TestOp::ReduceScatter || op == TestOp::AllReduce;
-          if (op == TestOp::Broadcast)
+          const bool at_rank =
+              op == TestOp::AllGather || op == TestOp::ReduceScatter || op == TestOp::AllReduce;
+          if (isRooted(op))
             row.time_us = model.loopTimeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
                                                c.channels, options.rank.value_or(-1), row.root,
                                                options.iters);

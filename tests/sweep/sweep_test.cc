@@ -26,6 +26,7 @@ TEST(BusBw, FactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllToAll, 2), 0.5);
   EXPECT_DOUBLE_EQ(busBwFactor(TestOp::Broadcast, 8192), 1.0);
   EXPECT_DOUBLE_EQ(busBwFactor(TestOp::SendRecv, 8192), 1.0);
+  EXPECT_DOUBLE_EQ(busBwFactor(TestOp::Reduce, 8192), 1.0);
   // One rank: NCCL-tests prints busbw 0 for the collectives that move nothing between ranks.
   EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllReduce, 1), 0.0);
   EXPECT_DOUBLE_EQ(busBwFactor(TestOp::AllGather, 1), 0.0);
@@ -46,6 +47,7 @@ TEST(TestSize, PerRankBlocksRoundDownTo16Bytes) {
   // Whole-buffer ops keep the count: 8 B of floats = 2 elements on any N.
   EXPECT_EQ(testSize(TestOp::AllReduce, 8, f, 8192).count, 2u);
   EXPECT_EQ(testSize(TestOp::Broadcast, 8, f, 8192).size_bytes, 8u);
+  EXPECT_EQ(testSize(TestOp::Reduce, 8, f, 8192).count, 2u);
   EXPECT_EQ(testSize(TestOp::SendRecv, 10, f, 2).size_bytes, 8u);
   // int8: 16-element alignment.
   EXPECT_EQ(testSize(TestOp::AllGather, 1000, parseDataType("int8"), 2).count, 496u);
@@ -75,6 +77,8 @@ TEST(Args, SizesOpsTypes) {
   EXPECT_EQ(parseTestOp("/opt/nccl-tests/build/alltoall_perf"), TestOp::AllToAll);
   EXPECT_EQ(parseTestOp("reduce_scatter"), TestOp::ReduceScatter);
   EXPECT_EQ(parseTestOp("sendrecv"), TestOp::SendRecv);
+  EXPECT_EQ(parseTestOp("reduce_perf"), TestOp::Reduce);  // not reduce_scatter_perf's prefix
+  EXPECT_EQ(parseTestOp("reduce"), TestOp::Reduce);
   EXPECT_EQ(parseTestOp("python3"), std::nullopt);
   EXPECT_EQ(parseTestOpList("allreduce,broadcast"),
             (std::vector<TestOp>{TestOp::AllReduce, TestOp::Broadcast}));
@@ -185,7 +189,7 @@ TEST(Sweep, CollectivesAreTheModelsChoice) {
   o.steps = stepSizes(8, 1ULL << 30, 4, 0);
   o.nranks = 8192;
   const auto rows = runSweep(m, o);
-  ASSERT_EQ(rows.size(), o.steps.size() * 6);
+  ASSERT_EQ(rows.size(), o.steps.size() * 7);
   const model::CommShape shape{8192, 1024, 8};
   for (const SweepRow& r : rows) {
     SCOPED_TRACE(std::string(name(r.op)) + " " + std::to_string(r.size_bytes));
@@ -212,6 +216,15 @@ TEST(Sweep, CollectivesAreTheModelsChoice) {
                                   c.channels, -1, 0, 20);
         }();
         EXPECT_EQ(r.root, 0);
+        break;
+      case TestOp::Reduce:  // per operation of 20 back to back, at the root: the chain's end
+        want = [&] {
+          const model::Choice c = m.choose(model::Func::Reduce, r.size_bytes, shape);
+          return m.loopTimeAtRank(model::Func::Reduce, r.size_bytes, shape, c.algo, c.proto,
+                                  c.channels, 0, 0, 20);
+        }();
+        EXPECT_EQ(r.root, 0);
+        EXPECT_EQ(r.redop, "sum");
         break;
       case TestOp::AllToAll:
         want = std::max(m.allToAllTime(r.count * 4, shape), m.allToAllHostUs(shape));

@@ -20,10 +20,10 @@
 namespace crystal::sweep {
 
 // The NCCL-tests binaries CrystalLLM knows, by their test name.
-enum class TestOp { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv, Broadcast };
-inline constexpr TestOp kAllTestOps[] = {TestOp::AllReduce,     TestOp::AllGather,
-                                         TestOp::ReduceScatter, TestOp::AllToAll,
-                                         TestOp::SendRecv,      TestOp::Broadcast};
+enum class TestOp { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv, Broadcast, Reduce };
+inline constexpr TestOp kAllTestOps[] = {
+    TestOp::AllReduce, TestOp::AllGather, TestOp::ReduceScatter, TestOp::AllToAll,
+    TestOp::SendRecv,  TestOp::Broadcast, TestOp::Reduce};
 
 // "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast".
 [[nodiscard]] std::string_view name(TestOp op);

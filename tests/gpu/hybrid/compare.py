@@ -11,7 +11,7 @@ import json
 import re
 import sys
 
-LINE = re.compile(r"^(\S+)\s+(allreduce|allgather|reducescatter|broadcast|sendrecv|alltoall)"
+LINE = re.compile(r"^(\S+)\s+(allreduce|allgather|reducescatter|broadcast|reduce|sendrecv|alltoall)"
                   r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+(?:\s+[0-9.]+)?\s*$")
 
 

@@ -6,7 +6,7 @@
 //                 writes the id to ID_FILE; the others wait for the file
 //   ID_FILE       default /tmp/hybrid_nccl.id
 //   REAL_PEER     rank of another real process: send/recv with it carries a verified pattern
-// Options: --ops a,b,..  (allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall)
+// Options: --ops a,b,..  (allreduce,allgather,reducescatter,broadcast,reduce,sendrecv,alltoall)
 //          --min BYTES --max BYTES --step F (size multiplier) --iters N --split G (also
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
 //          --init-only 1 (create the communicators, destroy them, exit)
@@ -86,6 +86,8 @@ void runOp(const std::string& op, ncclComm_t comm, int /*rank*/, int n, const Bu
     NCCL_OK(ncclReduceScatter(b.send, b.recv, floats / n, ncclFloat, ncclSum, comm, s));
   } else if (op == "broadcast") {
     NCCL_OK(ncclBroadcast(b.send, b.recv, floats, ncclFloat, 0, comm, s));
+  } else if (op == "reduce") {  // to rank 0: a chain from rank 1 through the ring to it
+    NCCL_OK(ncclReduce(b.send, b.recv, floats, ncclFloat, ncclSum, 0, comm, s));
   } else if (op == "sendrecv") {
     // Send to `peer`, receive from `from` (the rank whose `peer` we are).
     NCCL_OK(ncclGroupStart());

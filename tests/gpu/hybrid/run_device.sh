@@ -78,7 +78,7 @@ export CRYSTAL_GDR=${GDR:-1}
 # Every case with its prediction; appends to $OUT/summary.md. Each case has its own time
 # limit, so one that hangs cannot take the others with it.
 run_all() {
-  local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall}
+  local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,reduce,sendrecv,alltoall}
   local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-20}"
   local self=$PWD/tests/gpu/hybrid/run_device.sh
   local sweep=(-b 1K -e 1G -f 4 -n "${ITERS:-20}")  # -n: per operation of the same loop
@@ -115,7 +115,7 @@ run_all() {
   model model-8 "$cfg64" --op "$ops" "${sweep[@]}" --ranks 8 --rank 0
   model model-8192 "$cfg8k" --op allreduce -b 1G -e 1G --ranks 8192
   run_case one 120 --ops "$ops" $sizes $it
-  run_case rank5 60 --ops allreduce,allgather,reducescatter,broadcast $sizes $it
+  run_case rank5 60 --ops allreduce,allgather,reducescatter,broadcast,reduce $sizes $it
   run_case two 60 --ops allreduce,allgather,sendrecv --min 1024 --max 67108864 --step 16 $it
   run_case split 60 --ops allreduce,allgather --min 1024 --max 67108864 --step 16 $it
   run_case big 60 --ops allreduce --min 1073741824 --max 1073741824 --iters 2
