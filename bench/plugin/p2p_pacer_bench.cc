@@ -7,7 +7,9 @@
 // channel, before, cost ~900 ns per channel slice on the H200's host.) And one unit of a tree
 // all-reduce on all 16 channels of a rank in the middle of its node (R's sends up and down,
 // both receives). A tree unit is a whole 512 KiB step, which a channel's share of NVLink
-// (450 GB/s / 16) moves in ~19 us at best: target 5 us, a quarter of it.
+// (450 GB/s / 16) moves in ~19 us at best: target 5 us, a quarter of it. And one unit of a
+// broadcast on all 16 channels of a chain member (rank 5 of 64, root 0: its receive released
+// on the chain's clock, its forward seen): also a 512 KiB step, target 5 us.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -161,6 +163,50 @@ void BM_P2pPacerTreeUnitAllChannels(benchmark::State& state) {
   state.counters["target_ns"] = 5000;
 }
 BENCHMARK(BM_P2pPacerTreeUnitAllChannels);
+
+void BM_P2pPacerChainUnitAllChannels(benchmark::State& state) {
+  constexpr int kChainChannels = 16, kRank = 5, kRanks = 64;
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1};
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(kChainChannels);
+  P2pPacer p(
+      kRanks,
+      [=](bool) {
+        return std::make_shared<live::RingChannel>(std::vector<live::RingHop>{nvl}, nvl, 2, busy,
+                                                   connected);
+      },
+      kRank);
+  std::vector<int> send, recv;
+  for (int k = 0; k < kChainChannels; ++k) recv.push_back(p.add(false, k));
+  for (int k = 0; k < kChainChannels; ++k) send.push_back(p.add(true, k));
+  // 1 GiB broadcasts back to back from rank 0: 128 one-step units of 512 KiB per channel.
+  constexpr std::uint64_t kUnits = 128;
+  live::CollectiveEntry op{model::Func::Broadcast, model::Algo::Ring, model::Proto::Simple,
+                           std::uint64_t{1} << 30, kChainChannels};
+  op.root = 0;
+  std::vector<plugin::P2pRelease> out;
+  live::TimeNs now = 0;
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    if (step % kUnits == 0) {
+      p.opsDone();
+      p.opStarted(now, op, 0);
+    }
+    ++step;
+    for (std::size_t k = 0; k < kChainChannels; ++k) {
+      p.observe(recv[k], step, now);  // R consumed the unit...
+      p.observe(send[k], step, now);  // ... and forwarded it
+    }
+    out.clear();
+    benchmark::DoNotOptimize(p.release(now, out));
+    now += 40'000;
+  }
+  state.counters["per_channel_ns"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kChainChannels,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["target_ns"] = 5000;
+}
+BENCHMARK(BM_P2pPacerChainUnitAllChannels);
 
 }  // namespace
 }  // namespace crystal::plugin
