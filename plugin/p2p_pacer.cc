@@ -53,11 +53,11 @@ RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nran
 P2pPacer::P2pPacer(int nranks, MakeChannel make, int rank)
     : nranks_(nranks), rank_(rank), make_(std::move(make)) {}
 
-int P2pPacer::chainHops(const std::optional<live::CollectiveEntry>& op) const {
+std::optional<int> P2pPacer::chainHops(const std::optional<live::CollectiveEntry>& op) const {
   if (!op || op->algo != model::Algo::Ring || rank_ < 0 || nranks_ < 2 || op->root < 0 ||
       op->root >= nranks_)
-    return 0;
-  if (op->func != model::Func::Broadcast && op->func != model::Func::Reduce) return 0;
+    return std::nullopt;
+  if (op->func != model::Func::Broadcast && op->func != model::Func::Reduce) return std::nullopt;
   // A broadcast flows from the root, a reduce from the rank after it to the root.
   const int head = op->func == model::Func::Reduce ? (op->root + 1) % nranks_ : op->root;
   return ((rank_ - head) % nranks_ + nranks_) % nranks_;
@@ -169,16 +169,15 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
 
 void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
                             live::TimeNs issued) {
-  const int hops = chainHops(op);
+  const std::optional<int> hops = chainHops(op);
   chain_op_ = hops > 0 && !channels_.empty();
   // R heads the chain (a broadcast's root, the rank after a reduce's): nothing comes to it.
-  chain_head_ = hops == 0 && op && op->root >= 0 && op->algo == model::Algo::Ring &&
-                (op->func == model::Func::Broadcast || op->func == model::Func::Reduce);
+  chain_head_ = hops == 0;
   if (!chain_op_) {
     last_chain_.reset();
     return;
   }
-  chain_ = channels_.begin()->second.ring->chainTo(hops, shape_.unit_bytes, op_channels_);
+  chain_ = channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_);
   // The head sends a unit once its link and a slot of the next member are free, and starts
   // the next operation when it ended the last, a window ahead of R: back to back, the chain
   // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"). It

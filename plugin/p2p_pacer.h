@@ -219,10 +219,10 @@ class P2pPacer {
   [[nodiscard]] static std::optional<live::TimeNs> slotFree(Conn& c, std::uint64_t end,
                                                             live::TimeNs op_start);
 
-  // A ring broadcast or reduce whose chain reaches R after `hops` > 0 members (R not its head),
-  // with its root known: R's receives come at the chain's pace from its head (see the header
-  // comment); 0 otherwise.
-  [[nodiscard]] int chainHops(const std::optional<live::CollectiveEntry>& op) const;
+  // A ring broadcast or reduce with its root known: the members before R in its chain (0: R
+  // heads it; more: R's receives come at the chain's pace from its head, see the header
+  // comment); nullopt for any other operation.
+  [[nodiscard]] std::optional<int> chainHops(const std::optional<live::CollectiveEntry>& op) const;
   // release() of R's receive `c` of `ch` in such an operation.
   live::TimeNs releaseChain(Conn& c, Channel& ch, live::TimeNs now, std::uint64_t& value,
                             live::TimeNs& due);
