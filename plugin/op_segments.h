@@ -16,10 +16,19 @@
 
 namespace crystal::plugin {
 
+// A broadcast or reduce as NCCL's profiler described it (profiler/proxy_ops.h).
+struct ChainOp {
+  int root = -1;  // -1: not a chain
+  bool reduce = false;
+  std::uint64_t coll_bytes = 0;  // the collective's buffer; 0: unknown
+  int chunk_bytes = 0;           // NCCL's chunk for the operation
+};
+
 class OpSegments {
  public:
-  // `nranks`: the communicator's size (0: unknown).
-  explicit OpSegments(int nranks = 0) : nranks_(nranks) {}
+  // `nranks`: the communicator's size (0: unknown); `self_rank`: the real rank's (-1: unknown).
+  explicit OpSegments(int nranks = 0, int self_rank = -1)
+      : nranks_(nranks), self_rank_(self_rank) {}
   struct Place {
     std::uint64_t op = 0;     // ProxyOpStart::op (0: an operation that is no collective)
     std::uint32_t index = 0;  // this request's position in the operation
@@ -32,10 +41,17 @@ class OpSegments {
     bool bytes_free = false;
     // The channels the collective runs on (NCCL's choice, after the tuner's); 0 = unknown.
     int channels = 0;
+    // A ring broadcast or reduce: ring positions from the chain's head (a broadcast's root,
+    // the rank after a reduce's) to the real rank, whose receives come down the chain (rings
+    // run in rank order: the host's graph); -1: not a chain, or the ranks are unknown.
+    int chain_hops = -1;
+    // With chain_hops: the bytes of one of its transfers (NCCL's chunk, or the collective's
+    // bytes per channel and transfer when less); 0 = unknown.
+    std::uint64_t chain_unit_bytes = 0;
   };
   // NCCL announced an operation with `transfers` requests on this connection.
   void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,
-            bool bytes_free = false, int channels = 0);
+            bool bytes_free = false, int channels = 0, ChainOp chain = {});
   // The place of the next request; nullopt when no announced operation covers it (the
   // profiler is not loaded, or NCCL posted more than it announced).
   [[nodiscard]] std::optional<Place> next();
@@ -51,8 +67,11 @@ class OpSegments {
     bool allgather;
     bool bytes_free;
     int channels;
+    int chain_hops;
+    std::uint64_t chain_unit_bytes;
   };
   const int nranks_;
+  const int self_rank_;
   mutable std::mutex mu_;  // push: the profiler's caller; next: the net plugin's caller
   std::deque<Segment> queue_;
   std::uint32_t used_ = 0;  // requests of queue_.front() already placed

@@ -167,7 +167,8 @@ std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
 std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
   if (!isRingConn(c)) return nullptr;
   const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
-  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send, c.nranks);
+  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send, c.nranks,
+                                          c.self_rank);
 }
 
 std::shared_ptr<live::RingChannel> NetContext::ringReceiving(std::uint64_t comm, int self_rank,
@@ -328,8 +329,8 @@ NetContext* PluginState::checkContext(void* ctx) {
 }
 
 std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int channel, int peer,
-                                                       bool send, int nranks) {
-  auto ops = std::make_shared<OpSegments>(nranks);
+                                                       bool send, int nranks, int self_rank) {
+  auto ops = std::make_shared<OpSegments>(nranks, self_rank);
   std::lock_guard lock(ops_mu_);
   op_segments_[{comm, channel, peer, send}] = ops;
   return ops;
@@ -352,7 +353,8 @@ void PluginState::proxyOpStarted(const profiler::ProxyOpStart& s) {
       return;
     }
   }
-  ops->push(s.op, s.transfers, s.ring, s.allgather, bytes_free, s.channels);
+  ops->push(s.op, s.transfers, s.ring, s.allgather, bytes_free, s.channels,
+            {s.chain_root, s.chain_reduce, s.coll_bytes, s.chunk_bytes});
 }
 
 void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {

@@ -183,9 +183,11 @@ class PluginState {
   // Operation queues by (NCCL commHash, channel, peer rank, direction). A ring connection's
   // channel is its exchange ordinal (NCCL connects ring channels 0..n-1 in one exchange).
   // A new connection with the same key replaces the old one's queue. `nranks`: the
-  // communicator's size (a ring all-gather's steps per loop are nranks - 1).
-  [[nodiscard]] std::shared_ptr<OpSegments> newOpSegments(std::uint64_t comm, int channel,
-                                                          int peer, bool send, int nranks = 0);
+  // communicator's size (a ring all-gather's steps per loop are nranks - 1); `self_rank`:
+  // the real rank's (a broadcast's or reduce's chain position, OpSegments::Place).
+  [[nodiscard]] std::shared_ptr<OpSegments> newOpSegments(std::uint64_t comm, int channel, int peer,
+                                                          bool send, int nranks = 0,
+                                                          int self_rank = -1);
   // NCCL's profiler announced an operation on a connection (plugin/profiler/proxy_ops.h);
   // dropped unless a live connection asked for that key, or when not a collective's (op 0:
   // p2p runs on another connection to the same channel and peer). Any thread.

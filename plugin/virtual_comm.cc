@@ -233,7 +233,8 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   const bool one_per_step = p != proto::Proto::Simple;
   link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
                   static_cast<int>(p),  // NCCL_PROTO_* order, as model::Proto
-                  place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1);
+                  place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1,
+                  place ? place->chain_hops : -1, place ? place->chain_unit_bytes : 0);
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written

@@ -26,6 +26,12 @@ struct ProxyOpStart {
   // real rank the interposer may rewrite under data policy mirror (plugin/mirror_result.h).
   bool rewritable = false;
   int channels = 0;  // the channels the collective runs on (its event's nChannels); 0: unknown
+  // A broadcast or reduce (a chain through the ring from its head): its root (the
+  // communicator's rank, NCCL's event's root); -1: another collective.
+  int chain_root = -1;
+  bool chain_reduce = false;     // with chain_root: a reduce (its head is the rank after the root)
+  std::uint64_t coll_bytes = 0;  // the collective's buffer (count x type size); 0: unknown
+  int chunk_bytes = 0;           // NCCL's chunk for this operation (its largest transfer)
 };
 
 struct ProxyOpObserver {

@@ -304,7 +304,22 @@ struct Event {
   bool rewritable = false;  // collectives: see ProxyOpStart::rewritable
   bool coll = false;
   int channels = 0;  // collectives: the channels NCCL runs it on
+  int chain_root = -1;  // collectives: see ProxyOpStart::chain_root
+  bool chain_reduce = false;
+  std::uint64_t bytes = 0;  // collectives: count x type size (0: a type NCCL did not name)
 };
+
+// Bytes of an element of NCCL's datatype name (collectives.cc ncclDatatypeToString); 0 for
+// one it does not name.
+std::uint64_t typeBytes(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::uint64_t> kTypes[] = {
+      {"ncclInt8", 1},     {"ncclInt32", 4},      {"ncclUint32", 4},    {"ncclInt64", 8},
+      {"ncclUint64", 8},   {"ncclFloat16", 2},    {"ncclFloat32", 4},   {"ncclFloat64", 8},
+      {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1}};
+  for (const auto& [n, b] : kTypes)
+    if (n == name) return b;
+  return 0;
+}
 
 // Retired collective events (see knownColls), oldest first; guarded by g_live_mu. These
 // tables are never destroyed: NCCL's proxy thread reports events until the process is gone,
@@ -420,8 +435,12 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       s.allgather = parent->allgather;
       s.rewritable = parent->rewritable;
       s.channels = parent->channels;
+      s.chain_root = parent->chain_root;
+      s.chain_reduce = parent->chain_reduce;
+      s.coll_bytes = parent->bytes;
     }
   }
+  s.chunk_bytes = d.proxyOp.chunkSize;
   if (auto started = proxyOpObserver().started) started(s);
 }
 
@@ -459,6 +478,11 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
                        func == "Broadcast";
       ev->coll = true;
       ev->channels = d->coll.nChannels;
+      if (func == "Broadcast" || func == "Reduce") {
+        ev->chain_root = d->coll.root;
+        ev->chain_reduce = func == "Reduce";
+      }
+      ev->bytes = d->coll.count * typeBytes(d->coll.datatype != nullptr ? d->coll.datatype : "");
     }
     const bool track = write && ctx.parents();  // parents by id, for the record file only
     if (track || proxy_parent) {

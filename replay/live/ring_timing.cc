@@ -74,6 +74,10 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
 
 RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels) {
   std::lock_guard lock(mu_);
+  return chainToLocked(hops, bytes, channels);
+}
+
+RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels) {
   const int ch = channels > 0 ? channels : op_channels_;
   const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
   const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
@@ -92,6 +96,24 @@ RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int
   t.last_hop = hops > 0 ? way(before(1)) : 0;
   t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);
   return t;
+}
+
+void RingChannel::startChain(std::uint64_t unit, TimeNs now, int hops, std::uint64_t unit_bytes,
+                             int channels) {
+  std::lock_guard lock(mu_);
+  const ChainKey key{hops, unit_bytes, channels};
+  const bool streams = chain_last_ && key == chain_key_ && unit >= chain_first_;
+  chain_op_ = chain_last_ = hops > 0 && unit_bytes > 0;
+  if (!chain_op_) return;
+  const ChainTiming t = chainToLocked(hops, unit_bytes, channels);
+  TimeNs first = now + t.fill;
+  if (streams) {
+    first = std::max(first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_);
+  }
+  chain_key_ = key;
+  chain_first_ = unit;
+  chain_start_ = first;
+  chain_pace_ = t.pace;
 }
 
 void RingChannel::recvDone(bool idle) {
@@ -126,6 +148,9 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_
   }
   // The previous operation had no send of the real rank: a receive-only connection.
   recv_only_ = have_op_ && op_bytes_ == 0 && sent_bytes == 0;
+  // startChain says whether a placed operation is a chain; an unplaced one is none.
+  chain_op_ = false;
+  if (first < 0) chain_last_ = false;
   have_op_ = true;
   op_first_ = unit;
   op_start_ = start;
@@ -156,6 +181,8 @@ void RingChannel::advance(std::uint64_t upto, std::uint64_t capacity) {
 std::optional<TimeNs> RingChannel::recvArrival(std::uint64_t unit, TimeNs posted,
                                                std::uint64_t bytes, TimeNs now) {
   std::lock_guard lock(mu_);
+  if (chain_op_ && unit >= chain_first_)
+    return std::max(posted, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_);
   const RingHop& in = period_ == 1 ? this->in() : chain().back();
   if (!have_op_) {  // a receive nobody announced: it starts an operation
     have_op_ = true;

@@ -41,5 +41,46 @@ TEST(OpSegments, NothingAnnouncedOrEmptyOperationsGiveNoPlace) {
   EXPECT_EQ(p->op, 4u);
 }
 
+// Broadcasts and reduces (NCCL's profiler gave the root): the real rank's place in the chain
+// from its head, and the bytes of one transfer (the collective's per channel and transfer,
+// at most NCCL's chunk).
+TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
+  OpSegments ops(64, 5);
+  ops.push(1, 1, true, false, false, 16, {0, false, 1024, 524288});        // broadcast from 0
+  ops.push(2, 8, true, false, false, 16, {0, true, 64ULL << 20, 524288});  // reduce to 0
+  ops.push(3, 2, true, false, false, 16, {5, false, 1 << 20, 524288});     // R is the root
+  ops.push(4, 2, true, false, false, 16, {62, true, 1 << 20, 524288});     // head 63: 6 hops
+  ops.push(5, 2, true);                                                    // an all-reduce
+  ops.push(6, 2, false, false, false, 16, {0, false, 1 << 20, 524288});    // not a ring's
+  const auto b = ops.next();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->chain_hops, 5);
+  EXPECT_EQ(b->chain_unit_bytes, 64u) << "1 KiB over 16 channels, one transfer each";
+  std::optional<OpSegments::Place> r;
+  for (int i = 0; i < 8; ++i) r = ops.next();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->chain_hops, 4) << "a reduce's head is the rank after its root";
+  EXPECT_EQ(r->chain_unit_bytes, 524288u) << "4 MiB a channel in 8 transfers: a chunk each";
+  const auto own = ops.next();
+  (void)ops.next();
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->chain_hops, 0);
+  const auto wrap = ops.next();
+  (void)ops.next();
+  ASSERT_TRUE(wrap);
+  EXPECT_EQ(wrap->chain_hops, 6);
+  const auto ar = ops.next();
+  (void)ops.next();
+  ASSERT_TRUE(ar);
+  EXPECT_EQ(ar->chain_hops, -1);
+  const auto tree = ops.next();
+  ASSERT_TRUE(tree);
+  EXPECT_EQ(tree->chain_hops, -1);
+  // Ranks unknown: no chain.
+  OpSegments unknown;
+  unknown.push(1, 1, true, false, false, 16, {0, false, 1024, 524288});
+  EXPECT_EQ(unknown.next()->chain_hops, -1);
+}
+
 }  // namespace
 }  // namespace crystal::plugin

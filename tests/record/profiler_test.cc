@@ -135,6 +135,35 @@ TEST(Profiler, EmulationKeepsOnlyCollectivesForTheirProxyOps) {
   EXPECT_FALSE(b.send);
   EXPECT_FALSE(b.ring);
   EXPECT_EQ(b.channels, 0);
+  EXPECT_EQ(a.chain_root, -1) << "an all-gather is no chain";
+
+  // A reduce to rank 3: its proxy operations carry the root, the buffer's bytes and NCCL's
+  // chunk (the net plugin times the chain from its head, OpSegments::Place::chain_hops).
+  coll.coll.func = "Reduce";
+  coll.coll.root = 3;
+  coll.coll.count = 1000;
+  coll.coll.datatype = "ncclBfloat16";
+  ASSERT_EQ(p.startEvent(ctx, &task, &coll), ncclSuccess);
+  EXPECT_EQ(p.stopEvent(task), ncclSuccess);
+  op.parentObj = task;
+  op.proxyOp.chunkSize = 131072;
+  ASSERT_EQ(p.startEvent(ctx, &h, &op), ncclSuccess);
+  coll.coll.func = "Broadcast";
+  coll.coll.datatype = "Unknown";  // NCCL's name for a type it does not know: size unknown
+  ASSERT_EQ(p.startEvent(ctx, &task, &coll), ncclSuccess);
+  EXPECT_EQ(p.stopEvent(task), ncclSuccess);
+  op.parentObj = task;
+  ASSERT_EQ(p.startEvent(ctx, &h, &op), ncclSuccess);
+  ASSERT_EQ(seenProxyOps().size(), 4u);
+  const profiler::ProxyOpStart& r = seenProxyOps()[2];
+  EXPECT_EQ(r.chain_root, 3);
+  EXPECT_TRUE(r.chain_reduce);
+  EXPECT_EQ(r.coll_bytes, 2000u);
+  EXPECT_EQ(r.chunk_bytes, 131072);
+  const profiler::ProxyOpStart& bc = seenProxyOps()[3];
+  EXPECT_EQ(bc.chain_root, 3);
+  EXPECT_FALSE(bc.chain_reduce);
+  EXPECT_EQ(bc.coll_bytes, 0u);
   EXPECT_EQ(p.finalize(ctx), ncclSuccess);
   profiler::setProxyOpObserver({});
 }

@@ -109,9 +109,12 @@ class VirtualLink {
   // outstanding on the connection. `units_per_step`: requests per ring step of its protocol
   // (LL/LL128 1, Simple 2), 0 = unknown; `proto`: that protocol (model::Proto index), -1 =
   // unknown (Simple's hops); `channels`: as postSend's; `first`: whether the receive is its
-  // operation's first on the connection (1/0, NCCL's profiler), -1 = unknown.
+  // operation's first on the connection (1/0, NCCL's profiler), -1 = unknown; with first = 1,
+  // `chain_hops`/`chain_unit_bytes`: a broadcast's or reduce's chain down to the real rank
+  // (RingChannel::startChain; -1: not a chain).
   void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
-                bool ring_op = true, int proto = -1, int channels = 0, int first = -1);
+                bool ring_op = true, int proto = -1, int channels = 0, int first = -1,
+                int chain_hops = -1, std::uint64_t chain_unit_bytes = 0);
   // A receive completed; `idle`: none is outstanding any more.
   void recvDone(bool idle, bool ring_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see

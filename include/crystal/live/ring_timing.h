@@ -117,6 +117,15 @@ class RingChannel {
     TimeNs fill = 0, pace = 0, last_hop = 0;
   };
   [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0);
+  // The operation whose first receive (`unit`, posted at `now`, postRecv's first = 1) was
+  // just posted is a chain whose head is `hops` > 0 positions before the real rank, in
+  // transfers of `unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
+  // first a chainTo fill after `now`, then one per pace. Right after the same chain (head,
+  // unit size, channels) the chain streams on from the last one's pace (back to back, the
+  // head starts an operation when it ended the last: docs/model.md "Broadcast and reduce
+  // back to back"). hops <= 0 or unit_bytes 0: not a chain; the ring's rules time it.
+  void startChain(std::uint64_t unit, TimeNs now, int hops, std::uint64_t unit_bytes,
+                  int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
   // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol
@@ -139,6 +148,7 @@ class RingChannel {
   [[nodiscard]] bool sentInOp(std::uint64_t u) const {
     return u >= op_first_ && u < sends_ && u + kWindow > sends_;
   }
+  [[nodiscard]] ChainTiming chainToLocked(int hops, std::uint64_t bytes, int channels);
   // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
   void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
@@ -193,6 +203,19 @@ class RingChannel {
   std::vector<TimeNs> free_at_;
   std::vector<TimeNs> delivered_;
   std::uint64_t frontier_ = 0;  // next unit to compute
+  // The operation is a chain (startChain): its first unit, that unit's arrival and the pace
+  // of the ones after it. `chain_last_`: the operation before was one too, of `chain_key_`.
+  bool chain_op_ = false;
+  bool chain_last_ = false;
+  struct ChainKey {
+    int hops = 0;
+    std::uint64_t unit_bytes = 0;
+    int channels = 0;
+    bool operator==(const ChainKey&) const = default;
+  } chain_key_;
+  std::uint64_t chain_first_ = 0;
+  TimeNs chain_start_ = 0;
+  TimeNs chain_pace_ = 0;
 };
 
 }  // namespace crystal::live
