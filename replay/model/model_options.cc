@@ -52,6 +52,11 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
         throw InputError("model.overrides." + name + ": must be in 0..1e6");
       (name == "a2a_group_host_us" ? o.a2a_group_host_us : o.a2a_peer_host_us) = value;
     }
+    if (name == "net_request_us") {
+      if (!(value >= 0 && value <= 1000))
+        throw InputError("model.overrides.net_request_us: must be in 0..1000");
+      o.net_request_us = value;
+    }
     if (name == "ring_slice_us") {
       if (!(value >= 0 && value <= 1000))
         throw InputError("model.overrides.ring_slice_us: must be in 0..1000");

@@ -16,6 +16,10 @@ struct ModelOptions {
   // NCCL's CPU time to enqueue an all-to-all of N ranks: group + peer x N (allToAllHostUs).
   double a2a_group_host_us = 2.9;
   double a2a_peer_host_us = 1.49;
+  // NCCL's proxy thread's time per NET transfer (one isend or irecv of a chunk, posted and
+  // tested to completion), us: grouped p2p with many NET peers in small chunks is bound by
+  // it (allToAllTime).
+  double net_request_us = 0.61;
 };
 
 // Free-form overrides this model knows (others are left to other modules):
@@ -23,7 +27,8 @@ struct ModelOptions {
 //   nic_path_phb: 1 = NICs hang off the CPU (PHB), which disables LL128 on sm90;
 //   amd_cpu: 1 = AMD host CPUs (llMaxBw row, 2 us net overhead);
 //   p2p_net_channel_gbps, ring_slice_us: StepOptions' figures of the same names;
-//   a2a_group_host_us, a2a_peer_host_us: ModelOptions' figures of the same names.
+//   a2a_group_host_us, a2a_peer_host_us, net_request_us: ModelOptions' figures of the same
+//   names.
 // Throws InputError naming model.<field> for values out of range.
 [[nodiscard]] ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m);
 

@@ -88,6 +88,30 @@ int netChannelsPerPeer(int nranks, int comm_channels, const ClusterConfig& clust
   return std::max(nics_per_gpu, n);
 }
 
+// The NET transfers (isend or irecv calls) of one direction of one peer's p2p operation of
+// `bytes` in NCCL 2.28.9 (enqueue.cc addP2pToPlan, the proxy's nsteps per part): the chunk
+// is NCCL_P2P_NET_CHUNKSIZE, a quarter of it below one chunk of bytes and half below 8; the
+// bytes go on as few of the peer's channels as keep a part within a chunk (at least
+// `min_channels`: all channels used once when the ranks are fewer), each part in chunks.
+int p2pNetTransfers(std::uint64_t bytes, int nranks, int per_peer, int p2p_channels) {
+  const std::int64_t step = nccl::kP2pNetChunk;
+  const auto b = static_cast<std::int64_t>(bytes);
+  const std::int64_t chunk = b < step ? step / 4 : b < 8 * step ? step / 2 : step;
+  int min_channels = std::max(1, per_peer);
+  while (min_channels * nranks > p2p_channels && min_channels > 1) min_channels /= 2;
+  if (b == 0) return 1;
+  const std::int64_t min_part = step / 2;
+  int channels =
+      static_cast<int>(std::min<std::int64_t>(min_channels, (b + min_part - 1) / min_part));
+  std::int64_t part = std::max(min_part, (b + channels - 1) / channels);
+  while (part > step && channels <= per_peer / 2) {
+    channels *= 2;
+    part = (b + channels - 1) / channels;
+  }
+  const std::int64_t per_channel = (b + channels - 1) / channels;
+  return channels * static_cast<int>((per_channel + chunk - 1) / chunk);
+}
+
 // One NET or NVLink transfer of `bytes` in P2P chunks (Simple protocol). A NET transfer runs
 // on `peer_channels` channels, each at most StepOptions::p2p_net_channel_GBps.
 double p2pOver(const Placement& pl, const ModelOptions& opt, std::uint64_t bytes,
@@ -406,8 +430,16 @@ double NcclModel::allToAllTime(std::uint64_t bytes_per_peer, const CommShape& sh
   const int bases = pl.multiNode() ? pl.nranks / group : pl.nranks;
   const double batches = std::ceil(static_cast<double>(bases) * per_peer / p2p_channels);
   const double alpha = pl.multiNode() ? h.net.alpha_us : h.nvl.alpha_us;
+  // One proxy thread posts and tests every NET transfer of the rank, both directions: with
+  // many NET peers in small chunks it, not the NIC, sets the pace (64 ranks, 4 MiB: 224
+  // transfers of 32 KiB, ~2x the NIC's time; emulated on the H200, 2026-12-05).
+  const double proxy_us =
+      pl.multiNode() ? static_cast<double>(pl.nranks - pl.ppn) * 2.0 *
+                           p2pNetTransfers(bytes_per_peer, pl.nranks, per_peer, p2p_channels) *
+                           impl_->opt.net_request_us
+                     : 0.0;
   return baseLatency(Algo::Ring, Proto::Simple, impl_->opt) + batches * alpha +
-         std::max(nvl_us, net_us);
+         std::max({nvl_us, net_us, proxy_us});
 }
 
 }  // namespace crystal::model

@@ -308,12 +308,46 @@ TEST(AllToAll, NicSharingAcrossNodes) {
 // groups spread over the 16 p2p channels (one per peer from 64 ranks on). 64 ranks: 8
 // groups, one batch a channel; 1024: 128 groups, 8; 8192: 1024, 64.
 TEST(AllToAll, OneLatencyPerBatchOfAChannel) {
+  ModelConfig no_proxy;  // the proxy's time per transfer bounds empty ones too
+  no_proxy.overrides.emplace_back("net_request_us", 0.0);
   for (const auto& [nodes, batches] : {std::pair{8, 1}, std::pair{128, 8}, std::pair{1024, 64}}) {
-    const NcclModel m(dgx(nodes), {});
+    const NcclModel m(dgx(nodes), no_proxy);
     ASSERT_EQ(m.commChannels(full(nodes)), 16);
     const double fixed = m.allToAllTime(0, full(nodes)) - m.opOverheadUs(Algo::Ring, Proto::Simple);
     EXPECT_NEAR(fixed, batches * m.netStep(Proto::Simple, 1).latency_us, 1e-9) << nodes;
   }
+}
+
+// One proxy thread posts and tests every NET transfer of the rank (NCCL 2.28.9: 128 KiB p2p
+// chunks, a quarter of it for less than a chunk a peer, half below 8 chunks; as few of a
+// peer's channels as keep a part within a chunk): 64 ranks in 8 nodes, 56 NET peers.
+TEST(AllToAll, TheProxyPostsEveryNetTransfer) {
+  const NcclModel m(dgx(8), {});
+  const CommShape s = full(8);
+  ModelConfig no_proxy;
+  no_proxy.overrides.emplace_back("net_request_us", 0.0);
+  const NcclModel bytes_only(dgx(8), no_proxy);
+  const double fixed = m.opOverheadUs(Algo::Ring, Proto::Simple) +
+                       m.netStep(Proto::Simple, 1).latency_us;  // one batch a channel
+  // 64 KiB a peer (4 MiB): 2 transfers of 32 KiB each way to each NET peer: 224 x 0.61 us,
+  // above the NIC's 56 x 64 KiB.
+  EXPECT_NEAR(m.allToAllTime(64 << 10, s), fixed + 224 * 0.61, 1e-6);
+  EXPECT_GT(m.allToAllTime(64 << 10, s), bytes_only.allToAllTime(64 << 10, s) + 50);
+  // 16 KiB a peer: one transfer each way.
+  EXPECT_NEAR(m.allToAllTime(16 << 10, s), fixed + 112 * 0.61, 1e-6);
+  // 256 KiB: 2 channels of 128 KiB in 64 KiB chunks: 448 transfers (273 us), under the NIC's
+  // 294 us: the bytes bound it.
+  EXPECT_DOUBLE_EQ(m.allToAllTime(256 << 10, s), bytes_only.allToAllTime(256 << 10, s));
+  // 16 MiB a peer (1 GiB): the NIC's, by far.
+  EXPECT_DOUBLE_EQ(m.allToAllTime(16 << 20, s), bytes_only.allToAllTime(16 << 20, s));
+  // One node: no NET transfer, no proxy bound.
+  EXPECT_DOUBLE_EQ(m.allToAllTime(64 << 10, full(1)), bytes_only.allToAllTime(64 << 10, full(1)));
+  ModelConfig slow;
+  slow.overrides.emplace_back("net_request_us", 1.0);
+  EXPECT_NEAR(NcclModel(dgx(8), slow).allToAllTime(64 << 10, s), fixed + 224.0, 1e-6);
+  ModelConfig bad;
+  bad.overrides.emplace_back("net_request_us", -0.5);
+  EXPECT_THROW(NcclModel(dgx(8), bad), InputError);
 }
 
 // NCCL's CPU time for an all-to-all's 2 N grouped calls: 2.9 + 1.49 x N us (real NCCL
