@@ -21,6 +21,10 @@ double us(std::int64_t ns, std::int64_t n) {
 
 }  // namespace
 
+namespace {
+AppCallStats& atLastOperation() noexcept;
+}  // namespace
+
 bool appCallStatsOn() noexcept {
   int on = g_on.load(std::memory_order_relaxed);
   if (on < 0) {
@@ -37,6 +41,7 @@ bool appCallStatsOn() noexcept {
 void setAppCallStatsForTesting(bool on) noexcept {
   g_on.store(on ? 1 : 0, std::memory_order_relaxed);
   appCallStats() = {};
+  atLastOperation() = {};
 }
 
 AppCallStats& appCallStats() noexcept {
@@ -44,20 +49,47 @@ AppCallStats& appCallStats() noexcept {
   return s;
 }
 
+namespace {
+// The thread's record as the last operation ended (AppOperation).
+AppCallStats& atLastOperation() noexcept {
+  thread_local AppCallStats s;
+  return s;
+}
+}  // namespace
+
+AppOperation::~AppOperation() {
+  if (!on_) return;
+  AppCallStats& s = appCallStats();
+  AppCallStats& last = atLastOperation();
+  const std::int64_t ns = s.call_ns + s.group_end_ns - last.call_ns - last.group_end_ns;
+  if (ns > kSetUpNs) {
+    last.set_up_ops += 1;
+    last.set_up_ns += ns;
+    s = last;
+  }
+  last = s;
+}
+
 std::string describeAppCallStats(const AppCallStats& s) {
   const std::int64_t ops = s.ungrouped + s.group_ends;
-  if (s.calls == 0 && s.group_ends == 0) return {};
+  if (s.calls == 0 && s.group_ends == 0 && s.set_up_ops == 0) return {};
   const std::int64_t total = s.call_ns + s.group_end_ns;
   const std::int64_t nccl = s.call_nccl_ns + s.group_end_nccl_ns;
   const std::int64_t ours_in_nccl = s.tuner_ns + s.profiler_ns;
   return fmt::format(
-      "{} operations ({} calls, {} of them grouped; {} group ends): {:.2f} us each on the "
-      "host, of which NCCL {:.2f} us (its own {:.2f}, the tuner {:.2f} in {} calls, the "
-      "profiler {:.2f} in {} events), P2P pacing {:.2f} us, the interposer's other work "
-      "{:.2f} us",
-      ops, s.calls, s.calls - s.ungrouped, s.group_ends, us(total, ops), us(nccl, ops),
-      us(nccl - ours_in_nccl, ops), us(s.tuner_ns, ops), s.tuner_calls, us(s.profiler_ns, ops),
-      s.profiler_calls, us(s.pacing_ns, ops), us(total - nccl - s.pacing_ns, ops));
+             "{} operations ({} calls, {} of them grouped; {} group ends): {:.2f} us each on the "
+             "host, of which NCCL {:.2f} us (its own {:.2f}, the tuner {:.2f} in {} calls, the "
+             "profiler {:.2f} in {} events), P2P pacing {:.2f} us, the interposer's other work "
+             "{:.2f} us",
+             ops, s.calls, s.calls - s.ungrouped, s.group_ends, us(total, ops), us(nccl, ops),
+             us(nccl - ours_in_nccl, ops), us(s.tuner_ns, ops), s.tuner_calls,
+             us(s.profiler_ns, ops), s.profiler_calls, us(s.pacing_ns, ops),
+             us(total - nccl - s.pacing_ns, ops)) +
+         (s.set_up_ops == 0 ? std::string()
+                            : fmt::format("; {} operations over {} ms left out ({:.1f} ms in all: "
+                                          "connection set-up)",
+                                          s.set_up_ops, kSetUpNs / 1'000'000,
+                                          static_cast<double>(s.set_up_ns) / 1e6));
 }
 
 void logAppCallStats() noexcept {
@@ -66,6 +98,7 @@ void logAppCallStats() noexcept {
     AppCallStats& s = appCallStats();
     const std::string text = describeAppCallStats(s);
     s = {};
+    atLastOperation() = {};
     if (text.empty()) return;
     const long tid = static_cast<long>(::syscall(SYS_gettid));
     CRYSTAL_INFO("host time on thread {}: {}", tid, text);

@@ -29,7 +29,12 @@ struct AppCallStats {
   std::int64_t pacing_ns = 0;  // the P2P agent's before()/after(), in either of the above
   std::int64_t tuner_calls = 0, tuner_ns = 0;        // getCollInfo (inside NCCL's calls)
   std::int64_t profiler_calls = 0, profiler_ns = 0;  // startEvent/stopEvent on this thread
+  // Operations whose host time passed kSetUpNs: NCCL connecting a comm's channels or peers
+  // at their first use (tens of ms for an all-to-all's 126 connections). They are left out
+  // of every figure above, else one of them outweighs thousands of operations.
+  std::int64_t set_up_ops = 0, set_up_ns = 0;
 };
+inline constexpr std::int64_t kSetUpNs = 1'000'000;
 
 [[nodiscard]] bool appCallStatsOn() noexcept;  // CRYSTAL_HOST_STATS, read once
 void setAppCallStatsForTesting(bool on) noexcept;
@@ -58,6 +63,20 @@ class AppSpan {
   bool on_;
   Field ns_ = nullptr, count_ = nullptr;
   live::TimeNs t0_ = 0;
+};
+
+// Declared before an operation's outermost span (an ungrouped call, an outermost
+// ncclGroupEnd: `boundary`), so that it ends after it: an operation over kSetUpNs moves from
+// the record's figures to its set-up count.
+class AppOperation {
+ public:
+  explicit AppOperation(bool boundary) noexcept : on_(boundary && appCallStatsOn()) {}
+  ~AppOperation();
+  AppOperation(const AppOperation&) = delete;
+  AppOperation& operator=(const AppOperation&) = delete;
+
+ private:
+  bool on_;
 };
 
 // The record in words, per operation (ungrouped calls + outermost group ends); empty when

@@ -40,6 +40,7 @@ CRYSTAL_EXPORT int ncclGroupEnd() {
   using crystal::plugin::AppSpan;
   // The outermost end enqueues the group: its host time is an operation's (app_call_stats.h).
   const bool outermost = ci::pacedGroupDepth() == 1;
+  const crystal::plugin::AppOperation operation(outermost);  // ends after `whole`
   const AppSpan whole(&AppCallStats::group_end_ns, outermost ? &AppCallStats::group_ends : nullptr);
   int rc = ci::kNcclSuccess;
   {

@@ -38,6 +38,7 @@ void forgetPacing(NcclComm comm) noexcept;
 template <typename Call>
 int withPacing(NcclComm comm, void* stream, const char* caller, Call&& call, int root = -1) {
   using plugin::AppCallStats;
+  const plugin::AppOperation operation(pacedGroupDepth() == 0);  // ends after `whole`
   const plugin::AppSpan whole(&AppCallStats::call_ns, &AppCallStats::calls);
   if (plugin::appCallStatsOn() && pacedGroupDepth() == 0) ++plugin::appCallStats().ungrouped;
   std::optional<PacedCall> paced;

@@ -90,6 +90,37 @@ TEST(AppCallStats, TheLineIsPerOperation) {
             "2.50 us");
 }
 
+// NCCL connects a comm's peers at their first use, inside that operation's call: one such
+// call (tens of ms for an all-to-all) would outweigh thousands of operations, so an
+// operation over 1 ms is counted apart, with nothing of it in the per-operation figures.
+TEST(AppCallStats, SetUpOperationsAreLeftOut) {
+  setAppCallStatsForTesting(true);
+  auto operation = [](std::chrono::microseconds d, int grouped) {
+    for (int i = 0; i < grouped; ++i) {  // grouped calls: no operation of their own
+      const AppOperation op(false);
+      const AppSpan s(&AppCallStats::call_ns, &AppCallStats::calls);
+    }
+    const AppOperation op(true);  // the outermost group end
+    const AppSpan whole(&AppCallStats::group_end_ns, &AppCallStats::group_ends);
+    const AppSpan nccl(&AppCallStats::group_end_nccl_ns);
+    spin(d);
+  };
+  operation(std::chrono::microseconds(20), 4);
+  operation(std::chrono::microseconds(1500), 4);  // connects its peers
+  operation(std::chrono::microseconds(20), 4);
+  const AppCallStats s = appCallStats();
+  EXPECT_EQ(s.group_ends, 2);
+  EXPECT_EQ(s.calls, 8);
+  EXPECT_EQ(s.set_up_ops, 1);
+  EXPECT_GE(s.set_up_ns, 1'500'000);
+  EXPECT_LT(s.group_end_ns, 1'000'000) << "the set-up's time is not in the figures";
+  const std::string line = describeAppCallStats(s);
+  EXPECT_NE(line.find("2 operations (8 calls, 8 of them grouped; 2 group ends)"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("; 1 operations over 1 ms left out ("), std::string::npos) << line;
+  setAppCallStatsForTesting(false);
+}
+
 TEST(AppCallStats, TheLogPrintsOnStderrAndStartsOver) {
   setAppCallStatsForTesting(true);
   {
