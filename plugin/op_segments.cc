@@ -25,7 +25,7 @@ void OpSegments::push(std::uint64_t op, int transfers, bool ring, bool allgather
   }
   std::lock_guard lock(mu_);
   queue_.push_back({op, static_cast<std::uint32_t>(transfers), ring, allgather, bytes_free,
-                    channels, hops, unit});
+                    channels, hops, unit, hops >= 0 ? chain.issued_ns : 0});
 }
 
 std::optional<OpSegments::Place> OpSegments::next() {
@@ -35,10 +35,15 @@ std::optional<OpSegments::Place> OpSegments::next() {
     return std::nullopt;
   }
   const Segment& s = queue_.front();
-  Place p{s.op,         used_,
-          s.ring,       s.ring && s.allgather && nranks_ >= 2 ? nranks_ - 1 : 0,
-          s.bytes_free, s.channels,
-          s.chain_hops, s.chain_unit_bytes};
+  Place p{s.op,
+          used_,
+          s.ring,
+          s.ring && s.allgather && nranks_ >= 2 ? nranks_ - 1 : 0,
+          s.bytes_free,
+          s.channels,
+          s.chain_hops,
+          s.chain_unit_bytes,
+          s.chain_issued_ns};
   if (++used_ == s.transfers) {
     queue_.pop_front();
     used_ = 0;

@@ -22,6 +22,7 @@ struct ChainOp {
   bool reduce = false;
   std::uint64_t coll_bytes = 0;  // the collective's buffer; 0: unknown
   int chunk_bytes = 0;           // NCCL's chunk for the operation
+  std::int64_t issued_ns = 0;    // when the program enqueued it (0: unknown)
 };
 
 class OpSegments {
@@ -48,6 +49,7 @@ class OpSegments {
     // With chain_hops: the bytes of one of its transfers (NCCL's chunk, or the collective's
     // bytes per channel and transfer when less); 0 = unknown.
     std::uint64_t chain_unit_bytes = 0;
+    std::int64_t chain_issued_ns = 0;  // with chain_hops: when the program enqueued it (0: unknown)
   };
   // NCCL announced an operation with `transfers` requests on this connection.
   void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,
@@ -69,6 +71,7 @@ class OpSegments {
     int channels;
     int chain_hops;
     std::uint64_t chain_unit_bytes;
+    std::int64_t chain_issued_ns;
   };
   const int nranks_;
   const int self_rank_;

@@ -354,7 +354,7 @@ void PluginState::proxyOpStarted(const profiler::ProxyOpStart& s) {
     }
   }
   ops->push(s.op, s.transfers, s.ring, s.allgather, bytes_free, s.channels,
-            {s.chain_root, s.chain_reduce, s.coll_bytes, s.chunk_bytes});
+            {s.chain_root, s.chain_reduce, s.coll_bytes, s.chunk_bytes, s.issued_ns});
 }
 
 void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {

@@ -32,6 +32,9 @@ struct ProxyOpStart {
   bool chain_reduce = false;     // with chain_root: a reduce (its head is the rank after the root)
   std::uint64_t coll_bytes = 0;  // the collective's buffer (count x type size); 0: unknown
   int chunk_bytes = 0;           // NCCL's chunk for this operation (its largest transfer)
+  // When the program's thread enqueued the collective (CLOCK_MONOTONIC ns, the plugin's
+  // clock); 0: unknown. A chain's head starts then, not when the real rank's proxy got to it.
+  std::int64_t issued_ns = 0;
 };
 
 struct ProxyOpObserver {

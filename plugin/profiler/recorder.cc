@@ -307,6 +307,7 @@ struct Event {
   int chain_root = -1;  // collectives: see ProxyOpStart::chain_root
   bool chain_reduce = false;
   std::uint64_t bytes = 0;  // collectives: count x type size (0: a type NCCL did not name)
+  std::int64_t issued = 0;  // collectives: when NCCL's enqueuing thread reported it
 };
 
 // Bytes of an element of NCCL's datatype name (collectives.cc ncclDatatypeToString); 0 for
@@ -438,6 +439,7 @@ void reportProxyOp(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
       s.chain_root = parent->chain_root;
       s.chain_reduce = parent->chain_reduce;
       s.coll_bytes = parent->bytes;
+      s.issued_ns = parent->issued;
     }
   }
   s.chunk_bytes = d.proxyOp.chunkSize;
@@ -483,6 +485,7 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
         ev->chain_reduce = func == "Reduce";
       }
       ev->bytes = d->coll.count * typeBytes(d->coll.datatype != nullptr ? d->coll.datatype : "");
+      if (proxy_parent) ev->issued = ev->t0 != 0 ? ev->t0 : nowNs();
     }
     const bool track = write && ctx.parents();  // parents by id, for the record file only
     if (track || proxy_parent) {

@@ -116,15 +116,15 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
-                           bool ring_op, int proto, int channels, int first, int chain_hops,
-                           std::uint64_t chain_unit_bytes) {
+                           bool ring_op, int proto, int channels, int first,
+                           const ChainRecv& chain) {
   if (!ring_) {
     tree_post_step_ = step;
     tree_post_alone_ = idle;
   }
   if (ring_ && ring_op) {
     ring_->postRecv(step, now, idle, units_per_step, proto, channels, first);
-    if (first == 1) ring_->startChain(step, now, chain_hops, chain_unit_bytes, channels);
+    if (first == 1) ring_->startChain(step, now, chain, channels);
   } else if ((ring_ || !treeTimed()) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;

@@ -98,15 +98,14 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
   return t;
 }
 
-void RingChannel::startChain(std::uint64_t unit, TimeNs now, int hops, std::uint64_t unit_bytes,
-                             int channels) {
+void RingChannel::startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c, int channels) {
   std::lock_guard lock(mu_);
-  const ChainKey key{hops, unit_bytes, channels};
+  const ChainKey key{c.hops, c.unit_bytes, channels};
   const bool streams = chain_last_ && key == chain_key_ && unit >= chain_first_;
-  chain_op_ = chain_last_ = hops > 0 && unit_bytes > 0;
+  chain_op_ = chain_last_ = c.hops > 0 && c.unit_bytes > 0;
   if (!chain_op_) return;
-  const ChainTiming t = chainToLocked(hops, unit_bytes, channels);
-  TimeNs first = now + t.fill;
+  const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels);
+  TimeNs first = (c.issued > 0 ? std::min(c.issued, now) : now) + t.fill;
   if (streams) {
     first = std::max(first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_);
   }

@@ -262,7 +262,7 @@ TEST(RingTiming, ChainReceivesComeDownTheChainFromItsHead) {
   ASSERT_EQ(t.fill, 12'000);
   ASSERT_EQ(t.pace, 2000);  // the slowest hop's crossing
   ring.postRecv(0, 100, true, 1, -1, 0, /*first=*/1);
-  ring.startChain(0, 100, 5, 50'000);
+  ring.startChain(0, 100, {5, 50'000});
   EXPECT_EQ(ring.recvArrival(0, 100, 4 << 20, 100), 100 + 12'000) << "no wait for a send";
   EXPECT_EQ(ring.recvArrival(1, 100, 4 << 20, 100), 100 + 14'000);
   EXPECT_EQ(ring.recvArrival(1, 100, 4 << 20, 100), 100 + 14'000) << "asked again: the same";
@@ -270,24 +270,30 @@ TEST(RingTiming, ChainReceivesComeDownTheChainFromItsHead) {
   ring.recvDone(true);
   // The next one, same chain, posted early (the proxy is ahead): it follows unit 2's pace.
   ring.postRecv(3, 200, true, 1, -1, 0, 1);
-  ring.startChain(3, 200, 5, 50'000);
+  ring.startChain(3, 200, {5, 50'000});
   EXPECT_EQ(ring.recvArrival(3, 200, 4 << 20, 200), 100 + 12'000 + 3 * 2000);
   ring.recvDone(true);
-  // Posted long after: a new fill from its post.
-  ring.postRecv(4, 900'000, true, 1, -1, 0, 1);
-  ring.startChain(4, 900'000, 5, 50'000);
-  EXPECT_EQ(ring.recvArrival(4, 900'000, 4 << 20, 900'000), 912'000);
+  // Posted late (the proxy frees a slot only once the last unit was consumed) but enqueued
+  // by the program long before: the head started it when it ended the last, so it streams.
+  ring.postRecv(4, 20'000, true, 1, -1, 0, 1);
+  ring.startChain(4, 20'000, {5, 50'000, /*issued=*/300});
+  EXPECT_EQ(ring.recvArrival(4, 20'000, 4 << 20, 20'000), 20'100) << "its unit is due at 20'100";
+  ring.recvDone(true);
+  // Enqueued long after: a new fill from its issue.
+  ring.postRecv(5, 900'000, true, 1, -1, 0, 1);
+  ring.startChain(5, 900'000, {5, 50'000, 899'000});
+  EXPECT_EQ(ring.recvArrival(5, 900'000, 4 << 20, 900'000), 911'000) << "from its issue";
   ring.recvDone(true);
   // Another chain (other head): no streaming from the last.
-  ring.postRecv(5, 0, true, 1, -1, 0, 1);
-  ring.startChain(5, 0, 2, 50'000);
-  EXPECT_EQ(ring.recvArrival(5, 0, 4 << 20, 0), 3000 + 2000) << "chain[2], chain[1]";
+  ring.postRecv(6, 0, true, 1, -1, 0, 1);
+  ring.startChain(6, 0, {2, 50'000});
+  EXPECT_EQ(ring.recvArrival(6, 0, 4 << 20, 0), 3000 + 2000) << "chain[2], chain[1]";
   ring.recvDone(true);
   // A placed operation that is no chain goes back to the ring's rules (here: no send yet,
   // so no arrival known).
-  ring.postRecv(6, 50'000, true, 2, -1, 0, 1);
-  ring.startChain(6, 50'000, -1, 0);
-  EXPECT_FALSE(ring.recvArrival(6, 50'000, 50'000, 50'000).has_value());
+  ring.postRecv(7, 50'000, true, 2, -1, 0, 1);
+  ring.startChain(7, 50'000, {});
+  EXPECT_FALSE(ring.recvArrival(7, 50'000, 50'000, 50'000).has_value());
 }
 
 TEST(LinkTiming, HostStreamEofMeansTheVirtualSenderIsGone) {

@@ -46,7 +46,7 @@ TEST(OpSegments, NothingAnnouncedOrEmptyOperationsGiveNoPlace) {
 // at most NCCL's chunk).
 TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   OpSegments ops(64, 5);
-  ops.push(1, 1, true, false, false, 16, {0, false, 1024, 524288});        // broadcast from 0
+  ops.push(1, 1, true, false, false, 16, {0, false, 1024, 524288, 777});   // broadcast from 0
   ops.push(2, 8, true, false, false, 16, {0, true, 64ULL << 20, 524288});  // reduce to 0
   ops.push(3, 2, true, false, false, 16, {5, false, 1 << 20, 524288});     // R is the root
   ops.push(4, 2, true, false, false, 16, {62, true, 1 << 20, 524288});     // head 63: 6 hops
@@ -56,6 +56,7 @@ TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   ASSERT_TRUE(b);
   EXPECT_EQ(b->chain_hops, 5);
   EXPECT_EQ(b->chain_unit_bytes, 64u) << "1 KiB over 16 channels, one transfer each";
+  EXPECT_EQ(b->chain_issued_ns, 777);
   std::optional<OpSegments::Place> r;
   for (int i = 0; i < 8; ++i) r = ops.next();
   ASSERT_TRUE(r);

@@ -160,6 +160,8 @@ TEST(Profiler, EmulationKeepsOnlyCollectivesForTheirProxyOps) {
   EXPECT_TRUE(r.chain_reduce);
   EXPECT_EQ(r.coll_bytes, 2000u);
   EXPECT_EQ(r.chunk_bytes, 131072);
+  EXPECT_GT(r.issued_ns, 0) << "when the enqueuing thread reported the collective";
+  EXPECT_GT(seenProxyOps()[0].issued_ns, 0) << "every collective's, for its proxy operations";
   const profiler::ProxyOpStart& bc = seenProxyOps()[3];
   EXPECT_EQ(bc.chain_root, 3);
   EXPECT_FALSE(bc.chain_reduce);

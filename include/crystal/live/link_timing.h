@@ -75,6 +75,13 @@ class PortQueue {
 };
 
 class RingChannel;  // crystal/live/ring_timing.h
+// A broadcast's or reduce's receives at the real rank (RingChannel::startChain).
+struct ChainRecv {
+  int hops = -1;                 // ring positions from the chain's head; <= 0: not a chain
+  std::uint64_t unit_bytes = 0;  // bytes of one transfer; 0: unknown (not timed as a chain)
+  TimeNs issued = 0;             // when the program enqueued the operation; 0: unknown
+};
+
 class TreeChannel;  // crystal/live/tree_timing.h
 enum class TreeRole : std::uint8_t;
 
@@ -110,11 +117,10 @@ class VirtualLink {
   // (LL/LL128 1, Simple 2), 0 = unknown; `proto`: that protocol (model::Proto index), -1 =
   // unknown (Simple's hops); `channels`: as postSend's; `first`: whether the receive is its
   // operation's first on the connection (1/0, NCCL's profiler), -1 = unknown; with first = 1,
-  // `chain_hops`/`chain_unit_bytes`: a broadcast's or reduce's chain down to the real rank
-  // (RingChannel::startChain; -1: not a chain).
+  // `chain`: a broadcast's or reduce's chain down to the real rank (RingChannel::startChain).
   void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
                 bool ring_op = true, int proto = -1, int channels = 0, int first = -1,
-                int chain_hops = -1, std::uint64_t chain_unit_bytes = 0);
+                const ChainRecv& chain = {});
   // A receive completed; `idle`: none is outstanding any more.
   void recvDone(bool idle, bool ring_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see

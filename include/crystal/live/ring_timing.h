@@ -118,14 +118,15 @@ class RingChannel {
   };
   [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0);
   // The operation whose first receive (`unit`, posted at `now`, postRecv's first = 1) was
-  // just posted is a chain whose head is `hops` > 0 positions before the real rank, in
-  // transfers of `unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
-  // first a chainTo fill after `now`, then one per pace. Right after the same chain (head,
-  // unit size, channels) the chain streams on from the last one's pace (back to back, the
-  // head starts an operation when it ended the last: docs/model.md "Broadcast and reduce
-  // back to back"). hops <= 0 or unit_bytes 0: not a chain; the ring's rules time it.
-  void startChain(std::uint64_t unit, TimeNs now, int hops, std::uint64_t unit_bytes,
-                  int channels = 0);
+  // just posted is a chain whose head is `c.hops` > 0 positions before the real rank, in
+  // transfers of `c.unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
+  // first a chainTo fill after the head started (when the program enqueued it, `c.issued`,
+  // else `now`), then one per pace. Right after the same chain (head, unit size, channels)
+  // it streams on from the last one's pace (back to back, the head starts an operation when
+  // it ended the last: docs/model.md "Broadcast and reduce back to back"); the real rank's
+  // proxy posts the next one's receives only as slots free, so its post says nothing of
+  // when the head started. Not a chain (hops <= 0 or no size): the ring's rules time it.
+  void startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c, int channels = 0);
   // The real rank posted receive `unit`; `idle`: no other receive outstanding on it (an
   // operation starts). `units_per_step`: slices per ring step of the operation's protocol
   // (LL/LL128: 1, Simple: 2), 0 = the channel's default. `proto`: the operation's protocol
