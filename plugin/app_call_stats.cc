@@ -15,14 +15,16 @@ namespace {
 
 std::atomic<int> g_on{-1};  // -1: CRYSTAL_HOST_STATS not read yet
 
+// The thread's record as its last operation ended (AppOperation).
+AppCallStats& atLastOperation() noexcept {
+  thread_local AppCallStats s;
+  return s;
+}
+
 double us(std::int64_t ns, std::int64_t n) {
   return n > 0 ? static_cast<double>(ns) / 1e3 / static_cast<double>(n) : 0.0;
 }
 
-}  // namespace
-
-namespace {
-AppCallStats& atLastOperation() noexcept;
 }  // namespace
 
 bool appCallStatsOn() noexcept {
@@ -48,14 +50,6 @@ AppCallStats& appCallStats() noexcept {
   thread_local AppCallStats s;
   return s;
 }
-
-namespace {
-// The thread's record as the last operation ended (AppOperation).
-AppCallStats& atLastOperation() noexcept {
-  thread_local AppCallStats s;
-  return s;
-}
-}  // namespace
 
 AppOperation::~AppOperation() {
   if (!on_) return;

@@ -130,6 +130,29 @@ void BM_RingRecvNotYetKnown(benchmark::State& state) {
 }
 BENCHMARK(BM_RingRecvNotYetKnown);
 
+// A broadcast's chain at a member 5 hops from its head, back to back (one operation of one
+// transfer per iteration): the operation's first receive (placed: startChain, which prices
+// the fill over the hops) and its arrival, as NCCL's proxy posts and tests it.
+void BM_RingChainOperation(benchmark::State& state) {
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1}, netw{14000, 1.0 / 400, 1.0 / 50, 8};
+  std::vector<live::RingHop> chain(7, nvl);
+  chain.push_back(netw);
+  live::RingChannel ring(chain, netw, 2, std::make_shared<std::atomic<int>>(16),
+                         std::make_shared<std::atomic<int>>(16));
+  live::TimeNs now = 0;
+  std::uint64_t u = 0;
+  for (auto _ : state) {
+    ring.postRecv(u, now, true, 1, -1, 16, /*first=*/1);
+    ring.startChain(u, now, {5, 64 << 10, now}, 16);
+    benchmark::DoNotOptimize(ring.recvArrival(u, now, 512 << 10, now));
+    ring.recvDone(true);
+    now += 2000;
+    ++u;
+  }
+  state.counters["target_ns"] = 1000;
+}
+BENCHMARK(BM_RingChainOperation);
+
 // One unit of a tree channel (Simple, 512 KiB steps): a receive from a child (the arrival
 // from below), the real rank's send up, the receive from its parent (down the loop to the
 // root and back). Args: communicator size, real rank, whose place in the target's tree 0 sets
