@@ -133,6 +133,8 @@ DecodedGraph decodeJson(std::string_view data, const std::string& file) {
     j = json::parse(data.begin(), data.end());
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte offset {}: {}", file, e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number out of range (1e999), ...
+    throw InputError(fmt::format("{}: malformed JSON: {}", file, e.what()));
   }
   DecodedGraph d;
   std::string where = file;

@@ -486,6 +486,8 @@ RecordedRank parseKinetoTrace(std::string_view text, const std::string& source) 
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("{}: not JSON (byte {}): {}", source, e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number out of range (1e999), ...
+    throw InputError(fmt::format("{}: not JSON: {}", source, e.what()));
   }
   return Reader(doc, source).read();
 }

@@ -49,7 +49,7 @@ class Reader {
       json j;
       try {
         j = json::parse(line);
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // a syntax error, a number out of range (1e999)
         fail(line_no, fmt::format("not JSON: {}", e.what()));
       }
       if (!j.is_object()) fail(line_no, "not a JSON object");

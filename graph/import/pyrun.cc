@@ -122,6 +122,8 @@ PyRun parsePyRun(std::string_view json_text, const std::string& source) {
     doc = json::parse(json_text);
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("{}: not JSON (byte {}): {}", source, e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number out of range (1e999), ...
+    throw InputError(fmt::format("{}: not JSON: {}", source, e.what()));
   }
   return Reader(doc, source).read();
 }

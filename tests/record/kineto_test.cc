@@ -128,6 +128,12 @@ TEST(Kineto, BadTracesNameFileAndEvent) {
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("t.json: not JSON"));
   }
+  try {
+    (void)parseKinetoTrace("{\"traceEvents\": [{\"ts\": 1e999}]}", "t.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("t.json: not JSON")) << "a number out of range";
+  }
   json d = minimalTrace();
   d.erase("distributedInfo");
   EXPECT_THAT(errorOf(d), HasSubstr("t.json: no 'distributedInfo.rank'"));

@@ -328,6 +328,8 @@ TEST(Profiler, BadRecordFilesNameFileAndLine) {
   EXPECT_THAT(errorOf("{\"crystal_record\":1,\"rank\":null}\n"),
               HasSubstr("rec.jsonl:1: the recording does not say its global rank"));
   EXPECT_THAT(errorOf(std::string(kHeader) + "{oops\n"), HasSubstr("rec.jsonl:2: not JSON"));
+  EXPECT_THAT(errorOf(std::string(kHeader) + "{\"t\":1e999}\n"),
+              HasSubstr("rec.jsonl:2: not JSON"));
   EXPECT_THAT(
       errorOf(
           std::string(kHeader) +

@@ -116,6 +116,14 @@ TEST(PyRun, NotJsonAndMissingFile) {
       },
       InputError);
   EXPECT_THROW((void)readPyRun("/nonexistent/rank0.pyrun.json"), InputError);
+  // A number out of double's range (graph_pyrun_fuzz, 2026-12-05: it escaped as
+  // nlohmann's out_of_range and terminated the process).
+  try {
+    (void)parsePyRun("{\"max_memory_allocated\":12391E578}", "a.pyrun.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a.pyrun.json: not JSON"));
+  }
 }
 
 Op memOp(OpKind kind, std::uint64_t bytes) {
