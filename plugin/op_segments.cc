@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "crystal/live/link_timing.h"
+
 namespace crystal::plugin {
 
 void OpSegments::push(std::uint64_t op, int transfers, bool ring, bool allgather, bool bytes_free,
@@ -9,11 +11,10 @@ void OpSegments::push(std::uint64_t op, int transfers, bool ring, bool allgather
   if (transfers <= 0) return;  // nothing of it will reach this connection
   int hops = -1;
   std::uint64_t unit = 0;
-  if (ring && chain.root >= 0 && nranks_ >= 2 && chain.root < nranks_ && self_rank_ >= 0 &&
-      self_rank_ < nranks_) {
-    // A broadcast flows from its root; a reduce from the rank after its root to the root.
-    const int head = chain.reduce ? (chain.root + 1) % nranks_ : chain.root;
-    hops = ((self_rank_ - head) % nranks_ + nranks_) % nranks_;
+  const std::optional<int> chain_hops =
+      ring ? live::chainHops(chain.root, chain.reduce, self_rank_, nranks_) : std::nullopt;
+  if (chain_hops) {
+    hops = *chain_hops;
     // NCCL's ring broadcast/reduce cuts a loop into one chunk per channel, the last loop's
     // smaller (all of a small collective's): a transfer carries the collective's bytes per
     // channel and transfer, at most a chunk.

@@ -54,13 +54,9 @@ P2pPacer::P2pPacer(int nranks, MakeChannel make, int rank)
     : nranks_(nranks), rank_(rank), make_(std::move(make)) {}
 
 std::optional<int> P2pPacer::chainHops(const std::optional<live::CollectiveEntry>& op) const {
-  if (!op || op->algo != model::Algo::Ring || rank_ < 0 || nranks_ < 2 || op->root < 0 ||
-      op->root >= nranks_)
-    return std::nullopt;
+  if (!op || op->algo != model::Algo::Ring) return std::nullopt;
   if (op->func != model::Func::Broadcast && op->func != model::Func::Reduce) return std::nullopt;
-  // A broadcast flows from the root, a reduce from the rank after it to the root.
-  const int head = op->func == model::Func::Reduce ? (op->root + 1) % nranks_ : op->root;
-  return ((rank_ - head) % nranks_ + nranks_) % nranks_;
+  return live::chainHops(op->root, op->func == model::Func::Reduce, rank_, nranks_);
 }
 
 void P2pPacer::setTrees(MakeTree make_tree, PlanTree plan) {

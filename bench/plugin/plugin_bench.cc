@@ -4,6 +4,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <vector>
 
 #include "crystal/live/clock.h"
@@ -95,15 +97,22 @@ void BM_TestNotYetDue(benchmark::State& state) {
 }
 BENCHMARK(BM_TestNotYetDue)->Iterations(2000);
 
+// A ring channel of a 64-rank communicator on 16 channels: the real rank's node positions
+// over NVLink, the last one's over the NET.
+std::unique_ptr<live::RingChannel> ringOf64() {
+  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1}, netw{14000, 1.0 / 400, 1.0 / 50, 8};
+  std::vector<live::RingHop> chain(7, nvl);
+  chain.push_back(netw);
+  return std::make_unique<live::RingChannel>(chain, netw, 2, std::make_shared<std::atomic<int>>(16),
+                                             std::make_shared<std::atomic<int>>(16));
+}
+
 // One unit of a ring channel of a 64-rank communicator (8 per node: 6 virtual members
 // between next and prev): the real rank's send, the receive's post and its arrival, which
 // runs the model's recurrence for the virtual members. Virtual clock: no waiting.
 void BM_RingUnitSendRecv(benchmark::State& state) {
-  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1}, netw{14000, 1.0 / 400, 1.0 / 50, 8};
-  std::vector<live::RingHop> chain(7, nvl);
-  chain.push_back(netw);
-  live::RingChannel ring(chain, netw, 2, std::make_shared<std::atomic<int>>(16),
-                         std::make_shared<std::atomic<int>>(16));
+  const auto owned = ringOf64();
+  live::RingChannel& ring = *owned;
   live::TimeNs now = 0;
   std::uint64_t u = 0;
   ring.postRecv(u, now, true);
@@ -134,11 +143,8 @@ BENCHMARK(BM_RingRecvNotYetKnown);
 // transfer per iteration): the operation's first receive (placed: startChain, which prices
 // the fill over the hops) and its arrival, as NCCL's proxy posts and tests it.
 void BM_RingChainOperation(benchmark::State& state) {
-  const live::RingHop nvl{3500, 1.0 / 450, 0.0, 1}, netw{14000, 1.0 / 400, 1.0 / 50, 8};
-  std::vector<live::RingHop> chain(7, nvl);
-  chain.push_back(netw);
-  live::RingChannel ring(chain, netw, 2, std::make_shared<std::atomic<int>>(16),
-                         std::make_shared<std::atomic<int>>(16));
+  const auto owned = ringOf64();
+  live::RingChannel& ring = *owned;
   live::TimeNs now = 0;
   std::uint64_t u = 0;
   for (auto _ : state) {

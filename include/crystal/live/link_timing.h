@@ -82,6 +82,15 @@ struct ChainRecv {
   TimeNs issued = 0;             // when the program enqueued the operation; 0: unknown
 };
 
+// Ring positions from the head of a broadcast's or reduce's chain to `rank` (rings run in
+// rank order, the host's graph): a broadcast flows from its root, a reduce from the rank
+// after its root to the root. nullopt when `root` or `rank` is not a rank of `nranks`.
+[[nodiscard]] inline std::optional<int> chainHops(int root, bool reduce, int rank, int nranks) {
+  if (nranks < 2 || root < 0 || root >= nranks || rank < 0 || rank >= nranks) return std::nullopt;
+  const int head = reduce ? (root + 1) % nranks : root;
+  return ((rank - head) % nranks + nranks) % nranks;
+}
+
 class TreeChannel;  // crystal/live/tree_timing.h
 enum class TreeRole : std::uint8_t;
 
