@@ -168,6 +168,9 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
 //    chain, no sooner than its own chunks cross its link. Measured with the real rank as the
 //    root of 64 on the H200 (20 back to back, 64 MiB-1 GiB; tests/gpu/hybrid/README.md,
 //    seventeenth session): 17-19 us an operation under one operation at rank 1, this 15.6.
+// Neither runs faster than its own kernel with peers that never make it wait
+// (StepOptions::chain_op_us and chain_copy_GBps): below ~16 MiB on 16 channels that kernel,
+// not the links, sets the pace.
 // iters = 1 is one operation alone (timeAtRank).
 double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes, Algo a,
                    Proto p, int channels, int rank, int root, int iters) {
@@ -191,15 +194,21 @@ double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint
   const double base = baseLatency(a, p, opt);
   const double units = static_cast<double>(run.units);
   const double all_units = units * iters;
+  // The member's own kernel with peers that never make it wait (Simple, as measured).
+  const StepOptions& so = opt.step;
+  const double kernel = p == Proto::Simple && so.chain_op_us > 0 && so.chain_copy_GBps > 0
+                            ? so.chain_op_us + units * run.unit_bytes / (so.chain_copy_GBps * 1e3)
+                            : 0.0;
   if (pos > 0) {
     double fill = 0;
     for (int k = 0; k < pos; ++k) fill += hop(k).alpha_us + tx(k);
     const double chain = base + fill + (all_units - 1) * slowest;
-    const double own = base + units * std::max(tx(pos - 1), pos < n - 1 ? tx(pos) : 0.0);
+    const double own =
+        std::max(kernel, base + units * std::max(tx(pos - 1), pos < n - 1 ? tx(pos) : 0.0));
     return std::max(chain / iters, own);
   }
-  // The head: its own chunks at its own link's pace, or the window's credits.
-  const double own = base + units * tx(0);
+  // The head: its own chunks at its own link's pace (or its kernel's), or the window's credits.
+  const double own = std::max(kernel, base + units * tx(0));
   // NCCL_STEPS slots of one step each. A Simple chunk fills a slot; LL and LL128 forward line
   // by line, chainRun's units then being lines of data, a step's data (half of LL's bytes are
   // flags, 1 of LL128's 16 words) holding many.

@@ -38,6 +38,18 @@ struct StepOptions {
   // docs/model.md "GPU time per ring slice"): a ring step of 2 slices took 3.5-4.2 us plus
   // its bytes at 23-31 GB/s. 0 = none (the model before 2026-12-04).
   double ring_slice_us = 1.9;
+  // The real kernel of a ring broadcast or reduce (a chain, one slice a step) at one member,
+  // the fastest it runs with its peers never making it wait: `chain_op_us` per operation
+  // (launch, first wait, last post) plus its chunks copied at `chain_copy_GBps` a channel. No
+  // link model can make an operation faster (NcclModel::loopTimeAtRank); it binds below ~16
+  // MiB on 16 channels, where one chunk a channel is small against the kernel's fixed work.
+  // Measured with NCCL 2.28.9 on an H200 (2026-12-05, the real rank as the root of 64 under
+  // emulation.p2p_peers with free-running peers, 16 channels, 300 back to back): 1 MiB took
+  // 14.3 us an operation where the link model's root takes 10.7. The copy rate is not
+  // measured alone: 31 GB/s is reduce-scatter's free ring kernel's, and the paced root's
+  // 64 MiB loop (158-160 us an operation) bounds it below at 28.7. 0 (either): no floor.
+  double chain_op_us = 12.2;
+  double chain_copy_GBps = 31;
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

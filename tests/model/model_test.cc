@@ -48,9 +48,13 @@ TEST(Choose, TreeForMidSizesAcrossNodesRingForHuge) {
 
 // A ring broadcast at each rank's place: the chain's last rank sees the whole operation,
 // every rank before it less by the hops it is nearer the root (one NVLink or NET hop's
-// latency and chunk crossing each), the root its first hop only.
+// latency and chunk crossing each), the root its first hop only. The links' times: without
+// the floor of a member's own kernel (NoMemberRunsFasterThanItsOwnKernel), which at 1 MiB
+// is above the first few members' chain.
 TEST(TimeAtRank, BroadcastChainShortensTowardTheRoot) {
-  const NcclModel m(dgx(8), {});
+  ModelConfig links_only;
+  links_only.overrides.emplace_back("chain_op_us", 0.0);
+  const NcclModel m(dgx(8), links_only);
   const CommShape s = full(8);
   for (std::uint64_t b : {std::uint64_t{1} << 20, std::uint64_t{1} << 30}) {
     const double whole = m.time(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16);
@@ -136,6 +140,50 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
     EXPECT_NEAR(bc(b, 0, 20), us, 0.02 * us) << b;
     // A window ahead of the member after it, whose fill the loop spreads too.
     EXPECT_LT(bc(b, 0, 20), bc(b, 1, 20)) << b;
+  }
+}
+
+// No member of a chain runs faster than its own kernel with peers that never make it wait
+// (StepOptions::chain_op_us, chain_copy_GBps). Measured on the H200 with the real rank as the
+// root of 64 and free-running peers (2026-12-05): 1 MiB took 14.3 us an operation, where the
+// links alone give the root 10.7.
+TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
+  ModelConfig links_only;
+  links_only.overrides.emplace_back("chain_op_us", 0.0);
+  const NcclModel m(dgx(8), {}), links(dgx(8), links_only);
+  const CommShape s = full(8);
+  const auto bc = [&](const NcclModel& model, Func f, std::uint64_t b, int rank, Proto p) {
+    return model.loopTimeAtRank(f, b, s, Algo::Ring, p, 16, rank, 0, 20);
+  };
+  // 1 MiB: 64 KiB a channel, one chunk: 12.2 us and 64 KiB at 31 GB/s.
+  const double kernel_1m = 12.2 + 65536.0 / 31e3;
+  EXPECT_NEAR(bc(m, Func::Broadcast, 1 << 20, 0, Proto::Simple), kernel_1m, 1e-9);
+  EXPECT_NEAR(bc(links, Func::Broadcast, 1 << 20, 0, Proto::Simple), 10.73, 0.01);
+  EXPECT_NEAR(bc(m, Func::Broadcast, 1 << 20, 5, Proto::Simple), kernel_1m, 1e-9);
+  EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 5, Proto::Simple), kernel_1m, 1e-9);
+  // 4 MiB: 256 KiB a channel, one chunk of the kernel's copy.
+  EXPECT_NEAR(bc(m, Func::Broadcast, 4 << 20, 0, Proto::Simple), 12.2 + 262144.0 / 31e3, 1e-9);
+  // From 64 MiB the links are slower than the kernel: unchanged.
+  for (std::uint64_t b : {64ULL << 20, 1ULL << 30}) {
+    for (int rank : {0, 5, 63}) {
+      EXPECT_DOUBLE_EQ(bc(m, Func::Broadcast, b, rank, Proto::Simple),
+                       bc(links, Func::Broadcast, b, rank, Proto::Simple))
+          << b << " " << rank;
+    }
+  }
+  // The reduce's root ends the 63-hop chain: its fill, not its kernel, sets its time.
+  EXPECT_DOUBLE_EQ(bc(m, Func::Reduce, 1 << 20, 0, Proto::Simple),
+                   bc(links, Func::Reduce, 1 << 20, 0, Proto::Simple));
+  // Measured for Simple only: LL keeps the links' time.
+  EXPECT_DOUBLE_EQ(bc(m, Func::Broadcast, 1 << 20, 0, Proto::LL),
+                   bc(links, Func::Broadcast, 1 << 20, 0, Proto::LL));
+  // The whole operation (the chain's last member) is far slower than one kernel.
+  EXPECT_DOUBLE_EQ(m.time(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16),
+                   links.time(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16));
+  for (const char* name : {"chain_op_us", "chain_copy_gbps"}) {
+    ModelConfig bad;
+    bad.overrides.emplace_back(name, -1.0);
+    EXPECT_THROW(NcclModel(dgx(2), bad), InputError) << name;
   }
 }
 
