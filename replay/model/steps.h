@@ -44,12 +44,13 @@ struct StepOptions {
   // link model can make an operation faster (NcclModel::loopTimeAtRank); it binds below ~16
   // MiB on 16 channels, where one chunk a channel is small against the kernel's fixed work.
   // Measured with NCCL 2.28.9 on an H200 (2026-12-05, the real rank as the root of 64 under
-  // emulation.p2p_peers with free-running peers, 16 channels, 300 back to back): 1 MiB took
-  // 14.3 us an operation where the link model's root takes 10.7. The copy rate is not
-  // measured alone: 31 GB/s is reduce-scatter's free ring kernel's, and the paced root's
-  // 64 MiB loop (158-160 us an operation) bounds it below at 28.7. 0 (either): no floor.
-  double chain_op_us = 12.2;
-  double chain_copy_GBps = 31;
+  // emulation.p2p_peers with free-running peers, 16 channels, 300 back to back): 1 / 4 MiB
+  // (one chunk of 64 / 256 KiB a channel) took 14.3 / 22.1 us an operation, where the links
+  // give the root 10.7 / 17.7. Those two alone give 25.2 GB/s, which the paced root's 64 MiB
+  // loop (158-160 us an operation, 8 chunks of 512 KiB) rules out for larger chunks: 28.7 is
+  // the lowest rate it allows, and 12.0 + 64 KiB at 28.7 is the 14.3. 0 (either): no floor.
+  double chain_op_us = 12.0;
+  double chain_copy_GBps = 28.7;
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

@@ -131,8 +131,16 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
     return m.loopTimeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, rank, 0, iters);
   };
   const double base = m.opOverheadUs(Algo::Ring, Proto::Simple);
-  // 32 and 64 MiB: 4 and 8 chunks of 512 KiB a channel, within the window: own pace.
-  EXPECT_NEAR(bc(64 << 20, 0, 1), 2 * bc(32 << 20, 0, 1) - base, 1e-9);
+  // 32 and 64 MiB: 4 and 8 chunks of 512 KiB a channel, within the window: its link's pace
+  // (alone, the root's own kernel, NoMemberRunsFasterThanItsOwnKernel, is as slow at 64 MiB).
+  ModelConfig links_only;
+  links_only.overrides.emplace_back("chain_op_us", 0.0);
+  const NcclModel links(dgx(8), links_only);
+  const auto alone = [&](std::uint64_t b) {
+    return links.loopTimeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 0, 0, 1);
+  };
+  EXPECT_NEAR(alone(64 << 20), 2 * alone(32 << 20) - base, 1e-9);
+  EXPECT_NEAR(bc(64 << 20, 0, 1), alone(64 << 20), 0.01 * alone(64 << 20));
   EXPECT_LT(bc(64 << 20, 0, 1), bc(64 << 20, 1, 1));
   const std::pair<std::uint64_t, double> measured[] = {
       {64ULL << 20, 160.1}, {256ULL << 20, 663.0}, {1ULL << 30, 2675.1}};
@@ -145,8 +153,8 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
 
 // No member of a chain runs faster than its own kernel with peers that never make it wait
 // (StepOptions::chain_op_us, chain_copy_GBps). Measured on the H200 with the real rank as the
-// root of 64 and free-running peers (2026-12-05): 1 MiB took 14.3 us an operation, where the
-// links alone give the root 10.7.
+// root of 64 and free-running peers (2026-12-05): 1 / 4 MiB took 14.3 / 22.1 us an operation,
+// where the links alone give the root 10.7 / 17.7.
 TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   ModelConfig links_only;
   links_only.overrides.emplace_back("chain_op_us", 0.0);
@@ -155,14 +163,17 @@ TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   const auto bc = [&](const NcclModel& model, Func f, std::uint64_t b, int rank, Proto p) {
     return model.loopTimeAtRank(f, b, s, Algo::Ring, p, 16, rank, 0, 20);
   };
-  // 1 MiB: 64 KiB a channel, one chunk: 12.2 us and 64 KiB at 31 GB/s.
-  const double kernel_1m = 12.2 + 65536.0 / 31e3;
+  // 1 MiB: 64 KiB a channel, one chunk: 12 us and 64 KiB at 28.7 GB/s.
+  const double kernel_1m = 12.0 + 65536.0 / 28.7e3;
+  EXPECT_NEAR(kernel_1m, 14.3, 0.02);
   EXPECT_NEAR(bc(m, Func::Broadcast, 1 << 20, 0, Proto::Simple), kernel_1m, 1e-9);
   EXPECT_NEAR(bc(links, Func::Broadcast, 1 << 20, 0, Proto::Simple), 10.73, 0.01);
   EXPECT_NEAR(bc(m, Func::Broadcast, 1 << 20, 5, Proto::Simple), kernel_1m, 1e-9);
   EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 5, Proto::Simple), kernel_1m, 1e-9);
   // 4 MiB: 256 KiB a channel, one chunk of the kernel's copy.
-  EXPECT_NEAR(bc(m, Func::Broadcast, 4 << 20, 0, Proto::Simple), 12.2 + 262144.0 / 31e3, 1e-9);
+  const double kernel_4m = 12.0 + 262144.0 / 28.7e3;
+  EXPECT_NEAR(bc(m, Func::Broadcast, 4 << 20, 0, Proto::Simple), kernel_4m, 1e-9);
+  EXPECT_NEAR(kernel_4m, 22.1, 0.05 * 22.1);
   // From 64 MiB the links are slower than the kernel: unchanged.
   for (std::uint64_t b : {64ULL << 20, 1ULL << 30}) {
     for (int rank : {0, 5, 63}) {

@@ -342,10 +342,14 @@ double chainLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
   return static_cast<double>(now - start) / 1e3 / iters;
 }
 
-// The model's loop as the stand-in runs it: without the per-call cost, which it does not spend.
+// The model's loop as the stand-in runs it: without the per-call cost and the floor of R's own
+// kernel (model::StepOptions::chain_op_us), which it does not spend: on the GPU, R's kernel
+// is the real one, and the pacing gives it the links' time.
 double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
                    const Config& cfg) {
-  const model::NcclModel m(cfg.cluster, cfg.model);
+  ModelConfig links_only = cfg.model;
+  links_only.overrides.emplace_back("chain_op_us", 0.0);
+  const model::NcclModel m(cfg.cluster, links_only);
   const model::CommShape shape = live::blockShape(cfg.cluster, n);
   return m.loopTimeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels, rank,
                           root, iters) -
