@@ -147,6 +147,9 @@ class Comm {
   void sendRootReply(int rank);  // comm.cc
   // ring
   Endpoint* endpointFor(StreamId stream);
+  // A ring connection of virtual rank `rank` on `stream` (its prev's when `host_is_next`):
+  // the comm owns the stream, whose data and close go to the endpoint. Returns the stream.
+  Stream* addEndpoint(StreamId stream, int rank, bool host_is_next);
   void onEndpointData(Endpoint& e, Stream& s);
   void onEndpointClosed(Endpoint& e, const std::string& why);
   void pump();

@@ -36,20 +36,7 @@ void Comm::connectAsPrev(int rank, const wire::SocketAddress& ring_listen) {
     fail(rank, fmt::format("ring connect to {}: {}", ring_listen.str(), e.what()));
     return;
   }
-  streams_.insert(id);
-  Endpoint e;
-  e.rank = rank;
-  e.host_is_next = false;
-  e.stream = id;
-  endpoints_.push_back(e);
-  Stream* s = ctx_.loop->find(id);
-  s->on_data = [this, id](Stream& st) {
-    if (Endpoint* ep = endpointFor(id)) onEndpointData(*ep, st);
-  };
-  s->on_closed = [this, id](Stream&, const std::string& why) {
-    if (Endpoint* ep = endpointFor(id)) onEndpointClosed(*ep, why);
-  };
-  s->send(hs);
+  addEndpoint(id, rank, /*host_is_next=*/false)->send(hs);
   if (phase_ == CommPhase::Declared || phase_ == CommPhase::CheckIn) phase_ = CommPhase::Ring;
   pumpEndpoint(endpoints_.back());
 }
@@ -72,10 +59,17 @@ void Comm::onRingAccept(StreamId id, int target) {
       fail(r, "opened a second ring connection to its next");
       return;
     }
+  Stream* s = addEndpoint(id, r, /*host_is_next=*/true);
+  if (phase_ == CommPhase::Declared || phase_ == CommPhase::CheckIn) phase_ = CommPhase::Ring;
+  pumpEndpoint(endpoints_.back());
+  if (!s->rx().empty()) onEndpointData(endpoints_.back(), *s);
+}
+
+Stream* Comm::addEndpoint(StreamId id, int rank, bool host_is_next) {
   streams_.insert(id);
   Endpoint e;
-  e.rank = r;
-  e.host_is_next = true;
+  e.rank = rank;
+  e.host_is_next = host_is_next;
   e.stream = id;
   endpoints_.push_back(e);
   Stream* s = ctx_.loop->find(id);
@@ -85,9 +79,7 @@ void Comm::onRingAccept(StreamId id, int target) {
   s->on_closed = [this, id](Stream&, const std::string& why) {
     if (Endpoint* ep = endpointFor(id)) onEndpointClosed(*ep, why);
   };
-  if (phase_ == CommPhase::Declared || phase_ == CommPhase::CheckIn) phase_ = CommPhase::Ring;
-  pumpEndpoint(endpoints_.back());
-  if (!s->rx().empty()) onEndpointData(endpoints_.back(), *s);
+  return s;
 }
 
 Comm::Endpoint* Comm::endpointFor(StreamId stream) {
