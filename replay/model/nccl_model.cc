@@ -169,7 +169,7 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
 //    root of 64 on the H200 (20 back to back, 64 MiB-1 GiB; tests/gpu/hybrid/README.md,
 //    seventeenth session): 17-19 us an operation under one operation at rank 1, this 15.6.
 // Neither runs faster than its own kernel with peers that never make it wait
-// (StepOptions::chain_op_us and chain_copy_GBps): below ~16 MiB on 16 channels that kernel,
+// (StepOptions::chain_op_us and chain_copy_GBps): up to ~16 MiB on 16 channels that kernel,
 // not the links, sets the pace.
 // iters = 1 is one operation alone (timeAtRank).
 double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes, Algo a,

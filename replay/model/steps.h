@@ -41,7 +41,7 @@ struct StepOptions {
   // The real kernel of a ring broadcast or reduce (a chain, one slice a step) at one member,
   // the fastest it runs with its peers never making it wait: `chain_op_us` per operation
   // (launch, first wait, last post) plus its chunks copied at `chain_copy_GBps` a channel. No
-  // link model can make an operation faster (NcclModel::loopTimeAtRank); it binds below ~16
+  // link model can make an operation faster (NcclModel::loopTimeAtRank); it binds up to ~16
   // MiB on 16 channels, where one chunk a channel is small against the kernel's fixed work.
   // Measured with NCCL 2.28.9 on an H200 (2026-12-05, the real rank as the root of 64 under
   // emulation.p2p_peers with free-running peers, 16 channels, 300 back to back): 1 / 4 MiB

@@ -17,6 +17,12 @@ ClusterConfig dgx(int nodes) {
   return c;
 }
 CommShape full(int nodes) { return {nodes * 8, nodes, 8}; }
+// The links' times alone: no floor of a chain member's own kernel (chain_op_us 0).
+ModelConfig linksOnly() {
+  ModelConfig mc;
+  mc.overrides.emplace_back("chain_op_us", 0.0);
+  return mc;
+}
 
 TEST(Choose, ProtocolBySizeOnOneNode) {
   const NcclModel m(dgx(1), {});
@@ -52,9 +58,7 @@ TEST(Choose, TreeForMidSizesAcrossNodesRingForHuge) {
 // the floor of a member's own kernel (NoMemberRunsFasterThanItsOwnKernel), which at 1 MiB
 // is above the first few members' chain.
 TEST(TimeAtRank, BroadcastChainShortensTowardTheRoot) {
-  ModelConfig links_only;
-  links_only.overrides.emplace_back("chain_op_us", 0.0);
-  const NcclModel m(dgx(8), links_only);
+  const NcclModel m(dgx(8), linksOnly());
   const CommShape s = full(8);
   for (std::uint64_t b : {std::uint64_t{1} << 20, std::uint64_t{1} << 30}) {
     const double whole = m.time(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16);
@@ -133,9 +137,7 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
   const double base = m.opOverheadUs(Algo::Ring, Proto::Simple);
   // 32 and 64 MiB: 4 and 8 chunks of 512 KiB a channel, within the window: its link's pace
   // (alone, the root's own kernel, NoMemberRunsFasterThanItsOwnKernel, is as slow at 64 MiB).
-  ModelConfig links_only;
-  links_only.overrides.emplace_back("chain_op_us", 0.0);
-  const NcclModel links(dgx(8), links_only);
+  const NcclModel links(dgx(8), linksOnly());
   const auto alone = [&](std::uint64_t b) {
     return links.loopTimeAtRank(Func::Broadcast, b, s, Algo::Ring, Proto::Simple, 16, 0, 0, 1);
   };
@@ -156,9 +158,7 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
 // root of 64 and free-running peers (2026-12-05): 1 / 4 MiB took 14.3 / 22.1 us an operation,
 // where the links alone give the root 10.7 / 17.7.
 TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
-  ModelConfig links_only;
-  links_only.overrides.emplace_back("chain_op_us", 0.0);
-  const NcclModel m(dgx(8), {}), links(dgx(8), links_only);
+  const NcclModel m(dgx(8), {}), links(dgx(8), linksOnly());
   const CommShape s = full(8);
   const auto bc = [&](const NcclModel& model, Func f, std::uint64_t b, int rank, Proto p) {
     return model.loopTimeAtRank(f, b, s, Algo::Ring, p, 16, rank, 0, 20);
