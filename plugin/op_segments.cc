@@ -44,7 +44,8 @@ std::optional<OpSegments::Place> OpSegments::next() {
           s.channels,
           s.chain_hops,
           s.chain_unit_bytes,
-          s.chain_issued_ns};
+          s.chain_issued_ns,
+          s.transfers};
   if (++used_ == s.transfers) {
     queue_.pop_front();
     used_ = 0;

@@ -50,6 +50,7 @@ class OpSegments {
     // bytes per channel and transfer when less); 0 = unknown.
     std::uint64_t chain_unit_bytes = 0;
     std::int64_t chain_issued_ns = 0;  // with chain_hops: when the program enqueued it (0: unknown)
+    std::uint32_t transfers = 0;       // the operation's requests on this connection
   };
   // NCCL announced an operation with `transfers` requests on this connection.
   void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,

@@ -173,17 +173,22 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
     last_chain_.reset();
     return;
   }
-  chain_ = channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_);
+  const live::TimeNs last_op = chain_.op;
+  chain_ =
+      channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_, shape_.units);
   // The head sends a unit once its link and a slot of the next member are free, and starts
   // the next operation when it ended the last, a window ahead of R: back to back, the chain
-  // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"). It
-  // starts no earlier than the program called the operation, which R's call stands for.
+  // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"), an
+  // operation no sooner than its slowest member runs one. It starts no earlier than the
+  // program called the operation, which R's call stands for.
   const auto key = std::make_tuple(op->func, op->root, shape_.unit_bytes);
   const bool streams = last_chain_ == key;
   last_chain_ = key;
   const live::TimeNs first = (issued >= 0 ? std::min(issued, now) : now) + chain_.fill;
-  for (auto& [ordinal, ch] : channels_)
-    ch.chain_next = streams ? std::max(ch.chain_next, first) : first;
+  for (auto& [ordinal, ch] : channels_) {
+    ch.chain_next = streams ? std::max({ch.chain_next, first, ch.chain_op_first + last_op}) : first;
+    ch.chain_op_first = ch.chain_next;
+  }
 }
 
 int P2pPacer::treeOf(int ordinal, std::size_t index, std::size_t count) const {

@@ -180,6 +180,7 @@ class P2pPacer {
     // Chain operations R receives in (chainOp): when the chain brings R its next unit, on the
     // chain's own clock (it does not wait for R, only R's slots do).
     live::TimeNs chain_next = 0;
+    live::TimeNs chain_op_first = 0;  // when the chain operation's first unit was due
     // Tree all-reduces: the tree-only connectors, the channel's timing and, per operation,
     // its first unit, R's sends up and down, the receive slices from the child released and
     // R's head of that connector when the operation started. The receives from the parent

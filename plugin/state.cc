@@ -76,6 +76,8 @@ std::shared_ptr<live::RingChannel> makeRingChannel(const live::CommLinks& links,
     const auto i = static_cast<std::size_t>(proto);
     ch->setProtocolHops(static_cast<int>(i), chainOf(i), hopOf(position - 1 + ppn, i));
   }
+  for (std::size_t i = 0; i < links.chain_cost_by.size(); ++i)
+    ch->setChainOpCost(static_cast<int>(i), links.chain_cost_by[i]);
   return ch;
 }
 

@@ -30,6 +30,12 @@ void RingChannel::setProtocolHops(int proto, std::vector<RingHop> chain, RingHop
   ins_[static_cast<std::size_t>(proto)] = in;
 }
 
+void RingChannel::setChainOpCost(int proto, ChainOpCost cost) {
+  if (proto < 0 || proto > 2) throw std::invalid_argument("RingChannel: no such protocol");
+  std::lock_guard lock(mu_);
+  chain_costs_[static_cast<std::size_t>(proto)] = cost;
+}
+
 TimeNs RingChannel::postSend(TimeNs now, std::uint64_t bytes, int channels) {
   std::lock_guard lock(mu_);
   if (channels > 0) op_channels_ = channels;
@@ -72,12 +78,14 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
   return free_at + latencyOf(hop);
 }
 
-RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels) {
+RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels,
+                                              std::uint64_t units) {
   std::lock_guard lock(mu_);
-  return chainToLocked(hops, bytes, channels);
+  return chainToLocked(hops, bytes, channels, units);
 }
 
-RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels) {
+RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels,
+                                                    std::uint64_t units) {
   const int ch = channels > 0 ? channels : op_channels_;
   const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
   const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
@@ -92,9 +100,15 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
     return chain()[static_cast<std::size_t>((period_ - m % period_) % period_)];
   };
   ChainTiming t;
-  for (int m = 1; m <= hops; ++m) t.fill += way(before(m));
+  TimeNs crossing = 0;  // the slowest crossing of a member before the real rank
+  for (int m = 1; m <= hops; ++m) {
+    const RingHop& h = before(m);
+    t.fill += way(h);
+    crossing = std::max(crossing, h.occupancy(bytes, busy, running, /*slice_time=*/false));
+  }
   t.last_hop = hops > 0 ? way(before(1)) : 0;
   t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);
+  if (hops > 0) t.op = chain_costs_[op_proto_].opNs(units, bytes, crossing);
   return t;
 }
 
@@ -104,15 +118,17 @@ void RingChannel::startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c,
   const bool streams = chain_last_ && key == chain_key_ && unit >= chain_first_;
   chain_op_ = chain_last_ = c.hops > 0 && c.unit_bytes > 0;
   if (!chain_op_) return;
-  const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels);
+  const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels, c.units);
   TimeNs first = (c.issued > 0 ? std::min(c.issued, now) : now) + t.fill;
   if (streams) {
-    first = std::max(first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_);
+    first = std::max({first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_,
+                      chain_start_ + chain_op_ns_});
   }
   chain_key_ = key;
   chain_first_ = unit;
   chain_start_ = first;
   chain_pace_ = t.pace;
+  chain_op_ns_ = t.op;
 }
 
 void RingChannel::recvDone(bool idle) {

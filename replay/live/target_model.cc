@@ -41,6 +41,7 @@ class NcclTargetModel final : public TargetModel {
     return m_.channels(f, bytes, s, a, p);
   }
   double p2pNetChannelGBps() const override { return m_.p2pNetChannelGBps(); }
+  model::ChainKernel chainKernel(model::Proto p) const override { return m_.chainKernel(p); }
   double opOverheadUs(model::Algo a, model::Proto p) const override {
     return m_.opOverheadUs(a, p);
   }

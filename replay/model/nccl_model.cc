@@ -152,6 +152,12 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
                     ring_unit ? opt.step.ring_slice_us : 0.0};
 }
 
+// The member kernel's floor: measured for Simple only.
+ChainKernel chainKernelOf(const ModelOptions& opt, Proto p) {
+  if (p != Proto::Simple) return {};
+  return {opt.step.chain_op_us, opt.step.chain_copy_GBps};
+}
+
 // A ring broadcast or reduce is a chain through the ring order: broadcast from `root`, reduce
 // from root + 1 to `root`. `iters` of them back to back (nccl-tests' loop: one event before
 // the first, one after the last) are one pipeline of iters x units chunks per channel, as a
@@ -160,8 +166,10 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
 // chain's last, the slowest):
 //  - a member past the head receives the last chunk after the hops before it and every
 //    chunk at the slowest hop's pace (the closed form's lock-step: finite buffers hold each
-//    member back to that hop), and runs no faster than its own per-operation work (the
-//    fixed cost and its chunks over its links), which the chain's slack hides otherwise;
+//    member back to that hop), but an operation no sooner than the slowest member before it
+//    ran its last (each runs its operations one after the other: its fixed cost and its
+//    chunks over the slower of its links, or its kernel, below), and runs no faster than
+//    that own work itself, which the chain's slack hides otherwise;
 //  - the head only sends. NCCL's sender waits for a free slot of the next member's
 //    NCCL_STEPS-slot window (that member frees a slot once it forwarded its chunk) and not
 //    for anything after its last chunk crossed its link, so it ends a window ahead of the
@@ -195,20 +203,26 @@ double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint
   const double units = static_cast<double>(run.units);
   const double all_units = units * iters;
   // The member's own kernel with peers that never make it wait (Simple, as measured).
-  const StepOptions& so = opt.step;
-  const double kernel = p == Proto::Simple && so.chain_op_us > 0 && so.chain_copy_GBps > 0
-                            ? so.chain_op_us + units * run.unit_bytes / (so.chain_copy_GBps * 1e3)
-                            : 0.0;
+  const double kernel = chainKernelOf(opt, p).us(units, run.unit_bytes);
+  // A member's own time an operation: its fixed cost and its chunks over the slower of its
+  // links, or its kernel.
+  auto ownAt = [&](int j) {
+    const double link = j == 0 ? tx(0) : std::max(tx(j - 1), j < n - 1 ? tx(j) : 0.0);
+    return std::max(kernel, base + units * link);
+  };
   if (pos > 0) {
     double fill = 0;
-    for (int k = 0; k < pos; ++k) fill += hop(k).alpha_us + tx(k);
-    const double chain = base + fill + (all_units - 1) * slowest;
-    const double own =
-        std::max(kernel, base + units * std::max(tx(pos - 1), pos < n - 1 ? tx(pos) : 0.0));
-    return std::max(chain / iters, own);
+    double upstream = 0;  // the slowest member before `rank`: the chain's pace an operation
+    for (int k = 0; k < pos; ++k) {
+      fill += hop(k).alpha_us + tx(k);
+      upstream = std::max(upstream, ownAt(k));
+    }
+    const double per_op = std::max(units * slowest, upstream);
+    const double chain = base + fill + (units - 1) * slowest + (iters - 1) * per_op;
+    return std::max(chain / iters, ownAt(pos));
   }
   // The head: its own chunks at its own link's pace (or its kernel's), or the window's credits.
-  const double own = std::max(kernel, base + units * tx(0));
+  const double own = ownAt(0);
   // NCCL_STEPS slots of one step each. A Simple chunk fills a slot; LL and LL128 forward line
   // by line, chainRun's units then being lines of data, a step's data (half of LL's bytes are
   // flags, 1 of LL128's 16 words) holding many.
@@ -380,6 +394,8 @@ double NcclModel::ncclEstimate(Func f, std::uint64_t bytes, const CommShape& sha
 double NcclModel::opOverheadUs(Algo a, Proto p) const { return baseLatency(a, p, impl_->opt); }
 
 double NcclModel::p2pNetChannelGBps() const { return impl_->opt.step.p2p_net_channel_GBps; }
+
+ChainKernel NcclModel::chainKernel(Proto p) const { return chainKernelOf(impl_->opt, p); }
 
 int NcclModel::commChannels(const CommShape& shape) const {
   return view(impl_->topo, impl_->opt, shape).graphs.commChannels;

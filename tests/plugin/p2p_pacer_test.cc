@@ -342,18 +342,23 @@ double chainLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
   return static_cast<double>(now - start) / 1e3 / iters;
 }
 
-// The model's loop as the stand-in runs it: without the per-call cost and the floor of R's own
-// kernel (model::StepOptions::chain_op_us), which it does not spend: on the GPU, R's kernel
-// is the real one, and the pacing gives it the links' time.
+// The model's loop as the stand-in runs it: without R's per-call cost, which it does not
+// spend (on the GPU R's kernel is the real one), so where the chain, not R, sets the pace.
 double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
                    const Config& cfg) {
-  ModelConfig links_only = cfg.model;
-  links_only.overrides.emplace_back("chain_op_us", 0.0);
-  const model::NcclModel m(cfg.cluster, links_only);
+  const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, n);
   return m.loopTimeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels, rank,
                           root, iters) -
          m.opOverheadUs(model::Algo::Ring, model::Proto::Simple) / iters;
+}
+
+// `n` nodes whose members' kernels never hold a chain back (model::StepOptions::chain_op_us
+// 0): the links and each operation's fixed cost alone.
+Config linksOnly(int n) {
+  Config cfg = nodes(n);
+  cfg.model.overrides.emplace_back("chain_op_us", 0.0);
+  return cfg;
 }
 
 // The root sends into rank 1's 8-slot window, credited at the chain's slowest hop's pace: 20
@@ -361,7 +366,7 @@ double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
 // within 1 % (rank 0 of 64, p2p_peers, 64 MiB 160.1 us, 256 MiB 663.0 us; docs/model.md
 // "Broadcast and reduce back to back"), and so does this stand-in (159.4, 662.7).
 TEST(P2pPacerChain, RootOfBroadcastsBackToBackTakesTheModelsLoop) {
-  const Config cfg = nodes(8);
+  const Config cfg = linksOnly(8);
   for (std::uint64_t b : {64 * MiB, 256 * MiB}) {
     const double paced = chainLoopUs(Func::Broadcast, 0, 64, 16, 0, b, 20, cfg);
     const double want = modelLoopUs(Func::Broadcast, 0, 64, 16, 0, b, 20, cfg);
@@ -372,12 +377,14 @@ TEST(P2pPacerChain, RootOfBroadcastsBackToBackTakesTheModelsLoop) {
 }
 
 // A member of the chain receives at the chain's pace from its head, which streams from one
-// operation into the next: the model's loop (its fill once) for a broadcast member (rank 5),
-// the chain's last (rank 63) and a reduce member (rank 5 of a reduce to rank 7: 61 hops after
-// the head, rank 8). The ring's own model (the chain as a ring of R's node positions, one unit
-// ahead of what R consumed) took 218.8 us where the model's loop is 172.3 (64 MiB, rank 5).
+// operation into the next, an operation no sooner than the slowest member before R runs one
+// (its fixed cost and its chunks): the model's loop (its fill once) for a broadcast member
+// (rank 5), the chain's last (rank 63) and a reduce member (rank 5 of a reduce to rank 7: 61
+// hops after the head, rank 8). The ring's own model (the chain as a ring of R's node
+// positions, one unit ahead of what R consumed) took 218.8 us where the model's loop is 172.3
+// (64 MiB, rank 5).
 TEST(P2pPacerChain, MemberOfChainsBackToBackTakesTheModelsLoop) {
-  const Config cfg = nodes(8);
+  const Config cfg = linksOnly(8);
   struct Case {
     Func f;
     int root, rank;
@@ -400,10 +407,36 @@ TEST(P2pPacerChain, MemberOfChainsBackToBackTakesTheModelsLoop) {
   }
 }
 
+// Up to ~16 MiB on 16 channels the members' kernels, not their links, set the chain's pace
+// (model::StepOptions::chain_op_us, chain_copy_GBps): back to back, the virtual members before
+// R bring it an operation no sooner than one kernel after the last, as the model's loop has
+// it (broadcast: rank 5 of 64; reduce to rank 7: rank 5, 61 hops from the head, rank 8).
+TEST(P2pPacerChain, MembersKernelsPaceTheChainBackToBack) {
+  const Config cfg = nodes(8);
+  struct Case {
+    Func f;
+    int root, rank;
+  };
+  for (const Case k : {Case{Func::Broadcast, 0, 5}, Case{Func::Reduce, 7, 5}}) {
+    for (std::uint64_t b : {MiB, 4 * MiB}) {
+      const double paced = chainLoopUs(k.f, k.root, 64, 16, k.rank, b, 20, cfg);
+      const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, b, 20, cfg);
+      const double links = modelLoopUs(k.f, k.root, 64, 16, k.rank, b, 20, linksOnly(8));
+      std::printf(
+          "%-9s root %d, rank %d of 64, %llu MiB x 20: paced %6.1f us, model %6.1f us "
+          "(links alone %6.1f)\n",
+          std::string(model::toString(k.f)).c_str(), k.root, k.rank,
+          static_cast<unsigned long long>(b / MiB), paced, want, links);
+      EXPECT_NEAR(paced, want, 0.001 * want) << model::toString(k.f) << " " << b;
+      EXPECT_GT(want, links) << model::toString(k.f) << " " << b;
+    }
+  }
+}
+
 // A program that calls each operation only when the last ended: the head starts it then too,
 // so each pays the chain's fill, as one operation alone (the model's -n 1).
 TEST(P2pPacerChain, PausedProgramRefillsTheChainEachOperation) {
-  const Config cfg = nodes(8);
+  const Config cfg = linksOnly(8);
   const double paced = chainLoopUs(Func::Broadcast, 0, 64, 16, 5, 64 * MiB, 5, cfg, true);
   const double want = modelLoopUs(Func::Broadcast, 0, 64, 16, 5, 64 * MiB, 1, cfg);
   EXPECT_NEAR(paced, want, 0.001 * want);

@@ -80,6 +80,7 @@ struct ChainRecv {
   int hops = -1;                 // ring positions from the chain's head; <= 0: not a chain
   std::uint64_t unit_bytes = 0;  // bytes of one transfer; 0: unknown (not timed as a chain)
   TimeNs issued = 0;             // when the program enqueued the operation; 0: unknown
+  std::uint64_t units = 0;       // its transfers on this connection; 0: unknown
 };
 
 // Ring positions from the head of a broadcast's or reduce's chain to `rank` (rings run in

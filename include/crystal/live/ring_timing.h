@@ -77,6 +77,30 @@ struct RingHop {
   }
 };
 
+// What a chain member (broadcast, reduce) spends on an operation besides its links' latency:
+// the model's fixed cost of one (`base_ns`, NcclModel::opOverheadUs) with its units' crossing
+// of its slower link, and no less than its kernel with peers that never make it wait
+// (`kernel_ns` and `kernel_ns_per_byte` a channel, model::ChainKernel; 0: none). Back to back
+// a member runs its operations one after the other, so no operation reaches the real rank
+// sooner after the last than the slowest member before it takes for one.
+struct ChainOpCost {
+  TimeNs base_ns = 0;
+  TimeNs kernel_ns = 0;
+  double kernel_ns_per_byte = 0;
+  // One operation of `units` units of `bytes` over a link that a unit occupies `crossing_ns`.
+  [[nodiscard]] TimeNs opNs(std::uint64_t units, std::uint64_t bytes,
+                            TimeNs crossing_ns) const noexcept {
+    if (units == 0) return 0;
+    const auto n = static_cast<double>(units);
+    const double links = static_cast<double>(base_ns) + n * static_cast<double>(crossing_ns);
+    const double kernel =
+        kernel_ns > 0 || kernel_ns_per_byte > 0
+            ? static_cast<double>(kernel_ns) + n * static_cast<double>(bytes) * kernel_ns_per_byte
+            : 0.0;
+    return static_cast<TimeNs>(std::max(links, kernel) + 0.5);
+  }
+};
+
 class RingChannel {
  public:
   static constexpr int kStallSteps = 4;
@@ -98,6 +122,9 @@ class RingChannel {
   // 2 Simple; the constructor's are every protocol's until set). An operation uses its
   // protocol's (postRecv): the target's LL hop takes ~1 us where Simple's NET hop takes 14.
   void setProtocolHops(int proto, std::vector<RingHop> chain, RingHop in);
+  // A chain member's cost of an operation of protocol `proto` (model::Proto index); none
+  // until set (a chain then streams at its slowest hop's pace alone).
+  void setChainOpCost(int proto, ChainOpCost cost);
 
   // The real rank posts its send unit (sequence number = the count so far); returns its
   // completion: when it left the real rank's share of its link (a chain root's: of the
@@ -109,21 +136,25 @@ class RingChannel {
   // only, the slice's GPU time being the real GPU's own.
   [[nodiscard]] TimeNs sendOccupancy(std::uint64_t bytes, int channels = 0);
   // A chain operation (broadcast, reduce) whose head is `hops` ring positions before the real
-  // rank, in units of `bytes` on the operation's `channels` (0: the connected ones): `fill`,
-  // a unit's way from the head to the real rank (each hop's crossing and latency); `pace`,
-  // the chain's slowest hop's crossing (every member moves at it); `last_hop`, the way of
-  // the hop into the real rank.
+  // rank, in units of `bytes` on the operation's `channels` (0: the connected ones), `units`
+  // of them an operation and channel (0: unknown): `fill`, a unit's way from the head to the
+  // real rank (each hop's crossing and latency); `pace`, the chain's slowest hop's crossing
+  // (every member moves at it); `last_hop`, the way of the hop into the real rank; `op`, an
+  // operation at the slowest member before the real rank (ChainOpCost; 0 when `units` is).
   struct ChainTiming {
-    TimeNs fill = 0, pace = 0, last_hop = 0;
+    TimeNs fill = 0, pace = 0, last_hop = 0, op = 0;
   };
-  [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0);
+  [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0,
+                                    std::uint64_t units = 0);
   // The operation whose first receive (`unit`, posted at `now`, postRecv's first = 1) was
   // just posted is a chain whose head is `c.hops` > 0 positions before the real rank, in
   // transfers of `c.unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
   // first a chainTo fill after the head started (when the program enqueued it, `c.issued`,
   // else `now`), then one per pace. Right after the same chain (head, unit size, channels)
-  // it streams on from the last one's pace (back to back, the head starts an operation when
-  // it ended the last: docs/model.md "Broadcast and reduce back to back"); the real rank's
+  // it streams on from the last one's pace, its first unit no sooner than the last one's
+  // first and an operation of its slowest member (`c.units`, ChainTiming::op) (back to back,
+  // each member starts an operation when it ended the last: docs/model.md "Broadcast and
+  // reduce back to back"); the real rank's
   // proxy posts the next one's receives only as slots free, so its post says nothing of
   // when the head started. Not a chain (hops <= 0 or no size): the ring's rules time it.
   void startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c, int channels = 0);
@@ -149,7 +180,8 @@ class RingChannel {
   [[nodiscard]] bool sentInOp(std::uint64_t u) const {
     return u >= op_first_ && u < sends_ && u + kWindow > sends_;
   }
-  [[nodiscard]] ChainTiming chainToLocked(int hops, std::uint64_t bytes, int channels);
+  [[nodiscard]] ChainTiming chainToLocked(int hops, std::uint64_t bytes, int channels,
+                                          std::uint64_t units);
   // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
   void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
@@ -182,6 +214,7 @@ class RingChannel {
   static constexpr std::size_t kSimple = 2;
   std::array<std::vector<RingHop>, 3> chains_;  // per protocol
   std::array<RingHop, 3> ins_;
+  std::array<ChainOpCost, 3> chain_costs_{};  // per protocol
   std::size_t op_proto_ = kSimple;  // the operation's protocol
   std::shared_ptr<std::atomic<int>> busy_;
   std::shared_ptr<std::atomic<int>> connected_;
@@ -217,6 +250,7 @@ class RingChannel {
   std::uint64_t chain_first_ = 0;
   TimeNs chain_start_ = 0;
   TimeNs chain_pace_ = 0;
+  TimeNs chain_op_ns_ = 0;  // the last chain operation at its slowest member (ChainTiming::op)
 };
 
 }  // namespace crystal::live

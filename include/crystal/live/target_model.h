@@ -46,6 +46,9 @@ class TargetModel {
   // A virtual sender's GPU pace per channel of a NET p2p connection, GB/s (0 = none: the
   // NIC's): NCCL's p2p kernel writes chunks at it (model p2p_net_channel_gbps).
   [[nodiscard]] virtual double p2pNetChannelGBps() const = 0;
+  // A broadcast's or reduce's member kernel with peers that never make it wait (model
+  // chain_op_us, chain_copy_gbps; {0, 0}: none).
+  [[nodiscard]] virtual model::ChainKernel chainKernel(model::Proto p) const = 0;
   [[nodiscard]] virtual const char* name() const = 0;
 };
 
@@ -74,6 +77,8 @@ struct CommLinks {
   // sizes the proxy posts: LL lines carry 8 data bytes in 16, LL128 120 in 128).
   std::array<RingHop, 3> ring_nvl_by{};
   std::array<RingHop, 3> ring_net_by{};
+  // A chain member's cost of an operation per protocol (RingChannel::setChainOpCost).
+  std::array<ChainOpCost, 3> chain_cost_by{};
   [[nodiscard]] bool sameNode(int a, int b) const {
     return a / shape.ranks_per_node == b / shape.ranks_per_node;
   }

@@ -86,6 +86,17 @@ struct StartClass {
   int count = 1;
 };
 
+// A broadcast's or reduce's member kernel with peers that never make it wait: `op_us` an
+// operation plus its chunks copied at `copy_GBps` a channel (StepOptions::chain_op_us,
+// chain_copy_GBps). {0, 0}: no such floor (a protocol it was not measured for, or turned off).
+struct ChainKernel {
+  double op_us = 0;
+  double copy_GBps = 0;
+  [[nodiscard]] double us(double units, double unit_bytes) const {
+    return op_us > 0 && copy_GBps > 0 ? op_us + units * unit_bytes / (copy_GBps * 1e3) : 0.0;
+  }
+};
+
 // `bytes` of a collective is NCCL's nBytes: the larger of the send and receive buffers
 // (AllGather: the gathered output, ReduceScatter: the full input), as nccl-tests' "size".
 // For AllToAll it is what one member sends in total (bytes per peer x nranks).
@@ -128,6 +139,8 @@ class NcclModel {
   // What one channel of a NET p2p transfer moves per direction (the GPU's pace), GB/s; 0 =
   // no cap (model.overrides.p2p_net_channel_gbps).
   [[nodiscard]] double p2pNetChannelGBps() const;
+  // A chain member's kernel floor for protocol `p` (Simple only; see ChainKernel).
+  [[nodiscard]] ChainKernel chainKernel(Proto p) const;
   // Ring collective whose members arrive at different times: finish time of each class
   // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
