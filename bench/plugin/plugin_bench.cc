@@ -139,17 +139,21 @@ void BM_RingRecvNotYetKnown(benchmark::State& state) {
 }
 BENCHMARK(BM_RingRecvNotYetKnown);
 
-// A broadcast's chain at a member 5 hops from its head, back to back (one operation of one
-// transfer per iteration): the operation's first receive (placed: startChain, which prices
-// the fill over the hops) and its arrival, as NCCL's proxy posts and tests it.
+// A broadcast's chain at a member `hops` from its head (5; 63, a reduce's root of 64; 8191, of
+// 8192), back to back (one operation of one transfer per iteration): the operation's first
+// receive (placed: startChain, which prices the fill over the hops and the slowest member's
+// operation) and its arrival, as NCCL's proxy posts and tests it, on every channel of every
+// operation.
 void BM_RingChainOperation(benchmark::State& state) {
   const auto owned = ringOf64();
   live::RingChannel& ring = *owned;
+  ring.setChainOpCost(2, {8400, 12'000, 1.0 / 28.7});
+  const auto hops = static_cast<int>(state.range(0));
   live::TimeNs now = 0;
   std::uint64_t u = 0;
   for (auto _ : state) {
     ring.postRecv(u, now, true, 1, -1, 16, /*first=*/1);
-    ring.startChain(u, now, {5, 64 << 10, now}, 16);
+    ring.startChain(u, now, {hops, 64 << 10, now, 1}, 16);
     benchmark::DoNotOptimize(ring.recvArrival(u, now, 512 << 10, now));
     ring.recvDone(true);
     now += 2000;
@@ -157,7 +161,7 @@ void BM_RingChainOperation(benchmark::State& state) {
   }
   state.counters["target_ns"] = 1000;
 }
-BENCHMARK(BM_RingChainOperation);
+BENCHMARK(BM_RingChainOperation)->Arg(5)->Arg(63)->Arg(8191);
 
 // One unit of a tree channel (Simple, 512 KiB steps): a receive from a child (the arrival
 // from below), the real rank's send up, the receive from its parent (down the loop to the
