@@ -147,7 +147,7 @@ BENCHMARK(BM_RingRecvNotYetKnown);
 void BM_RingChainOperation(benchmark::State& state) {
   const auto owned = ringOf64();
   live::RingChannel& ring = *owned;
-  ring.setChainOpCost(2, {8400, 12'000, 1.0 / 28.7});
+  ring.setChainOpCost(2, {8400, {12.0, 28.7}});
   const auto hops = static_cast<int>(state.range(0));
   live::TimeNs now = 0;
   std::uint64_t u = 0;

@@ -185,10 +185,8 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
     const double nvl_all = m.nvlStep(p, kMany, c.shape).bandwidth_GBps * kMany;
     const double net_all = m.netStep(p, kMany, net_shape).bandwidth_GBps * kMany;
     const auto i = static_cast<std::size_t>(p);
-    const model::ChainKernel k = m.chainKernel(p);
     c.chain_cost_by[i] = ChainOpCost{
-        static_cast<TimeNs>(m.opOverheadUs(model::Algo::Ring, p) * 1e3 + 0.5),
-        static_cast<TimeNs>(k.op_us * 1e3 + 0.5), k.copy_GBps > 0 ? 1.0 / k.copy_GBps : 0.0};
+        static_cast<TimeNs>(m.opOverheadUs(model::Algo::Ring, p) * 1e3 + 0.5), m.chainKernel(p)};
     c.ring_nvl_by[i] =
         RingHop{nvl.latency_ns, (nvl_all > 0 ? 1.0 / nvl_all : nvl.ns_per_byte) / wire, 0.0};
     c.ring_net_by[i] = RingHop{net.latency_ns,

@@ -101,24 +101,23 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
   };
   ChainTiming t;
   TimeNs crossing = 0;  // the slowest crossing of a member before the real rank
-  // The hops repeat every period (one member of each node position): a whole period's way
-  // once, times the periods the chain spans, and the rest hop by hop (8191 hops cost as few
-  // as 8: this runs on NCCL's proxy thread for every channel of every operation).
-  const int period = std::max(1, period_);
-  const int rest = hops > 0 ? hops % period : 0;
-  if (const int whole = hops > 0 ? hops / period : 0; whole > 0) {
-    TimeNs cycle = 0;
-    for (int m = 1; m <= period; ++m) {
+  // The way over the members 1..upto places before the real rank.
+  auto pass = [&](int upto) {
+    TimeNs sum = 0;
+    for (int m = 1; m <= upto; ++m) {
       const RingHop& h = before(m);
-      cycle += way(h);
+      sum += way(h);
       crossing = std::max(crossing, h.occupancy(bytes, busy, running, /*slice_time=*/false));
     }
-    t.fill = static_cast<TimeNs>(whole) * cycle;
-  }
-  for (int m = 1; m <= rest; ++m) {
-    const RingHop& h = before(m);
-    t.fill += way(h);
-    crossing = std::max(crossing, h.occupancy(bytes, busy, running, /*slice_time=*/false));
+    return sum;
+  };
+  // The hops repeat every period (one member of each node position): a whole period's way
+  // times the periods the chain spans, and the rest (8191 hops cost as few as 8: this runs on
+  // NCCL's proxy thread for every channel of every operation).
+  if (hops > 0) {
+    const int period = std::max(1, period_);
+    if (hops >= period) t.fill = static_cast<TimeNs>(hops / period) * pass(period);
+    t.fill += pass(hops % period);
   }
   t.last_hop = hops > 0 ? way(before(1)) : 0;
   t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);

@@ -305,18 +305,19 @@ TEST(RingTiming, ChainStreamsNoFasterThanItsSlowestMembersOperation) {
   constexpr RingHop kSlow{1000, 0.04, 0.0};
   RingChannel ring({kHop, kHop, kSlow}, kHop, 2, nullptr);
   constexpr int kSimple = 2;
-  // Links: 5000 + 2 units x 2000 (kSlow's crossing) = 9000; kernel: 20'000 + 2 x 50'000 x 0.1.
-  ring.setChainOpCost(kSimple, {5000, 20'000, 0.1});
+  // Links: 5000 + 2 units x 2000 (kSlow's crossing) = 9000 ns; kernel: 20 us + 2 x 50'000 B at
+  // 10 GB/s = 30'000 ns.
+  ring.setChainOpCost(kSimple, {5000, {20.0, 10.0}});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, /*units=*/2).op, 30'000);
   EXPECT_EQ(ring.chainTo(5, 50'000).op, 0) << "units unknown";
-  ring.setChainOpCost(kSimple, {5000, 0, 0.0});
+  ring.setChainOpCost(kSimple, {5000, {}});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, 2).op, 9000) << "no kernel: the links";
   // kSlow as the real rank's own link: the members before it send over kHop.
   RingChannel own_slow({kSlow, kHop, kHop}, kHop, 2, nullptr);
-  own_slow.setChainOpCost(kSimple, {5000, 0, 0.0});
+  own_slow.setChainOpCost(kSimple, {5000, {}});
   EXPECT_EQ(own_slow.chainTo(2, 50'000, 0, 2).op, 7000);
   EXPECT_EQ(own_slow.chainTo(2, 50'000, 0, 2).pace, 2000) << "the chain's pace: its slowest";
-  ring.setChainOpCost(kSimple, {5000, 20'000, 0.1});
+  ring.setChainOpCost(kSimple, {5000, {20.0, 10.0}});
   ring.postRecv(0, 100, true, 1, -1, 0, 1);
   ring.startChain(0, 100, {5, 50'000, 0, 2});
   EXPECT_EQ(ring.recvArrival(1, 100, 4 << 20, 100), 100 + 12'000 + 2000);

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "crystal/live/link_timing.h"
+#include "crystal/model/chain_kernel.h"
 
 namespace crystal::live {
 
@@ -80,24 +81,20 @@ struct RingHop {
 // What a chain member (broadcast, reduce) spends on an operation besides its links' latency:
 // the model's fixed cost of one (`base_ns`, NcclModel::opOverheadUs) with its units' crossing
 // of its slower link, and no less than its kernel with peers that never make it wait
-// (`kernel_ns` and `kernel_ns_per_byte` a channel, model::ChainKernel; 0: none). Back to back
-// a member runs its operations one after the other, so no operation reaches the real rank
-// sooner after the last than the slowest member before it takes for one.
+// (`kernel`, NcclModel::chainKernel; none by default). Back to back a member runs its
+// operations one after the other, so no operation reaches the real rank sooner after the last
+// than the slowest member before it takes for one.
 struct ChainOpCost {
   TimeNs base_ns = 0;
-  TimeNs kernel_ns = 0;
-  double kernel_ns_per_byte = 0;
+  model::ChainKernel kernel;
   // One operation of `units` units of `bytes` over a link that a unit occupies `crossing_ns`.
   [[nodiscard]] TimeNs opNs(std::uint64_t units, std::uint64_t bytes,
                             TimeNs crossing_ns) const noexcept {
     if (units == 0) return 0;
     const auto n = static_cast<double>(units);
     const double links = static_cast<double>(base_ns) + n * static_cast<double>(crossing_ns);
-    const double kernel =
-        kernel_ns > 0 || kernel_ns_per_byte > 0
-            ? static_cast<double>(kernel_ns) + n * static_cast<double>(bytes) * kernel_ns_per_byte
-            : 0.0;
-    return static_cast<TimeNs>(std::max(links, kernel) + 0.5);
+    const double kernel_ns = kernel.us(n, static_cast<double>(bytes)) * 1e3;
+    return static_cast<TimeNs>(std::max(links, kernel_ns) + 0.5);
   }
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "crystal/config/config.h"
+#include "crystal/model/chain_kernel.h"
 
 namespace crystal::model {
 
@@ -84,17 +85,6 @@ using CostTable = std::array<std::array<float, kNumProtos>, kNumAlgos>;
 struct StartClass {
   double offset_us = 0;  // arrival relative to the earliest member
   int count = 1;
-};
-
-// A broadcast's or reduce's member kernel with peers that never make it wait: `op_us` an
-// operation plus its chunks copied at `copy_GBps` a channel (StepOptions::chain_op_us,
-// chain_copy_GBps). {0, 0}: no such floor (a protocol it was not measured for, or turned off).
-struct ChainKernel {
-  double op_us = 0;
-  double copy_GBps = 0;
-  [[nodiscard]] double us(double units, double unit_bytes) const {
-    return op_us > 0 && copy_GBps > 0 ? op_us + units * unit_bytes / (copy_GBps * 1e3) : 0.0;
-  }
 };
 
 // `bytes` of a collective is NCCL's nBytes: the larger of the send and receive buffers
