@@ -57,11 +57,14 @@ TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   EXPECT_EQ(b->chain_hops, 5);
   EXPECT_EQ(b->chain_unit_bytes, 64u) << "1 KiB over 16 channels, one transfer each";
   EXPECT_EQ(b->chain_issued_ns, 777);
+  EXPECT_EQ(b->transfers, 1u) << "the operation's transfers on the connection";
   std::optional<OpSegments::Place> r;
   for (int i = 0; i < 8; ++i) r = ops.next();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->chain_hops, 4) << "a reduce's head is the rank after its root";
   EXPECT_EQ(r->chain_unit_bytes, 524288u) << "4 MiB a channel in 8 transfers: a chunk each";
+  EXPECT_EQ(r->transfers, 8u);
+  EXPECT_EQ(r->index, 7u);
   const auto own = ops.next();
   (void)ops.next();
   ASSERT_TRUE(own);
