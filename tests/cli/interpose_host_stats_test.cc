@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -71,11 +72,33 @@ TEST(InterposerHostStats, NcclsTimeAndOursPerOperation) {
                         &ops, &calls, &grouped, &ends, &each, &nccl, &own),
             7)
       << out;
-  EXPECT_EQ(ops, 3);
-  EXPECT_EQ(calls, 5);
-  EXPECT_EQ(grouped, 3);
-  EXPECT_EQ(ends, 1);
-  const double nccl_floor = (5 * 20.0 + 2 * 50.0) / 3;  // two group ends spin: the inner too
+  // A thread preempted for over 1 ms inside an operation (a loaded machine running ctest -j)
+  // makes it look like connection set-up: it is left out whole, and the line says so.
+  int left = 0;
+  if (const auto l = out.find(" operations over 1 ms left out", colon); l != std::string::npos) {
+    const auto semi = out.rfind("; ", l);
+    ASSERT_NE(semi, std::string::npos) << out;
+    left = std::atoi(out.c_str() + semi + 2);
+  }
+  EXPECT_EQ(ops + left, 3) << out;
+  // u of the two ungrouped all-reduces and g of the one group (3 all-reduces, 2 ends) left out.
+  bool accounted = false;
+  double nccl_floor = 0;
+  for (int u = 0; u <= 2; ++u)
+    for (int g = 0; g <= 1; ++g)
+      if (u + g == left && calls == (2 - u) + 3 * (1 - g) && grouped == 3 * (1 - g) &&
+          ends == 1 - g) {
+        accounted = true;
+        // Two group ends spin: the inner too.
+        if (ops > 0) nccl_floor = ((2 - u) * 20.0 + (1 - g) * (3 * 20.0 + 2 * 50.0)) / ops;
+      }
+  EXPECT_TRUE(accounted) << out;
+  if (left == 0) {
+    EXPECT_EQ(calls, 5);
+    EXPECT_EQ(grouped, 3);
+    EXPECT_EQ(ends, 1);
+  }
+  if (ops == 0) return;
   EXPECT_GE(nccl, nccl_floor) << out;
   EXPECT_EQ(own, nccl) << "no tuner or profiler in the fake: " << out;
   EXPECT_GE(each, nccl) << out;
