@@ -109,15 +109,21 @@ TEST(AppCallStats, SetUpOperationsAreLeftOut) {
   operation(std::chrono::microseconds(1500), 4);  // connects its peers
   operation(std::chrono::microseconds(20), 4);
   const AppCallStats s = appCallStats();
-  EXPECT_EQ(s.group_ends, 2);
-  EXPECT_EQ(s.calls, 8);
-  EXPECT_EQ(s.set_up_ops, 1);
+  // A 20 us operation preempted past 1 ms (a loaded machine running ctest -j) is left out
+  // too, whole: 2 counted and 1 left out as a rule, 1 and 2 at worst.
+  EXPECT_GE(s.set_up_ops, 1);
+  EXPECT_EQ(s.group_ends + s.set_up_ops, 3);
+  EXPECT_EQ(s.calls, 4 * s.group_ends);
   EXPECT_GE(s.set_up_ns, 1'500'000);
-  EXPECT_LT(s.group_end_ns, 1'000'000) << "the set-up's time is not in the figures";
+  EXPECT_LT(s.group_end_ns, 1'500'000) << "the set-up's time is not in the figures";
   const std::string line = describeAppCallStats(s);
-  EXPECT_NE(line.find("2 operations (8 calls, 8 of them grouped; 2 group ends)"), std::string::npos)
+  const std::string counted = std::to_string(s.group_ends) + " operations (" +
+                              std::to_string(s.calls) + " calls, " + std::to_string(s.calls) +
+                              " of them grouped; " + std::to_string(s.group_ends) + " group ends)";
+  EXPECT_NE(line.find(counted), std::string::npos) << line;
+  EXPECT_NE(line.find("; " + std::to_string(s.set_up_ops) + " operations over 1 ms left out ("),
+            std::string::npos)
       << line;
-  EXPECT_NE(line.find("; 1 operations over 1 ms left out ("), std::string::npos) << line;
   setAppCallStatsForTesting(false);
 }
 
