@@ -202,13 +202,12 @@ double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint
   const double base = baseLatency(a, p, opt);
   const double units = static_cast<double>(run.units);
   const double all_units = units * iters;
-  // The member's own kernel with peers that never make it wait (Simple, as measured).
-  const double kernel = chainKernelOf(opt, p).us(units, run.unit_bytes);
   // A member's own time an operation: its fixed cost and its chunks over the slower of its
-  // links, or its kernel.
+  // links, or its kernel with peers that never make it wait (Simple, as measured).
+  const ChainKernel kernel = chainKernelOf(opt, p);
   auto ownAt = [&](int j) {
     const double link = j == 0 ? tx(0) : std::max(tx(j - 1), j < n - 1 ? tx(j) : 0.0);
-    return std::max(kernel, base + units * link);
+    return kernel.memberOpUs(base, units, run.unit_bytes, link);
   };
   if (pos > 0) {
     double fill = 0;

@@ -91,10 +91,10 @@ struct ChainOpCost {
   [[nodiscard]] TimeNs opNs(std::uint64_t units, std::uint64_t bytes,
                             TimeNs crossing_ns) const noexcept {
     if (units == 0) return 0;
-    const auto n = static_cast<double>(units);
-    const double links = static_cast<double>(base_ns) + n * static_cast<double>(crossing_ns);
-    const double kernel_ns = kernel.us(n, static_cast<double>(bytes)) * 1e3;
-    return static_cast<TimeNs>(std::max(links, kernel_ns) + 0.5);
+    const double us =
+        kernel.memberOpUs(static_cast<double>(base_ns) / 1e3, static_cast<double>(units),
+                          static_cast<double>(bytes), static_cast<double>(crossing_ns) / 1e3);
+    return static_cast<TimeNs>(us * 1e3 + 0.5);
   }
 };
 
