@@ -26,7 +26,8 @@ void OpSegments::push(std::uint64_t op, int transfers, bool ring, bool allgather
   }
   std::lock_guard lock(mu_);
   queue_.push_back({op, static_cast<std::uint32_t>(transfers), ring, allgather, bytes_free,
-                    channels, hops, unit, hops >= 0 ? chain.issued_ns : 0});
+                    channels, hops, unit, hops >= 0 ? chain.issued_ns : 0,
+                    hops >= 0 && chain.reduce});
 }
 
 std::optional<OpSegments::Place> OpSegments::next() {
@@ -45,7 +46,8 @@ std::optional<OpSegments::Place> OpSegments::next() {
           s.chain_hops,
           s.chain_unit_bytes,
           s.chain_issued_ns,
-          s.transfers};
+          s.transfers,
+          s.chain_reduce};
   if (++used_ == s.transfers) {
     queue_.pop_front();
     used_ = 0;

@@ -51,6 +51,7 @@ class OpSegments {
     std::uint64_t chain_unit_bytes = 0;
     std::int64_t chain_issued_ns = 0;  // with chain_hops: when the program enqueued it (0: unknown)
     std::uint32_t transfers = 0;       // the operation's requests on this connection
+    bool chain_reduce = false;         // with chain_hops: a reduce (else a broadcast)
   };
   // NCCL announced an operation with `transfers` requests on this connection.
   void push(std::uint64_t op, int transfers, bool ring, bool allgather = false,
@@ -73,6 +74,7 @@ class OpSegments {
     int chain_hops;
     std::uint64_t chain_unit_bytes;
     std::int64_t chain_issued_ns;
+    bool chain_reduce;
   };
   const int nranks_;
   const int self_rank_;

@@ -174,8 +174,8 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
     return;
   }
   const live::TimeNs last_op = chain_.op;
-  chain_ =
-      channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_, shape_.units);
+  chain_ = channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_,
+                                                   shape_.units, op->func == model::Func::Reduce);
   // The head sends a unit once its link and a slot of the next member are free, and starts
   // the next operation when it ended the last, a window ahead of R: back to back, the chain
   // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"), an

@@ -231,12 +231,13 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   // their own hops (the target's LL NET hop is a few us, Simple's 14).
   const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;
   const bool one_per_step = p != proto::Proto::Simple;
-  link_->postRecv(r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
-                  static_cast<int>(p),  // NCCL_PROTO_* order, as model::Proto
-                  place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1,
-                  place ? live::ChainRecv{place->chain_hops, place->chain_unit_bytes,
-                                          place->chain_issued_ns, place->transfers}
-                        : live::ChainRecv{});
+  link_->postRecv(
+      r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
+      static_cast<int>(p),  // NCCL_PROTO_* order, as model::Proto
+      place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1,
+      place ? live::ChainRecv{place->chain_hops, place->chain_unit_bytes, place->chain_issued_ns,
+                              place->transfers, place->chain_reduce}
+            : live::ChainRecv{});
   // Known now if the paired sender already reached this step; else resolved in test().
   r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written

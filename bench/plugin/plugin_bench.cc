@@ -147,7 +147,8 @@ BENCHMARK(BM_RingRecvNotYetKnown);
 void BM_RingChainOperation(benchmark::State& state) {
   const auto owned = ringOf64();
   live::RingChannel& ring = *owned;
-  ring.setChainOpCost(2, {8400, {12.0, 28.7}});
+  const model::ChainKernel kernel{{0, 12.0}, {65536, 14.3}, {262144, 22.1}, {1 << 20, 55.1}};
+  ring.setChainOpCost(2, {8400, kernel, kernel});
   const auto hops = static_cast<int>(state.range(0));
   live::TimeNs now = 0;
   std::uint64_t u = 0;

@@ -86,7 +86,7 @@ class ClusterTargetModel final : public TargetModel {
   double opOverheadUs(Algo, Proto) const override { return kLaunchUs; }
   double p2pNetChannelGBps() const override { return 0.0; }  // the NIC's pace
   // Links only: the stand-in knows no measured kernel.
-  model::ChainKernel chainKernel(Proto) const override { return {}; }
+  model::ChainKernel chainKernel(model::Func, Proto) const override { return {}; }
   const char* name() const override { return "cluster closed form (NcclModel not linked)"; }
 
  private:
@@ -186,7 +186,8 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
     const double net_all = m.netStep(p, kMany, net_shape).bandwidth_GBps * kMany;
     const auto i = static_cast<std::size_t>(p);
     c.chain_cost_by[i] = ChainOpCost{
-        static_cast<TimeNs>(m.opOverheadUs(model::Algo::Ring, p) * 1e3 + 0.5), m.chainKernel(p)};
+        static_cast<TimeNs>(m.opOverheadUs(model::Algo::Ring, p) * 1e3 + 0.5),
+        m.chainKernel(model::Func::Broadcast, p), m.chainKernel(model::Func::Reduce, p)};
     c.ring_nvl_by[i] =
         RingHop{nvl.latency_ns, (nvl_all > 0 ? 1.0 / nvl_all : nvl.ns_per_byte) / wire, 0.0};
     c.ring_net_by[i] = RingHop{net.latency_ns,

@@ -79,13 +79,13 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
 }
 
 RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels,
-                                              std::uint64_t units) {
+                                              std::uint64_t units, bool reduce) {
   std::lock_guard lock(mu_);
-  return chainToLocked(hops, bytes, channels, units);
+  return chainToLocked(hops, bytes, channels, units, reduce);
 }
 
 RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels,
-                                                    std::uint64_t units) {
+                                                    std::uint64_t units, bool reduce) {
   const int ch = channels > 0 ? channels : op_channels_;
   const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
   const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
@@ -121,17 +121,17 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
   }
   t.last_hop = hops > 0 ? way(before(1)) : 0;
   t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);
-  if (hops > 0) t.op = chain_costs_[op_proto_].opNs(units, bytes, crossing);
+  if (hops > 0) t.op = chain_costs_[op_proto_].opNs(units, bytes, crossing, reduce);
   return t;
 }
 
 void RingChannel::startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c, int channels) {
   std::lock_guard lock(mu_);
-  const ChainKey key{c.hops, c.unit_bytes, channels};
+  const ChainKey key{c.hops, c.unit_bytes, channels, c.reduce};
   const bool streams = chain_last_ && key == chain_key_ && unit >= chain_first_;
   chain_op_ = chain_last_ = c.hops > 0 && c.unit_bytes > 0;
   if (!chain_op_) return;
-  const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels, c.units);
+  const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels, c.units, c.reduce);
   TimeNs first = (c.issued > 0 ? std::min(c.issued, now) : now) + t.fill;
   if (streams) {
     first = std::max({first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_,

@@ -41,7 +41,9 @@ class NcclTargetModel final : public TargetModel {
     return m_.channels(f, bytes, s, a, p);
   }
   double p2pNetChannelGBps() const override { return m_.p2pNetChannelGBps(); }
-  model::ChainKernel chainKernel(model::Proto p) const override { return m_.chainKernel(p); }
+  model::ChainKernel chainKernel(model::Func f, model::Proto p) const override {
+    return m_.chainKernel(f, p);
+  }
   double opOverheadUs(model::Algo a, model::Proto p) const override {
     return m_.opOverheadUs(a, p);
   }

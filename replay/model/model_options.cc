@@ -57,10 +57,11 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
         throw InputError("model.overrides.net_request_us: must be in 0..1000");
       o.net_request_us = value;
     }
-    if (name == "chain_op_us" || name == "chain_copy_gbps") {
-      if (!(value >= 0 && value <= 1e6))
-        throw InputError("model.overrides." + name + ": must be in 0..1e6");
-      (name == "chain_op_us" ? o.step.chain_op_us : o.step.chain_copy_GBps) = value;
+    if (name == "chain_kernel_scale") {
+      if (!(value >= 0 && value <= 100))
+        throw InputError("model.overrides.chain_kernel_scale: must be in 0..100");
+      o.step.chain_broadcast = StepOptions{}.chain_broadcast.scaled(value);
+      o.step.chain_reduce = StepOptions{}.chain_reduce.scaled(value);
     }
     if (name == "ring_slice_us") {
       if (!(value >= 0 && value <= 1000))

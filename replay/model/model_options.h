@@ -26,8 +26,8 @@ struct ModelOptions {
 //   ll128: 0 disables LL128 (NCCL_PROTO=^LL128), 1 applies NCCL's enable rules;
 //   nic_path_phb: 1 = NICs hang off the CPU (PHB), which disables LL128 on sm90;
 //   amd_cpu: 1 = AMD host CPUs (llMaxBw row, 2 us net overhead);
-//   p2p_net_channel_gbps, ring_slice_us, chain_op_us, chain_copy_gbps: StepOptions' figures
-//   of the same names;
+//   p2p_net_channel_gbps, ring_slice_us: StepOptions' figures of the same names;
+//   chain_kernel_scale: multiplies StepOptions' chain_broadcast and chain_reduce (0: none);
 //   a2a_group_host_us, a2a_peer_host_us, net_request_us: ModelOptions' figures of the same
 //   names.
 // Throws InputError naming model.<field> for values out of range.

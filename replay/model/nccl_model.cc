@@ -152,10 +152,11 @@ StepTiming hopStep(const Topology& topo, const ModelOptions& opt, const CommShap
                     ring_unit ? opt.step.ring_slice_us : 0.0};
 }
 
-// The member kernel's floor: measured for Simple only.
-ChainKernel chainKernelOf(const ModelOptions& opt, Proto p) {
+// The member kernel's floor: measured for Simple only; a reduce's (recvReduceSend) is not
+// a broadcast's (recvCopySend).
+ChainKernel chainKernelOf(const ModelOptions& opt, Func f, Proto p) {
   if (p != Proto::Simple) return {};
-  return {opt.step.chain_op_us, opt.step.chain_copy_GBps};
+  return f == Func::Reduce ? opt.step.chain_reduce : opt.step.chain_broadcast;
 }
 
 // A ring broadcast or reduce is a chain through the ring order: broadcast from `root`, reduce
@@ -177,7 +178,7 @@ ChainKernel chainKernelOf(const ModelOptions& opt, Proto p) {
 //    root of 64 on the H200 (20 back to back, 64 MiB-1 GiB; tests/gpu/hybrid/README.md,
 //    seventeenth session): 17-19 us an operation under one operation at rank 1, this 15.6.
 // Neither runs faster than its own kernel with peers that never make it wait
-// (StepOptions::chain_op_us and chain_copy_GBps): up to ~16 MiB on 16 channels that kernel,
+// (StepOptions::chain_broadcast, chain_reduce): up to ~16 MiB on 16 channels that kernel,
 // not the links, sets the pace.
 // iters = 1 is one operation alone (timeAtRank).
 double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint64_t bytes, Algo a,
@@ -204,7 +205,7 @@ double chainLoopAt(const CommView& v, const ModelOptions& opt, Func f, std::uint
   const double all_units = units * iters;
   // A member's own time an operation: its fixed cost and its chunks over the slower of its
   // links, or its kernel with peers that never make it wait (Simple, as measured).
-  const ChainKernel kernel = chainKernelOf(opt, p);
+  const ChainKernel kernel = chainKernelOf(opt, f, p);
   auto ownAt = [&](int j) {
     const double link = j == 0 ? tx(0) : std::max(tx(j - 1), j < n - 1 ? tx(j) : 0.0);
     return kernel.memberOpUs(base, units, run.unit_bytes, link);
@@ -394,7 +395,9 @@ double NcclModel::opOverheadUs(Algo a, Proto p) const { return baseLatency(a, p,
 
 double NcclModel::p2pNetChannelGBps() const { return impl_->opt.step.p2p_net_channel_GBps; }
 
-ChainKernel NcclModel::chainKernel(Proto p) const { return chainKernelOf(impl_->opt, p); }
+ChainKernel NcclModel::chainKernel(Func f, Proto p) const {
+  return chainKernelOf(impl_->opt, f, p);
+}
 
 int NcclModel::commChannels(const CommShape& shape) const {
   return view(impl_->topo, impl_->opt, shape).graphs.commChannels;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "crystal/model/chain_kernel.h"
 #include "topology.h"
 
 namespace crystal::model {
@@ -39,18 +40,21 @@ struct StepOptions {
   // its bytes at 23-31 GB/s. 0 = none (the model before 2026-12-04).
   double ring_slice_us = 1.9;
   // The real kernel of a ring broadcast or reduce (a chain, one slice a step) at one member,
-  // the fastest it runs with its peers never making it wait: `chain_op_us` per operation
-  // (launch, first wait, last post) plus its chunks copied at `chain_copy_GBps` a channel. No
-  // link model can make an operation faster (NcclModel::loopTimeAtRank); it binds up to ~16
-  // MiB on 16 channels, where one chunk a channel is small against the kernel's fixed work.
-  // Measured with NCCL 2.28.9 on an H200 (2026-12-05, the real rank as the root of 64 under
-  // emulation.p2p_peers with free-running peers, 16 channels, 300 back to back): 1 / 4 MiB
-  // (one chunk of 64 / 256 KiB a channel) took 14.3 / 22.1 us an operation, where the links
-  // give the root 10.7 / 17.7. Those two alone give 25.2 GB/s, which the paced root's 64 MiB
-  // loop (158-160 us an operation, 8 chunks of 512 KiB) rules out for larger chunks: 28.7 is
-  // the lowest rate it allows, and 12.0 + 64 KiB at 28.7 is the 14.3. 0 (either): no floor.
-  double chain_op_us = 12.0;
-  double chain_copy_GBps = 28.7;
+  // the fastest it runs with its peers never making it wait, against its bytes a channel
+  // (ChainKernel: measured points). No link model can make an operation faster
+  // (NcclModel::loopTimeAtRank); it binds up to ~16 MiB on 16 channels. Measured with NCCL
+  // 2.28.9, the real rank of 64 under emulation.p2p_peers with free-running peers
+  // (CRYSTAL_P2P_PACE=0), 16 channels, 300 back to back (docs/model.md "Broadcast and reduce
+  // back to back"; tests/gpu/hybrid/README.md, twenty-third session). Broadcast (the root's
+  // send and a member's recvCopySend took the same within 3 %): 1 / 4 MiB 14.3 / 22.1 us on
+  // the H200, 16 / 64 MiB 55.1 / 150.5 on the H100 (whose 1 / 4 MiB read 14.8 / 23.0). Reduce
+  // (a member's recvReduceSend; the root's recvReduceCopy 3-7 % less), H100: 1 / 4 / 16 / 64
+  // MiB 12.7 / 19.4 / 45.0 / 117.6 (up to 1 MiB the program's host time, ~12 us an operation,
+  // bounds it). `chain_kernel_scale` multiplies both (0: no floor).
+  ChainKernel chain_broadcast{
+      {0, 12.0}, {64 << 10, 14.3}, {256 << 10, 22.1}, {1 << 20, 55.1}, {4 << 20, 150.5}};
+  ChainKernel chain_reduce{
+      {0, 11.4}, {64 << 10, 12.7}, {256 << 10, 19.4}, {1 << 20, 45.0}, {4 << 20, 117.6}};
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

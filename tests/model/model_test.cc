@@ -17,10 +17,10 @@ ClusterConfig dgx(int nodes) {
   return c;
 }
 CommShape full(int nodes) { return {nodes * 8, nodes, 8}; }
-// The links' times alone: no floor of a chain member's own kernel (chain_op_us 0).
+// The links' times alone: no floor of a chain member's own kernel (chain_kernel_scale 0).
 ModelConfig linksOnly() {
   ModelConfig mc;
-  mc.overrides.emplace_back("chain_op_us", 0.0);
+  mc.overrides.emplace_back("chain_kernel_scale", 0.0);
   return mc;
 }
 
@@ -160,30 +160,43 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
 }
 
 // No member of a chain runs faster than its own kernel with peers that never make it wait
-// (StepOptions::chain_op_us, chain_copy_GBps). Measured on the H200 with the real rank as the
-// root of 64 and free-running peers (2026-12-05): 1 / 4 MiB took 14.3 / 22.1 us an operation,
-// where the links alone give the root 10.7 / 17.7.
+// (StepOptions::chain_broadcast, chain_reduce: measured points, linear between). Measured with
+// the real rank of 64 and free-running peers, 300 back to back (2026-12-05): broadcast 1 / 4
+// MiB 14.3 / 22.1 us an operation on the H200, 16 / 64 MiB 55.1 / 150.5 on the H100; reduce
+// (a member) 12.7 / 19.4 / 45.0 / 117.6 at 1 / 4 / 16 / 64 MiB on the H100.
 TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   const NcclModel m(dgx(8), {}), links(dgx(8), linksOnly());
   const CommShape s = full(8);
   const auto bc = [&](const NcclModel& model, Func f, std::uint64_t b, int rank, Proto p) {
     return model.loopTimeAtRank(f, b, s, Algo::Ring, p, 16, rank, 0, 20);
   };
-  // 1 MiB: 64 KiB a channel, one chunk: 12 us and 64 KiB at 28.7 GB/s.
-  const double kernel_1m = 12.0 + 65536.0 / 28.7e3;
-  EXPECT_NEAR(kernel_1m, 14.3, 0.02);
-  EXPECT_NEAR(bc(m, Func::Broadcast, 1 << 20, 0, Proto::Simple), kernel_1m, 1e-9);
-  EXPECT_NEAR(bc(links, Func::Broadcast, 1 << 20, 0, Proto::Simple), 10.73, 0.01);
-  // A member: the chain's fill once, then one operation a kernel of the members before it.
-  for (Func f : {Func::Broadcast, Func::Reduce}) {
-    const double alone = m.loopTimeAtRank(f, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 5, 0, 1);
-    EXPECT_GT(alone, kernel_1m);
-    EXPECT_NEAR(bc(m, f, 1 << 20, 5, Proto::Simple) * 20, alone + 19 * kernel_1m, 1e-9);
+  // The kernels at a channel's bytes of 1 / 4 / 16 / 64 MiB on 16 channels.
+  const ChainKernel bk = m.chainKernel(Func::Broadcast, Proto::Simple);
+  const ChainKernel rk = m.chainKernel(Func::Reduce, Proto::Simple);
+  const std::pair<std::uint64_t, double> bcast[] = {
+      {1 << 20, 14.3}, {4 << 20, 22.1}, {16 << 20, 55.1}, {64 << 20, 150.5}};
+  for (const auto& [b, us] : bcast) EXPECT_DOUBLE_EQ(bk.atBytes(b / 16.0), us) << b;
+  const std::pair<std::uint64_t, double> reduce[] = {
+      {1 << 20, 12.7}, {4 << 20, 19.4}, {16 << 20, 45.0}, {64 << 20, 117.6}};
+  for (const auto& [b, us] : reduce) EXPECT_DOUBLE_EQ(rk.atBytes(b / 16.0), us) << b;
+  // Between points linear, past the last on its slope: 8 MiB a channel.
+  EXPECT_DOUBLE_EQ(bk.atBytes(2 << 20), 55.1 + (150.5 - 55.1) / 3);
+  EXPECT_DOUBLE_EQ(bk.atBytes(8 << 20), 150.5 + (150.5 - 55.1) * 4 / 3);
+  // The root (the head) at 1 / 4 / 16 MiB: its own kernel, over its links.
+  for (std::uint64_t b : {1ULL << 20, 4ULL << 20, 16ULL << 20}) {
+    EXPECT_DOUBLE_EQ(bc(m, Func::Broadcast, b, 0, Proto::Simple), bk.atBytes(b / 16.0)) << b;
+    EXPECT_LT(bc(links, Func::Broadcast, b, 0, Proto::Simple), bk.atBytes(b / 16.0)) << b;
   }
-  // 4 MiB: 256 KiB a channel, one chunk of the kernel's copy.
-  const double kernel_4m = 12.0 + 262144.0 / 28.7e3;
-  EXPECT_NEAR(bc(m, Func::Broadcast, 4 << 20, 0, Proto::Simple), kernel_4m, 1e-9);
-  EXPECT_NEAR(kernel_4m, 22.1, 0.05 * 22.1);
+  EXPECT_NEAR(bc(links, Func::Broadcast, 1 << 20, 0, Proto::Simple), 10.73, 0.01);
+  // A member: the chain's fill once, then one operation a kernel of the members before it,
+  // each operation's own (a reduce's members run recvReduceSend, faster than recvCopySend).
+  for (Func f : {Func::Broadcast, Func::Reduce}) {
+    const double kernel = (f == Func::Reduce ? rk : bk).atBytes(65536);
+    const double alone = m.loopTimeAtRank(f, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 5, 0, 1);
+    EXPECT_GT(alone, kernel);
+    EXPECT_NEAR(bc(m, f, 1 << 20, 5, Proto::Simple) * 20, alone + 19 * kernel, 1e-9)
+        << model::toString(f);
+  }
   // From 64 MiB the links are slower than the kernel: unchanged.
   for (std::uint64_t b : {64ULL << 20, 1ULL << 30}) {
     for (int rank : {0, 5, 63}) {
@@ -192,26 +205,32 @@ TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
           << b << " " << rank;
     }
   }
-  // The reduce's root ends the 63-hop chain: its fill once, then the members' kernels.
-  // Measured on the H200 (rank 0 of 64, 20 back to back; 2026-12-05): 41.1 us an operation,
-  // where the model gave 25.6 with the chunks alone setting the pace.
-  const double root_alone =
-      m.loopTimeAtRank(Func::Reduce, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 0, 0, 1);
-  EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 0, Proto::Simple) * 20, root_alone + 19 * kernel_1m,
-              1e-9);
-  EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 0, Proto::Simple), 36.7, 0.05);
-  // Without the kernel: the members' fixed cost and chunks.
-  EXPECT_NEAR(bc(links, Func::Reduce, 1 << 20, 0, Proto::Simple), 33.6, 0.05);
+  // The reduce's root ends the 63-hop chain: its fill once, then an operation of the slowest
+  // member before it, the kernel (12.7 us at 1 MiB) where it is over a member's links. Measured
+  // on the H200 and the H100 (rank 0 of 64, 20 back to back; 2026-12-05): 41.1 us an operation.
+  EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 0, Proto::Simple), 35.17, 0.01);
+  EXPECT_NEAR(bc(links, Func::Reduce, 1 << 20, 0, Proto::Simple), 33.57, 0.01);
+  // At 16 MiB a member's NET crossing (its chunks over a channel's share of the NIC) is slower
+  // than the reduce kernel (45.0 us): the links set it.
+  EXPECT_DOUBLE_EQ(bc(m, Func::Reduce, 16 << 20, 0, Proto::Simple),
+                   bc(links, Func::Reduce, 16 << 20, 0, Proto::Simple));
   // Measured for Simple only: LL keeps the links' time.
+  EXPECT_TRUE(m.chainKernel(Func::Broadcast, Proto::LL).empty());
   EXPECT_DOUBLE_EQ(bc(m, Func::Broadcast, 1 << 20, 0, Proto::LL),
                    bc(links, Func::Broadcast, 1 << 20, 0, Proto::LL));
   // The whole operation (the chain's last member) is far slower than one kernel.
   EXPECT_DOUBLE_EQ(m.time(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16),
                    links.time(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16));
-  for (const char* name : {"chain_op_us", "chain_copy_gbps"}) {
-    ModelConfig bad;
-    bad.overrides.emplace_back(name, -1.0);
-    EXPECT_THROW(NcclModel(dgx(2), bad), InputError) << name;
+  // chain_kernel_scale multiplies the curve; 0 removes it; out of range is refused.
+  ModelConfig half;
+  half.overrides.emplace_back("chain_kernel_scale", 0.5);
+  EXPECT_DOUBLE_EQ(
+      NcclModel(dgx(2), half).chainKernel(Func::Broadcast, Proto::Simple).atBytes(65536), 14.3 / 2);
+  EXPECT_TRUE(links.chainKernel(Func::Reduce, Proto::Simple).empty());
+  for (double bad : {-1.0, 101.0}) {
+    ModelConfig mc;
+    mc.overrides.emplace_back("chain_kernel_scale", bad);
+    EXPECT_THROW(NcclModel(dgx(2), mc), InputError) << bad;
   }
 }
 

@@ -302,22 +302,24 @@ TEST(RingTiming, ChainReceivesComeDownTheChainFromItsHead) {
 // root on the H200 (rank 0 of 64, 20 back to back, 1 MiB, 2026-12-05) took 41.1 us an
 // operation where the chain's pace alone gave 25.6.
 TEST(RingTiming, ChainStreamsNoFasterThanItsSlowestMembersOperation) {
+  // 20 us and 10 GB/s (10'000 bytes a us) a channel.
+  const model::ChainKernel kKernel20us10GBps{{0, 20.0}, {100'000, 30.0}};
   constexpr RingHop kSlow{1000, 0.04, 0.0};
   RingChannel ring({kHop, kHop, kSlow}, kHop, 2, nullptr);
   constexpr int kSimple = 2;
   // Links: 5000 + 2 units x 2000 (kSlow's crossing) = 9000 ns; kernel: 20 us + 2 x 50'000 B at
   // 10 GB/s = 30'000 ns.
-  ring.setChainOpCost(kSimple, {5000, {20.0, 10.0}});
+  ring.setChainOpCost(kSimple, {5000, kKernel20us10GBps, kKernel20us10GBps});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, /*units=*/2).op, 30'000);
   EXPECT_EQ(ring.chainTo(5, 50'000).op, 0) << "units unknown";
-  ring.setChainOpCost(kSimple, {5000, {}});
+  ring.setChainOpCost(kSimple, {5000, {}, {}});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, 2).op, 9000) << "no kernel: the links";
   // kSlow as the real rank's own link: the members before it send over kHop.
   RingChannel own_slow({kSlow, kHop, kHop}, kHop, 2, nullptr);
-  own_slow.setChainOpCost(kSimple, {5000, {}});
+  own_slow.setChainOpCost(kSimple, {5000, {}, {}});
   EXPECT_EQ(own_slow.chainTo(2, 50'000, 0, 2).op, 7000);
   EXPECT_EQ(own_slow.chainTo(2, 50'000, 0, 2).pace, 2000) << "the chain's pace: its slowest";
-  ring.setChainOpCost(kSimple, {5000, {20.0, 10.0}});
+  ring.setChainOpCost(kSimple, {5000, kKernel20us10GBps, kKernel20us10GBps});
   ring.postRecv(0, 100, true, 1, -1, 0, 1);
   ring.startChain(0, 100, {5, 50'000, 0, 2});
   EXPECT_EQ(ring.recvArrival(1, 100, 4 << 20, 100), 100 + 12'000 + 2000);

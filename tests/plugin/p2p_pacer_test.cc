@@ -353,11 +353,11 @@ double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
          m.opOverheadUs(model::Algo::Ring, model::Proto::Simple) / iters;
 }
 
-// `n` nodes whose members' kernels never hold a chain back (model::StepOptions::chain_op_us
-// 0): the links and each operation's fixed cost alone.
+// `n` nodes whose members' kernels never hold a chain back (model.overrides
+// chain_kernel_scale 0): the links and each operation's fixed cost alone.
 Config linksOnly(int n) {
   Config cfg = nodes(n);
-  cfg.model.overrides.emplace_back("chain_op_us", 0.0);
+  cfg.model.overrides.emplace_back("chain_kernel_scale", 0.0);
   return cfg;
 }
 
@@ -408,7 +408,7 @@ TEST(P2pPacerChain, MemberOfChainsBackToBackTakesTheModelsLoop) {
 }
 
 // Up to ~16 MiB on 16 channels the members' kernels, not their links, set the chain's pace
-// (model::StepOptions::chain_op_us, chain_copy_GBps): back to back, the virtual members before
+// (model::StepOptions::chain_broadcast, chain_reduce): back to back, the virtual members before
 // R bring it an operation no sooner than one kernel after the last, as the model's loop has
 // it (broadcast: rank 5 of 64; reduce to rank 7: rank 5, 61 hops from the head, rank 8).
 TEST(P2pPacerChain, MembersKernelsPaceTheChainBackToBack) {

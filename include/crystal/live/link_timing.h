@@ -81,6 +81,7 @@ struct ChainRecv {
   std::uint64_t unit_bytes = 0;  // bytes of one transfer; 0: unknown (not timed as a chain)
   TimeNs issued = 0;             // when the program enqueued the operation; 0: unknown
   std::uint64_t units = 0;       // its transfers on this connection; 0: unknown
+  bool reduce = false;           // a reduce's chain (its members' kernel: ChainOpCost)
 };
 
 // Ring positions from the head of a broadcast's or reduce's chain to `rank` (rings run in

@@ -81,19 +81,22 @@ struct RingHop {
 // What a chain member (broadcast, reduce) spends on an operation besides its links' latency:
 // the model's fixed cost of one (`base_ns`, NcclModel::opOverheadUs) with its units' crossing
 // of its slower link, and no less than its kernel with peers that never make it wait
-// (`kernel`, NcclModel::chainKernel; none by default). Back to back a member runs its
-// operations one after the other, so no operation reaches the real rank sooner after the last
-// than the slowest member before it takes for one.
+// (`kernel` for a broadcast, `reduce_kernel` for a reduce: NcclModel::chainKernel; none by
+// default). Back to back a member runs its operations one after the other, so no operation
+// reaches the real rank sooner after the last than the slowest member before it takes for one.
 struct ChainOpCost {
   TimeNs base_ns = 0;
   model::ChainKernel kernel;
-  // One operation of `units` units of `bytes` over a link that a unit occupies `crossing_ns`.
-  [[nodiscard]] TimeNs opNs(std::uint64_t units, std::uint64_t bytes,
-                            TimeNs crossing_ns) const noexcept {
+  model::ChainKernel reduce_kernel;
+  // One operation (a reduce's with `reduce`) of `units` units of `bytes` over a link that a
+  // unit occupies `crossing_ns`.
+  [[nodiscard]] TimeNs opNs(std::uint64_t units, std::uint64_t bytes, TimeNs crossing_ns,
+                            bool reduce = false) const noexcept {
     if (units == 0) return 0;
+    const model::ChainKernel& k = reduce ? reduce_kernel : kernel;
     const double us =
-        kernel.memberOpUs(static_cast<double>(base_ns) / 1e3, static_cast<double>(units),
-                          static_cast<double>(bytes), static_cast<double>(crossing_ns) / 1e3);
+        k.memberOpUs(static_cast<double>(base_ns) / 1e3, static_cast<double>(units),
+                     static_cast<double>(bytes), static_cast<double>(crossing_ns) / 1e3);
     return static_cast<TimeNs>(us * 1e3 + 0.5);
   }
 };
@@ -142,7 +145,7 @@ class RingChannel {
     TimeNs fill = 0, pace = 0, last_hop = 0, op = 0;
   };
   [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0,
-                                    std::uint64_t units = 0);
+                                    std::uint64_t units = 0, bool reduce = false);
   // The operation whose first receive (`unit`, posted at `now`, postRecv's first = 1) was
   // just posted is a chain whose head is `c.hops` > 0 positions before the real rank, in
   // transfers of `c.unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
@@ -178,7 +181,7 @@ class RingChannel {
     return u >= op_first_ && u < sends_ && u + kWindow > sends_;
   }
   [[nodiscard]] ChainTiming chainToLocked(int hops, std::uint64_t bytes, int channels,
-                                          std::uint64_t units);
+                                          std::uint64_t units, bool reduce);
   // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
   void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
@@ -242,6 +245,7 @@ class RingChannel {
     int hops = 0;
     std::uint64_t unit_bytes = 0;
     int channels = 0;
+    bool reduce = false;  // a reduce's chain is another than a broadcast's
     bool operator==(const ChainKey&) const = default;
   } chain_key_;
   std::uint64_t chain_first_ = 0;

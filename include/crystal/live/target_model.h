@@ -46,9 +46,9 @@ class TargetModel {
   // A virtual sender's GPU pace per channel of a NET p2p connection, GB/s (0 = none: the
   // NIC's): NCCL's p2p kernel writes chunks at it (model p2p_net_channel_gbps).
   [[nodiscard]] virtual double p2pNetChannelGBps() const = 0;
-  // A broadcast's or reduce's member kernel with peers that never make it wait (model
-  // chain_op_us, chain_copy_gbps; {0, 0}: none).
-  [[nodiscard]] virtual model::ChainKernel chainKernel(model::Proto p) const = 0;
+  // A broadcast's or reduce's (`f`) member kernel with peers that never make it wait (model
+  // StepOptions::chain_broadcast, chain_reduce; empty: none).
+  [[nodiscard]] virtual model::ChainKernel chainKernel(model::Func f, model::Proto p) const = 0;
   [[nodiscard]] virtual const char* name() const = 0;
 };
 

@@ -129,8 +129,9 @@ class NcclModel {
   // What one channel of a NET p2p transfer moves per direction (the GPU's pace), GB/s; 0 =
   // no cap (model.overrides.p2p_net_channel_gbps).
   [[nodiscard]] double p2pNetChannelGBps() const;
-  // A chain member's kernel floor for protocol `p` (Simple only; see ChainKernel).
-  [[nodiscard]] ChainKernel chainKernel(Proto p) const;
+  // A chain member's kernel floor for a broadcast or reduce `f` (others: a broadcast's) of
+  // protocol `p` (Simple only; see ChainKernel).
+  [[nodiscard]] ChainKernel chainKernel(Func f, Proto p) const;
   // Ring collective whose members arrive at different times: finish time of each class
   // (us after the earliest arrival), from the step-level max-plus recurrence's closed form.
   [[nodiscard]] std::vector<double> ringFinishTimes(Func f, std::uint64_t bytes,
