@@ -312,6 +312,10 @@ TEST(RingTiming, ChainStreamsNoFasterThanItsSlowestMembersOperation) {
   ring.setChainOpCost(kSimple, {5000, kKernel20us10GBps, kKernel20us10GBps});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, /*units=*/2).op, 30'000);
   EXPECT_EQ(ring.chainTo(5, 50'000).op, 0) << "units unknown";
+  // A reduce's members run their own kernel (here 10 us and 10 GB/s: 20'000 ns).
+  ring.setChainOpCost(kSimple, {5000, kKernel20us10GBps, {{0, 10.0}, {100'000, 20.0}}});
+  EXPECT_EQ(ring.chainTo(5, 50'000, 0, 2, /*reduce=*/true).op, 20'000);
+  EXPECT_EQ(ring.chainTo(5, 50'000, 0, 2).op, 30'000) << "a broadcast's";
   ring.setChainOpCost(kSimple, {5000, {}, {}});
   EXPECT_EQ(ring.chainTo(5, 50'000, 0, 2).op, 9000) << "no kernel: the links";
   // kSlow as the real rank's own link: the members before it send over kHop.

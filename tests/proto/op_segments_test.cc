@@ -58,6 +58,7 @@ TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   EXPECT_EQ(b->chain_unit_bytes, 64u) << "1 KiB over 16 channels, one transfer each";
   EXPECT_EQ(b->chain_issued_ns, 777);
   EXPECT_EQ(b->transfers, 1u) << "the operation's transfers on the connection";
+  EXPECT_FALSE(b->chain_reduce);
   std::optional<OpSegments::Place> r;
   for (int i = 0; i < 8; ++i) r = ops.next();
   ASSERT_TRUE(r);
@@ -65,6 +66,7 @@ TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   EXPECT_EQ(r->chain_unit_bytes, 524288u) << "4 MiB a channel in 8 transfers: a chunk each";
   EXPECT_EQ(r->transfers, 8u);
   EXPECT_EQ(r->index, 7u);
+  EXPECT_TRUE(r->chain_reduce) << "its members run the reduce's kernel";
   const auto own = ops.next();
   (void)ops.next();
   ASSERT_TRUE(own);
@@ -77,6 +79,7 @@ TEST(OpSegments, ChainOperationsSayTheHopsFromTheirHead) {
   (void)ops.next();
   ASSERT_TRUE(ar);
   EXPECT_EQ(ar->chain_hops, -1);
+  EXPECT_FALSE(ar->chain_reduce);
   const auto tree = ops.next();
   ASSERT_TRUE(tree);
   EXPECT_EQ(tree->chain_hops, -1);
