@@ -350,22 +350,37 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
                         "graph capture; CRYSTAL_P2P_PACE=0 lets the virtual GPUs of this "
                         "rank's node run free instead");
   }
-  std::lock_guard lock(in_mu_);
   Op op;
   op.stream = stream;
   op.issued = live::nowNs();
-  op.before = event();
-  check(d_.eventRecord(op.before, stream), "cuEventRecord");
+  {
+    // Both of the operation's events from the pool now; recorded outside the lock: a driver
+    // call under in_mu_ would hold up the pacing thread's pass (which takes it every pass),
+    // and a pass the program's call.
+    std::lock_guard lock(in_mu_);
+    op.before = event();
+    op.after = event();
+  }
+  if (const cuda::Result r = d_.eventRecord(op.before, stream); r != cuda::kSuccess) {
+    std::lock_guard lock(in_mu_);
+    free_events_.insert(free_events_.end(), {op.before, op.after});
+    check(r, "cuEventRecord");
+  }
   return op;
 }
 
 void P2pAgent::after(const Op& op) {
+  if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
+    std::lock_guard lock(in_mu_);
+    free_events_.insert(free_events_.end(), {op.before, op.after});
+    check(r, "cuEventRecord");
+  }
+  bool launch_here = false;  // the pacing thread sleeps: this call launches the kernel
   {
     std::lock_guard lock(in_mu_);
     Pending p;
     p.before = op.before;
-    p.after = event();
-    check(d_.eventRecord(p.after, op.stream), "cuEventRecord");
+    p.after = op.after;
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
@@ -384,11 +399,13 @@ void P2pAgent::after(const Op& op) {
     if (word(table_->state).load(std::memory_order_acquire) != pa::kRunning) {
       word(table_->state).store(pa::kRunning, std::memory_order_relaxed);
       if (pacer_asleep_)
-        launch();
+        launch_here = true;
       else
         launch_wanted_ = true;
     }
   }
+  // Outside the lock too (a launch takes microseconds); only this call decided to launch.
+  if (launch_here) launch();
   wake_.notify_all();
 }
 

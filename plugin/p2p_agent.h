@@ -136,6 +136,7 @@ class P2pAgent {
   // stream under graph capture (the pacing needs the stream's events).
   struct Op {
     cuda::Event before = nullptr;
+    cuda::Event after = nullptr;  // taken with `before`, recorded by after()
     cuda::Stream stream = nullptr;
     live::TimeNs issued = 0;  // when before() was called (the program's call)
     int root = -1;            // ncclBroadcast/ncclReduce: the root (the interposer sets it)
