@@ -443,6 +443,82 @@ TEST(P2pPacerChain, PausedProgramRefillsTheChainEachOperation) {
   EXPECT_GT(paced, 1.3 * chainLoopUs(Func::Broadcast, 0, 64, 16, 5, 64 * MiB, 5, cfg));
 }
 
+// The NET path's chain (RingChannel::startChain): R receives a chain's units from a node's
+// last member over the NET, as NCCL's proxy posts them. Reduces (or broadcasts) to `root`
+// back to back, the program calling one every `call_ns` (0: all at the start) and R's GPU
+// instantaneous: each operation's receive on every channel is posted once the program called
+// it and its slot (8 back) is free, and R ends it when the last channel's arrived. Per
+// operation of the loop, us.
+double netChainLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes,
+                      int iters, const Config& cfg, TimeNs call_ns) {
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links = live::commLinks(plugin::PluginState::get().model(), cfg.cluster, n);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(channels);
+  std::vector<std::shared_ptr<live::RingChannel>> rings;
+  for (int c = 0; c < channels; ++c)
+    rings.push_back(plugin::makeRingChannel(links, rank, busy, connected));
+  live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, bytes, channels};
+  e.root = root;
+  const auto shape = plugin::ringOpShape(e, n, channels);
+  const int hops = *live::chainHops(root, f == Func::Reduce, rank, n);
+  const TimeNs start = 1'000'000'000;
+  std::vector<TimeNs> done;  // per unit of a channel (all channels alike but for their turn)
+  TimeNs end = start;
+  for (int i = 0; i < iters; ++i) {
+    const TimeNs issued = start + i * call_ns;
+    TimeNs op_end = end;
+    for (auto& ring : rings) {
+      for (std::uint64_t u = 0; u < shape.units; ++u) {
+        const std::uint64_t unit = static_cast<std::uint64_t>(i) * shape.units + u;
+        const TimeNs slot_free = unit >= 8 && unit - 8 < done.size() ? done[unit - 8] : issued;
+        const TimeNs posted = std::max(issued, slot_free);
+        ring->postRecv(unit, posted, unit == 0, 0, 2, channels, u == 0 ? 1 : 0);
+        if (u == 0)
+          ring->startChain(unit, posted,
+                           {hops, shape.unit_bytes, issued, shape.units, f == Func::Reduce},
+                           channels);
+        const auto due = ring->recvArrival(unit, posted, shape.unit_bytes, posted);
+        EXPECT_TRUE(due.has_value()) << "operation " << i;
+        if (!due) return -1;
+        // R's GPU ends a unit once it arrived and the one before it ended.
+        const TimeNs d = std::max(*due, unit > 0 && unit - 1 < done.size() ? done[unit - 1] : 0);
+        if (&ring == &rings.front()) done.push_back(d);
+        op_end = std::max(op_end, d);
+      }
+    }
+    for (auto& ring : rings) ring->recvDone(true);
+    end = op_end;
+  }
+  return static_cast<double>(end - start) / 1e3 / iters;
+}
+
+// The reduce's root of 64 (rank 0: the end of a 63-hop chain, whose last hop 63 -> 0 crosses
+// the NET) over the NET path, back to back: the model's loop (the chain's fill once, then an
+// operation of its slowest member), whether the program called them all at once or one every
+// 11 us (NCCL's host time a call), and an operation a call where the program calls them more
+// slowly than the chain runs them (R's call stands for the head's). The H100 measured 23.2 us
+// an operation at 1 MiB over 300 (twenty-third session), the model 15.8: not this logic's.
+TEST(NetChain, ReduceRootBackToBackTakesTheModelsLoop) {
+  const Config cfg = nodes(8);
+  for (std::uint64_t b : {MiB, 16 * MiB}) {
+    const double want = modelLoopUs(Func::Reduce, 0, 64, 16, 0, b, 300, cfg);
+    for (TimeNs call_ns : {TimeNs{0}, TimeNs{11'000}}) {
+      const double got = netChainLoopUs(Func::Reduce, 0, 64, 16, 0, b, 300, cfg, call_ns);
+      std::printf(
+          "reduce root of 64, %2llu MiB x 300, a call every %5.1f us: %6.2f us an "
+          "operation, model %6.2f\n",
+          static_cast<unsigned long long>(b / MiB), call_ns / 1e3, got, want);
+      EXPECT_NEAR(got, want, 0.01 * want) << b << " " << call_ns;
+    }
+  }
+  // Called every 30 us, slower than the chain: the first takes the chain's fill (one
+  // operation alone, the model's -n 1), every other one call.
+  const double slow = netChainLoopUs(Func::Reduce, 0, 64, 16, 0, MiB, 300, cfg, 30'000);
+  const double alone = modelLoopUs(Func::Reduce, 0, 64, 16, 0, MiB, 1, cfg);
+  EXPECT_NEAR(slow * 300 - 299 * 30.0, alone, 0.01 * alone);
+}
+
 // A pacer for rank `rank` of a comm of `nranks` over `cfg`'s nodes.
 std::unique_ptr<P2pPacer> pacerOf(int rank, int nranks, const Config& cfg) {
   plugin::PluginState::get().configure(cfg);
