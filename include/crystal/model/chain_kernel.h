@@ -53,16 +53,12 @@ struct ChainKernel {
     const double span = b.bytes - a.bytes;
     return span > 0 ? a.us + (bytes - a.bytes) * (b.us - a.us) / span : b.us;
   }
-  // One operation of `units` chunks of `unit_bytes` on a channel, us (0 without a floor).
-  [[nodiscard]] double us(double units, double unit_bytes) const {
-    return atBytes(units * unit_bytes);
-  }
   // A member's whole operation, us: the operation's fixed cost `base_us` and its units over
   // its slower link (`crossing_us` a unit), or this kernel, whichever is longer.
   [[nodiscard]] double memberOpUs(double base_us, double units, double unit_bytes,
                                   double crossing_us) const {
     const double links = base_us + units * crossing_us;
-    const double kernel = us(units, unit_bytes);
+    const double kernel = atBytes(units * unit_bytes);
     return links > kernel ? links : kernel;
   }
 };
