@@ -184,9 +184,10 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
   const auto key = std::make_tuple(op->func, op->root, shape_.unit_bytes);
   const bool streams = last_chain_ == key;
   last_chain_ = key;
-  const live::TimeNs first = (issued >= 0 ? std::min(issued, now) : now) + chain_.fill;
+  const live::TimeNs started = issued >= 0 ? std::min(issued, now) : now;
   for (auto& [ordinal, ch] : channels_) {
-    ch.chain_next = streams ? std::max({ch.chain_next, first, ch.chain_op_first + last_op}) : first;
+    ch.chain_next = live::chainFirstArrival(started, chain_.fill, streams, ch.chain_next,
+                                            ch.chain_op_first, last_op);
     ch.chain_op_first = ch.chain_next;
   }
 }

@@ -132,11 +132,10 @@ void RingChannel::startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c,
   chain_op_ = chain_last_ = c.hops > 0 && c.unit_bytes > 0;
   if (!chain_op_) return;
   const ChainTiming t = chainToLocked(c.hops, c.unit_bytes, channels, c.units, c.reduce);
-  TimeNs first = (c.issued > 0 ? std::min(c.issued, now) : now) + t.fill;
-  if (streams) {
-    first = std::max({first, chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_,
-                      chain_start_ + chain_op_ns_});
-  }
+  const TimeNs first =
+      chainFirstArrival(c.issued > 0 ? std::min(c.issued, now) : now, t.fill, streams,
+                        chain_start_ + static_cast<TimeNs>(unit - chain_first_) * chain_pace_,
+                        chain_start_, chain_op_ns_);
   chain_key_ = key;
   chain_first_ = unit;
   chain_start_ = first;

@@ -341,6 +341,18 @@ TEST(RingTiming, ChainStreamsNoFasterThanItsSlowestMembersOperation) {
   EXPECT_EQ(ring.recvArrival(4, 100'000, 4 << 20, 100'000), 102'000);
 }
 
+// The one rule both chains follow (RingChannel::startChain, P2pPacer::startChainOp).
+TEST(RingTiming, ChainFirstArrivalStreamsOnFromTheLastOperation) {
+  // Not streaming: the fill after the head started, whatever came before.
+  static_assert(chainFirstArrival(1000, 500, false, 99'000, 90'000, 50'000) == 1500);
+  // Streaming: the last one's units at the chain's pace came later.
+  static_assert(chainFirstArrival(1000, 500, true, 9000, 2000, 3000) == 9000);
+  // ... or one operation of the slowest member after the last one's first unit.
+  static_assert(chainFirstArrival(1000, 500, true, 4000, 2000, 3000) == 5000);
+  // ... or the program enqueued it later than both: its own fill.
+  EXPECT_EQ(chainFirstArrival(10'000, 500, true, 4000, 2000, 3000), 10'500);
+}
+
 TEST(LinkTiming, HostStreamEofMeansTheVirtualSenderIsGone) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

@@ -101,6 +101,21 @@ struct ChainOpCost {
   }
 };
 
+// When a chain operation's first unit reaches the real rank: a fill (ChainTiming::fill) after
+// its head started it (`started`: when the program enqueued it). Back to back with the same
+// chain (`streams`) the head starts the next when it ended the last, so the chain streams on:
+// no sooner than `paced` (the last operation's units kept coming at the chain's pace), nor
+// than an operation of the slowest member after the last one's first unit (`last_first` +
+// `last_op`, ChainTiming::op). One rule for the NET path's chains (RingChannel::startChain)
+// and the P2P pacer's (P2pPacer::startChainOp); docs/model.md "Broadcast and reduce back to
+// back" has the model's.
+[[nodiscard]] constexpr TimeNs chainFirstArrival(TimeNs started, TimeNs fill, bool streams,
+                                                 TimeNs paced, TimeNs last_first,
+                                                 TimeNs last_op) noexcept {
+  const TimeNs first = started + fill;
+  return streams ? std::max({first, paced, last_first + last_op}) : first;
+}
+
 class RingChannel {
  public:
   static constexpr int kStallSteps = 4;
