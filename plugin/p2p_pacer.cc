@@ -151,11 +151,13 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces).
     ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].seen : 0;
     ch.op_recv_done = 0;
-    if (ch.recv >= 0) {
-      Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
-      r.heads.clear();
-      r.head_at_op = r.seen;
-    }
+  }
+  // R's head changes a unit of this operation or a later one can still ask for (slotFree):
+  // within NCCL_STEPS of where it is now. The rest are dropped here, on every receive
+  // connection (a tree's own receive is never asked and would keep them all).
+  for (Conn& c : conns_) {
+    if (c.send) continue;
+    while (!c.heads.empty() && c.heads.front().first + kNcclSteps < c.seen) c.heads.pop_front();
   }
   if (op && op->algo == model::Algo::Tree && op->func == model::Func::AllReduce && make_tree_ &&
       plan_tree_)
@@ -288,14 +290,15 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   }
 }
 
-std::optional<live::TimeNs> P2pPacer::slotFree(Conn& c, std::uint64_t end,
-                                               live::TimeNs op_start) {
+std::optional<live::TimeNs> P2pPacer::slotFree(Conn& c, std::uint64_t end, live::TimeNs floor) {
   // R may receive into the slot of a unit ending at `end` once its head is within NCCL_STEPS.
   const std::uint64_t need = end > kNcclSteps ? end - kNcclSteps : 0;
-  if (c.head_at_op >= need) return op_start;
   while (!c.heads.empty() && c.heads.front().first < need) c.heads.pop_front();
-  if (c.heads.empty()) return std::nullopt;
-  return std::max(op_start, c.heads.front().second);
+  // The first head change that reached it (heads are kept from before the operation's
+  // start, see opStarted), or none remembered: free from before them all.
+  if (!c.heads.empty()) return std::max(floor, c.heads.front().second);
+  if (c.seen >= need) return floor;
+  return std::nullopt;
 }
 
 live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
@@ -383,17 +386,26 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
     // free); past them (NCCL cut the operation into more) one ahead of what R consumed.
     if (ch.op_recv_done >= shape_.units && value > c.seen) return kNever;
     const std::uint64_t end = ch.op_recv_base + (ch.op_recv_done + 1) * steps;
-    const auto free = slotFree(c, end, op_start_);
+    // No floor at the operation's start: back to back the member before R writes the next
+    // operation's units into R's free slots while R's kernel is still on the last one, as a
+    // target's sender runs ahead by NCCL's slots (the start plus the last hop's way held the
+    // reduce root, whose last hop is the NET's, ~13 us an operation on the GPU).
+    const auto free = slotFree(c, end, /*floor=*/0);
     if (!free) return kNever;  // R's slot: the next pass after R's head moved
     // The member before R writes the unit into R's slot once the chain brought it there and
     // the slot is free (a slow R: the chain had it waiting).
-    const live::TimeNs arrival = std::max(ch.chain_next, *free + chain_.last_hop);
+    live::TimeNs arrival = std::max(ch.chain_next, *free + chain_.last_hop);
+    // Past the operation's units (NCCL cut it into more than its shape says) the unit may be
+    // the next operation's first, which comes no sooner than the streaming rule lets it
+    // (chainFirstArrival): not at this one's pace right after its last.
+    const bool past = ch.op_recv_done >= shape_.units;
+    if (past) arrival = std::max(arrival, ch.chain_op_first + chain_.op);
     if (arrival > now) return arrival;
     ++ch.op_recv_done;
     value = std::max(value, end);
     due = arrival;
     op_released_ = true;
-    ch.chain_next += chain_.pace;
+    if (!past) ch.chain_next += chain_.pace;
   }
 }
 

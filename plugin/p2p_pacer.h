@@ -198,8 +198,8 @@ class P2pPacer {
     Channel* ch = nullptr;  // its ring channel (channels_, by ordinal)
     std::uint64_t seen = 0;      // R's counter in the pool block
     std::uint64_t released = 0;  // recv: the value of R's own tail, released so far
-    // recv: R's head at the operation's start, and its changes since (value, time).
-    std::uint64_t head_at_op = 0;
+    // recv: R's head changes (value, time), from within NCCL_STEPS before the operation's
+    // start.
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
@@ -215,10 +215,11 @@ class P2pPacer {
                            live::TimeNs& due);
   // Symmetric operations: unit k's arrival after the operation started.
   [[nodiscard]] live::TimeNs scheduled(std::uint64_t k);
-  // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, or nullopt.
-  // Drops the head changes no later unit can need (its `need` only grows).
+  // The recv slot of `end` is free (R's head within NCCL_STEPS of it): when, no earlier than
+  // `floor` (a ring's: the operation's start), or nullopt. Drops the head changes no later
+  // unit can need (its `need` only grows).
   [[nodiscard]] static std::optional<live::TimeNs> slotFree(Conn& c, std::uint64_t end,
-                                                            live::TimeNs op_start);
+                                                            live::TimeNs floor);
 
   // A ring broadcast or reduce with its root known: the members before R in its chain (0: R
   // heads it; more: R's receives come at the chain's pace from its head, see the header
