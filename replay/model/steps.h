@@ -45,16 +45,17 @@ struct StepOptions {
   // (NcclModel::loopTimeAtRank); it binds up to ~16 MiB on 16 channels. Measured with NCCL
   // 2.28.9, the real rank of 64 under emulation.p2p_peers with free-running peers
   // (CRYSTAL_P2P_PACE=0), 16 channels, 300 back to back (docs/model.md "Broadcast and reduce
-  // back to back"; tests/gpu/hybrid/README.md, twenty-third session). Broadcast (the root's
-  // send and a member's recvCopySend took the same within 3 %): 1 / 4 MiB 14.3 / 22.1 us on
-  // the H200, 16 / 64 MiB 55.1 / 150.5 on the H100 (whose 1 / 4 MiB read 14.8 / 23.0). Reduce
-  // (a member's recvReduceSend; the root's recvReduceCopy 3-7 % less), H100: 1 / 4 / 16 / 64
-  // MiB 12.7 / 19.4 / 45.0 / 117.6 (up to 1 MiB the program's host time, ~12 us an operation,
-  // bounds it). `chain_kernel_scale` multiplies both (0: no floor).
+  // back to back"; tests/gpu/hybrid/README.md, twenty-third and twenty-fourth sessions), on
+  // the H200 (the built-in target's GPU). Broadcast (the root's send; a member's recvCopySend
+  // took the same within 3 % on the H100): 1 / 4 / 16 / 64 MiB 14.3 / 22.1 / 53.2 / 135.7 us.
+  // Reduce (a member's recvReduceSend): the H100's member at 1 / 4 MiB, 12.7 / 19.4 (up to 1
+  // MiB the program's host time, ~12 us an operation, bounds it); at 16 / 64 MiB the H200's
+  // root (recvReduceCopy, 41.0 / 101.5) times the H100's member/root ratio there (1.027):
+  // 42.1 / 104.2. `chain_kernel_scale` multiplies both (0: no floor).
   ChainKernel chain_broadcast{
-      {0, 12.0}, {64 << 10, 14.3}, {256 << 10, 22.1}, {1 << 20, 55.1}, {4 << 20, 150.5}};
+      {0, 12.0}, {64 << 10, 14.3}, {256 << 10, 22.1}, {1 << 20, 53.2}, {4 << 20, 135.7}};
   ChainKernel chain_reduce{
-      {0, 11.4}, {64 << 10, 12.7}, {256 << 10, 19.4}, {1 << 20, 45.0}, {4 << 20, 117.6}};
+      {0, 11.4}, {64 << 10, 12.7}, {256 << 10, 19.4}, {1 << 20, 42.1}, {4 << 20, 104.2}};
 };
 
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call

@@ -162,8 +162,8 @@ TEST(LoopTimeAtRank, RootEndsAWindowAheadOfTheChain) {
 // No member of a chain runs faster than its own kernel with peers that never make it wait
 // (StepOptions::chain_broadcast, chain_reduce: measured points, linear between). Measured with
 // the real rank of 64 and free-running peers, 300 back to back (2026-12-05): broadcast 1 / 4
-// MiB 14.3 / 22.1 us an operation on the H200, 16 / 64 MiB 55.1 / 150.5 on the H100; reduce
-// (a member) 12.7 / 19.4 / 45.0 / 117.6 at 1 / 4 / 16 / 64 MiB on the H100.
+// / 16 / 64 MiB 14.3 / 22.1 / 53.2 / 135.7 us an operation on the H200; reduce (a member)
+// 12.7 / 19.4 at 1 / 4 MiB on the H100, 42.1 / 104.2 at 16 / 64 MiB (the H200's root, scaled).
 TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   const NcclModel m(dgx(8), {}), links(dgx(8), linksOnly());
   const CommShape s = full(8);
@@ -174,14 +174,14 @@ TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   const ChainKernel bk = m.chainKernel(Func::Broadcast, Proto::Simple);
   const ChainKernel rk = m.chainKernel(Func::Reduce, Proto::Simple);
   const std::pair<std::uint64_t, double> bcast[] = {
-      {1 << 20, 14.3}, {4 << 20, 22.1}, {16 << 20, 55.1}, {64 << 20, 150.5}};
+      {1 << 20, 14.3}, {4 << 20, 22.1}, {16 << 20, 53.2}, {64 << 20, 135.7}};
   for (const auto& [b, us] : bcast) EXPECT_DOUBLE_EQ(bk.atBytes(b / 16.0), us) << b;
   const std::pair<std::uint64_t, double> reduce[] = {
-      {1 << 20, 12.7}, {4 << 20, 19.4}, {16 << 20, 45.0}, {64 << 20, 117.6}};
+      {1 << 20, 12.7}, {4 << 20, 19.4}, {16 << 20, 42.1}, {64 << 20, 104.2}};
   for (const auto& [b, us] : reduce) EXPECT_DOUBLE_EQ(rk.atBytes(b / 16.0), us) << b;
   // Between points linear, past the last on its slope: 8 MiB a channel.
-  EXPECT_DOUBLE_EQ(bk.atBytes(2 << 20), 55.1 + (150.5 - 55.1) / 3);
-  EXPECT_DOUBLE_EQ(bk.atBytes(8 << 20), 150.5 + (150.5 - 55.1) * 4 / 3);
+  EXPECT_DOUBLE_EQ(bk.atBytes(2 << 20), 53.2 + (135.7 - 53.2) / 3);
+  EXPECT_DOUBLE_EQ(bk.atBytes(8 << 20), 135.7 + (135.7 - 53.2) * 4 / 3);
   // The root (the head) at 1 / 4 / 16 MiB: its own kernel, over its links.
   for (std::uint64_t b : {1ULL << 20, 4ULL << 20, 16ULL << 20}) {
     EXPECT_DOUBLE_EQ(bc(m, Func::Broadcast, b, 0, Proto::Simple), bk.atBytes(b / 16.0)) << b;
@@ -211,7 +211,7 @@ TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   EXPECT_NEAR(bc(m, Func::Reduce, 1 << 20, 0, Proto::Simple), 35.17, 0.01);
   EXPECT_NEAR(bc(links, Func::Reduce, 1 << 20, 0, Proto::Simple), 33.57, 0.01);
   // At 16 MiB a member's NET crossing (its chunks over a channel's share of the NIC) is slower
-  // than the reduce kernel (45.0 us): the links set it.
+  // than the reduce kernel (42.1 us): the links set it.
   EXPECT_DOUBLE_EQ(bc(m, Func::Reduce, 16 << 20, 0, Proto::Simple),
                    bc(links, Func::Reduce, 16 << 20, 0, Proto::Simple));
   // Measured for Simple only: LL keeps the links' time.
