@@ -466,7 +466,8 @@ TEST(P2pPacerChain, MembersKernelsPaceTheChainBackToBack) {
 // R's start plus the last hop's way (the reduce root's is the NET's: 1 MiB paced 23-24 us on
 // the GPU against a free kernel's 11.6, twenty-third and twenty-fourth sessions). A unit
 // released past an operation's end (one ahead of what R consumed) is the next one's first: it
-// does not push the next one's units a pace later (R at 19 us a chunk: 183.8 us).
+// does not push the next one's units a pace later (it did: R at 20.5 us a chunk read 183.8 us
+// an operation, now 175.4, the model 172.3).
 TEST(P2pPacerChain, RsOwnKernelAndStartLagDoNotHoldTheChainBack) {
   const Config cfg = nodes(8);
   struct Case {
