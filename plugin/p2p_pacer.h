@@ -139,6 +139,11 @@ class P2pPacer {
   // index (observe/release use it).
   int add(bool send, int ordinal, bool tree_only = false, bool tree_parent = true);
   [[nodiscard]] int size() const { return static_cast<int>(conns_.size()); }
+  // R's head changes kept for receive connection `i` (slotFree's memory): those of the current
+  // operation and from within NCCL_STEPS before its start.
+  [[nodiscard]] std::size_t headsKept(int i) const {
+    return i >= 0 && i < size() ? conns_[static_cast<std::size_t>(i)].heads.size() : 0;
+  }
   // Channels with a paced send and no paced receive, by ordinal, that have no NET ring yet.
   [[nodiscard]] std::vector<int> wantNetRings() const;
   // The NET path's RingChannel receiving for channel `ordinal` (see the header comment).

@@ -247,5 +247,28 @@ TEST(P2pPacerTree, TreeOnlyReceiveOutsideATreeOperationRunsOneAhead) {
   EXPECT_EQ(out[0].value, 2u);
 }
 
+// The pacer remembers R's head changes only as far back as a later unit can ask (NCCL_STEPS
+// before an operation's start), on every receive connection: a tree's own receive, which no
+// release asks, kept every change of every operation before (a long run of tree all-reduces
+// grew it by an operation's units each time).
+TEST(P2pPacerTree, HeadChangesKeptStayBoundedOverManyOperations) {
+  constexpr int kChannels = 2;
+  Tree t = connect(64, kChannels, 13, eightNodes());
+  const live::CollectiveEntry e{Func::AllReduce, model::Algo::Tree, model::Proto::Simple, 16 * MiB,
+                                kChannels};
+  const std::uint64_t units = 16 * MiB / kChannels / (512 * 1024);  // 16 a channel
+  TimeNs start = 1'000'000'000;
+  for (int i = 0; i < 40; ++i) {
+    const Result r = runOp(t, e, units, start);
+    ASSERT_FALSE(r.stalled) << "op " << i;
+    start = r.end + 1000;
+  }
+  // One more operation's start drops what no unit can ask any more.
+  t.pacer->opStarted(start, e);
+  for (const Pipe& p : t.pipes)
+    EXPECT_LE(t.pacer->headsKept(p.recv_conn), static_cast<std::size_t>(plugin::kNcclSteps) + 1)
+        << "connection " << p.recv_conn << " after 40 operations of " << units << " units";
+}
+
 }  // namespace
 }  // namespace crystal::test
