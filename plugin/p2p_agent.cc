@@ -362,17 +362,20 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
     op.after = event();
   }
   if (const cuda::Result r = d_.eventRecord(op.before, stream); r != cuda::kSuccess) {
-    std::lock_guard lock(in_mu_);
-    free_events_.insert(free_events_.end(), {op.before, op.after});
+    giveBack(op);
     check(r, "cuEventRecord");
   }
   return op;
 }
 
+void P2pAgent::giveBack(const Op& op) {
+  std::lock_guard lock(in_mu_);
+  free_events_.insert(free_events_.end(), {op.before, op.after});
+}
+
 void P2pAgent::after(const Op& op) {
   if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
-    std::lock_guard lock(in_mu_);
-    free_events_.insert(free_events_.end(), {op.before, op.after});
+    giveBack(op);
     check(r, "cuEventRecord");
   }
   bool launch_here = false;  // the pacing thread sleeps: this call launches the kernel

@@ -156,6 +156,7 @@ class P2pAgent {
   // thread sleeps. Never both for one launch: the one that sets the state to running decides.
   void launch();
   [[nodiscard]] cuda::Event event();  // under in_mu_
+  void giveBack(const Op& op);        // an operation's events back to the pool (a failed record)
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
   void findNetRings();

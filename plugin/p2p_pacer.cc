@@ -384,7 +384,8 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
   for (;;) {
     // Open loop within the operation's units (the kernel holds a unit until R's slot is
     // free); past them (NCCL cut the operation into more) one ahead of what R consumed.
-    if (ch.op_recv_done >= shape_.units && value > c.seen) return kNever;
+    const bool past = ch.op_recv_done >= shape_.units;
+    if (past && value > c.seen) return kNever;
     const std::uint64_t end = ch.op_recv_base + (ch.op_recv_done + 1) * steps;
     // No floor at the operation's start: back to back the member before R writes the next
     // operation's units into R's free slots while R's kernel is still on the last one, as a
@@ -398,7 +399,6 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
     // Past the operation's units (NCCL cut it into more than its shape says) the unit may be
     // the next operation's first, which comes no sooner than the streaming rule lets it
     // (chainFirstArrival): not at this one's pace right after its last.
-    const bool past = ch.op_recv_done >= shape_.units;
     if (past) arrival = std::max(arrival, ch.chain_op_first + chain_.op);
     if (arrival > now) return arrival;
     ++ch.op_recv_done;
