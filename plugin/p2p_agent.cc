@@ -388,6 +388,7 @@ void P2pAgent::after(const Op& op) {
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
     p.issued = op.issued;
+    p.seq = ++ops_queued_;
     if (p.entry &&
         (p.entry->func == model::Func::Broadcast || p.entry->func == model::Func::Reduce))
       p.entry->root = op.root;
@@ -556,6 +557,12 @@ void P2pAgent::run() {
         if (ops_.empty() && !free_running_) pacer_.opsDone();
       }
       if (free_running_) continue;
+      // The operation queued after the one R's stream is in: a chain streams into it.
+      const bool has_next = ops_.size() > 1 && ops_.front().started;
+      if (const std::uint64_t next = has_next ? ops_[1].seq : 0; next != next_told_) {
+        next_told_ = next;
+        pacer_.nextOp(has_next ? ops_[1].entry : std::nullopt, has_next ? ops_[1].issued : -1);
+      }
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       seen.resize(n, 0);
       seen_t_.resize(n, 0);

@@ -171,6 +171,7 @@ class P2pAgent {
     cuda::Event before = nullptr, after = nullptr;
     std::optional<live::CollectiveEntry> entry;
     live::TimeNs issued = -1;
+    std::uint64_t seq = 0;  // from 1, in the order after() queued them
     bool started = false;
   };
 
@@ -223,6 +224,8 @@ class P2pAgent {
   live::TimeNs lead_at_ = 0;
   std::uint64_t lead_passes_ = 0;
   std::deque<Pending> ops_;
+  std::uint64_t ops_queued_ = 0;  // in_mu_: Pending::seq of the last one queued
+  std::uint64_t next_told_ = 0;   // the operation the pacer was told comes next (0: none)
   std::atomic<std::uint64_t> ops_done_{0};
   std::atomic<std::uint64_t> chain_ops_{0};  // started as a chain R receives in (stateLine)
   std::thread thread_;

@@ -119,11 +119,15 @@ void P2pPacer::opsDone() { endOp(); }
 void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
                          live::TimeNs issued) {
   endOp();
+  // Units released past the last chain operation's: the next one's first (nextOp), or one
+  // ahead of what R consumed. startChainOp counts them if this one streams on from it.
+  for (auto& [ordinal, ch] : channels_)
+    ch.carried = chain_op_ && ch.op_recv_done > shape_.units ? ch.op_recv_done - shape_.units : 0;
+  next_streams_ = false;
   in_op_ = true;
   op_start_ = now;
   op_released_ = false;
-  int connected = 0;
-  for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
+  const int connected = connectedChannels();
   shape_ = ringOpShape(op, nranks_, connected);
   op_channels_ = op && op->channels > 0 ? op->channels : 0;
   sched_.clear();
@@ -187,11 +191,40 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
   const bool streams = last_chain_ == key;
   last_chain_ = key;
   const live::TimeNs started = issued >= 0 ? std::min(issued, now) : now;
+  const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
     ch.chain_next = live::chainFirstArrival(started, chain_.fill, streams, ch.chain_next,
                                             ch.chain_op_first, last_op);
     ch.chain_op_first = ch.chain_next;
+    if (!streams || ch.carried == 0 || ch.recv < 0) continue;
+    // The last operation released this one's first units (as its chain brought them): they
+    // count from where the last one's ended, which R's head may have passed already (its
+    // kernel found them and went on before this thread saw the stream reach the operation).
+    const Conn& c = conns_[static_cast<std::size_t>(ch.recv)];
+    const std::uint64_t ahead = std::min(ch.carried, shape_.units);
+    const std::uint64_t boundary = c.released >= ahead * steps ? c.released - ahead * steps : 0;
+    ch.op_recv_base = std::min(c.seen, boundary);
+    ch.op_recv_done = ahead;
+    ch.chain_next += static_cast<live::TimeNs>(ahead) * chain_.pace;
   }
+}
+
+int P2pPacer::connectedChannels() const {
+  int connected = 0;
+  for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
+  return connected;
+}
+
+void P2pPacer::nextOp(const std::optional<live::CollectiveEntry>& op, live::TimeNs issued) {
+  next_streams_ = false;
+  next_issued_ = issued;
+  if (!op || !in_op_ || !chain_op_ || !last_chain_) return;
+  const std::optional<int> hops = chainHops(op);
+  if (!hops || *hops <= 0) return;
+  const RingOpShape next = ringOpShape(op, nranks_, connectedChannels());
+  const int channels = op->channels > 0 ? op->channels : 0;
+  next_streams_ = *last_chain_ == std::make_tuple(op->func, op->root, next.unit_bytes) &&
+                  next.units == shape_.units && channels == op_channels_;
 }
 
 int P2pPacer::treeOf(int ordinal, std::size_t index, std::size_t count) const {
@@ -383,9 +416,13 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
   const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (;;) {
     // Open loop within the operation's units (the kernel holds a unit until R's slot is
-    // free); past them (NCCL cut the operation into more) one ahead of what R consumed.
+    // free). Past them, the next operation's where it streams on from this one (nextOp), up
+    // to an operation's; else one ahead of what R consumed (NCCL cut this one into more, or
+    // the next one is not known yet).
     const bool past = ch.op_recv_done >= shape_.units;
-    if (past && value > c.seen) return kNever;
+    const std::uint64_t next_unit = past ? ch.op_recv_done - shape_.units : 0;
+    const bool next_op = past && next_streams_ && next_unit < shape_.units;
+    if (past && !next_op && value > c.seen) return kNever;
     const std::uint64_t end = ch.op_recv_base + (ch.op_recv_done + 1) * steps;
     // No floor at the operation's start: back to back the member before R writes the next
     // operation's units into R's free slots while R's kernel is still on the last one, as a
@@ -396,10 +433,17 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
     // The member before R writes the unit into R's slot once the chain brought it there and
     // the slot is free (a slow R: the chain had it waiting).
     live::TimeNs arrival = std::max(ch.chain_next, *free + chain_.last_hop);
-    // Past the operation's units (NCCL cut it into more than its shape says) the unit may be
-    // the next operation's first, which comes no sooner than the streaming rule lets it
-    // (chainFirstArrival): not at this one's pace right after its last.
-    if (past) arrival = std::max(arrival, ch.chain_op_first + chain_.op);
+    // Past the operation's units the unit is the next operation's, which comes no sooner
+    // than the streaming rule lets it (chainFirstArrival, as startChainOp will have it): not
+    // at this one's pace right after its last.
+    if (next_op) {
+      const live::TimeNs first =
+          live::chainFirstArrival(next_issued_ >= 0 ? next_issued_ : op_start_, chain_.fill, true,
+                                  ch.chain_next, ch.chain_op_first, chain_.op);
+      arrival = std::max(arrival, first + static_cast<live::TimeNs>(next_unit) * chain_.pace);
+    } else if (past) {
+      arrival = std::max(arrival, ch.chain_op_first + chain_.op);
+    }
     if (arrival > now) return arrival;
     ++ch.op_recv_done;
     value = std::max(value, end);

@@ -154,6 +154,13 @@ class P2pPacer {
   // broadcast or reduce stands for when its head started it (every rank runs the program).
   void opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
                  live::TimeNs issued = -1);
+  // The operation queued after the current one in R's stream (nullopt: none, or none yet);
+  // `issued` as opStarted's. When the current one is a chain R receives in and the next is the
+  // same chain (function, root, units), the member before R streams into it: the next one's
+  // units come into R's free slots at the chain's pace before R's stream reaches it, as a
+  // target's sender runs ahead by NCCL's slots, and R's kernel finds them there. Else, past
+  // the current operation's units, one ahead of what R consumed (releaseChain).
+  void nextOp(const std::optional<live::CollectiveEntry>& op, live::TimeNs issued = -1);
   // The stream went past every operation enqueued: receives outstanding end.
   void opsDone();
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
@@ -186,6 +193,9 @@ class P2pPacer {
     // chain's own clock (it does not wait for R, only R's slots do).
     live::TimeNs chain_next = 0;
     live::TimeNs chain_op_first = 0;  // when the chain operation's first unit was due
+    // Units released past the last chain operation's: the next one's first, when it streams
+    // on from it (opStarted counts them as its own).
+    std::uint64_t carried = 0;
     // Tree all-reduces: the tree-only connectors, the channel's timing and, per operation,
     // its first unit, R's sends up and down, the receive slices from the child released and
     // R's head of that connector when the operation started. The receives from the parent
@@ -208,6 +218,7 @@ class P2pPacer {
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
+  [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
   // opStarted for a tree all-reduce: the channels' trees, the plan, the units' base.
   void startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, int connected);
   // opStarted for a chain operation R receives in (chainHops): its timing and where the
@@ -254,6 +265,10 @@ class P2pPacer {
   bool chain_head_ = false;  // R heads the current chain operation: its receives stay
   live::RingChannel::ChainTiming chain_;
   std::optional<std::tuple<model::Func, int, std::uint64_t>> last_chain_;
+  // nextOp: the operation after the current chain operation streams on from it, and when the
+  // program called it (-1: unknown).
+  bool next_streams_ = false;
+  live::TimeNs next_issued_ = -1;
   // Tree all-reduces: the timings' factory and plans, and the current operation's plan (its
   // TreeChannels ask for it through the box when the operation's first unit is posted).
   MakeTree make_tree_;
