@@ -13,11 +13,7 @@
 // global timer, shared memory); one more warp (`kReaderThreads`) copies the table's words the
 // CPU writes (`release`, `occupancy`, `unit_steps`, `n`, `want`) into shared memory, so a
 // PCIe read of mapped host memory (~8 us on the H200 host) delays only the CPU's releases,
-// never the kernel's reaction to R. A pass reads the header and the `release` words of the
-// connections in use; `occupancy` and `unit_steps` (set once an operation) only in the pass
-// after `pace_gen` changed: a pass is a round trip over PCIe, and reading every word of all
-// kMaxConns connections each pass took ~3 us a pass and ~8 us from a release to its store
-// (H100, 2026-12-05).
+// never the kernel's reaction to R.
 //
 // Lifetime (the flag writer's protocol, flag_ring.h): the kernel runs while `want` is 1.
 // Seeing 0 it sets state = kExiting, fences, and looks again; still 0 -> it returns. The CPU
@@ -46,7 +42,7 @@ struct Table {
   std::uint32_t want;   // CPU: 1 = keep running
   std::uint32_t state;  // kRunning / kExiting (0 before the first launch)
   std::uint32_t n;      // connections in use
-  std::uint32_t pace_gen;  // CPU: bumped after it set `occupancy` and `unit_steps` anew
+  std::uint32_t pad0;
   std::uint64_t starts;  // kernels that started (diagnostics)
   std::uint32_t trace;   // CPU: 1 = stamp times (read once per kernel start)
   std::uint32_t pad1;

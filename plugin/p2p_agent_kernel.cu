@@ -55,49 +55,30 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     constexpr unsigned kPer = pa::kMaxConns / pa::kReaderThreads;
     const unsigned long long passes_before = lane == 0 ? t->passes : 0;
     unsigned long long passes = 0;
-    unsigned loaded = 0;         // connections whose words this pass reads (the last pass's n)
-    unsigned pace_seen = 0;      // the pace_gen whose words are in shared memory
-    bool pace_due = true;        // read occupancy and unit_steps this pass
     for (;;) {
-      // Loads first, uses after: one PCIe round trip per pass. Only the connections in use,
-      // and their send pace only after the CPU said it changed (it wrote the words before it
-      // raised pace_gen, which a pass before this one saw).
+      // Loads first, uses after: one PCIe round trip per pass.
       const unsigned n = t->n;
       const unsigned want = t->want;
-      const unsigned pace_gen = t->pace_gen;
-      const bool pace = pace_due;
       unsigned long long r[kPer], o[kPer];
       unsigned st[kPer];
 #pragma unroll
       for (unsigned k = 0; k < kPer; ++k) {
         const unsigned j = lane + k * pa::kReaderThreads;
-        if (j < loaded) {
-          r[k] = t->release[j];
-          if (pace) {
-            o[k] = t->occupancy[j];
-            st[k] = t->unit_steps[j];
-          }
-        }
+        r[k] = t->release[j];
+        o[k] = t->occupancy[j];
+        st[k] = t->unit_steps[j];
       }
 #pragma unroll
       for (unsigned k = 0; k < kPer; ++k) {
         const unsigned j = lane + k * pa::kReaderThreads;
-        if (j < loaded) {
-          release[j] = r[k];
-          if (pace) {
-            occupancy[j] = o[k];
-            steps[j] = st[k];
-          }
-        }
+        release[j] = r[k];
+        occupancy[j] = o[k];
+        steps[j] = st[k];
       }
       __threadfence_block();
       __syncwarp();
-      // The next pass: the connections raised by now (their words were filled before n was),
-      // and the pace if it changed since the last read of it.
-      pace_due = pace_gen != pace_seen || n > loaded;
-      pace_seen = pace_gen;
       if (lane == 0) {
-        *n_ready = loaded;  // the connections' words above were filled before n was raised
+        *n_ready = n;  // the connections' words above were filled before n was raised
         t->passes = passes_before + ++passes;
         t->gpu_now = globalTimer();  // the CPU maps seen_at onto its clock with it
         if (want == 0) {
@@ -109,7 +90,6 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
             t->state = pa::kRunning;
         }
       }
-      loaded = n < pa::kMaxConns ? n : pa::kMaxConns;
       __syncwarp();
       if (*leave) break;
     }
