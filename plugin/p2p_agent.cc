@@ -440,10 +440,8 @@ void P2pAgent::publishSendPace() {
   for (std::uint32_t i = 0; i < n; ++i) {
     if (table_->kind[i] == 0) continue;
     word(table_->unit_steps[i]).store(steps, std::memory_order_relaxed);
-    word(table_->occupancy[i]).store(occupancy, std::memory_order_relaxed);
+    word(table_->occupancy[i]).store(occupancy, std::memory_order_release);
   }
-  // The kernel reads the words above in the pass after it saw this change.
-  word(table_->pace_gen).fetch_add(1, std::memory_order_release);
 }
 
 void P2pAgent::updateLead(live::TimeNs now) {
@@ -634,7 +632,6 @@ void P2pAgent::run() {
         word(table_->occupancy[i]).store(0, std::memory_order_release);
         word(table_->release[i]).store(std::uint64_t{1} << 62, std::memory_order_release);
       }
-      word(table_->pace_gen).fetch_add(1, std::memory_order_release);
     }
   }
 }
