@@ -223,7 +223,6 @@ P2pAgent::~P2pAgent() {
   {
     std::lock_guard lock(in_mu_);
     stopping_ = true;
-    inbox_.store(true, std::memory_order_release);
     if (table_) word(table_->want).store(0, std::memory_order_release);
   }
   wake_.notify_all();
@@ -231,7 +230,7 @@ P2pAgent::~P2pAgent() {
   // Events go (a pending record finishes on its own); the stream goes once its kernel left
   // (want is 0); the module and the table stay, in case it has not yet.
   {
-    std::scoped_lock lock(in_mu_, events_mu_);
+    std::lock_guard lock(in_mu_);
     for (const Pending& p : ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
     for (const Pending& p : in_ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
     ops_.clear();
@@ -302,7 +301,6 @@ bool P2pAgent::add(P2pConnection c) {
     if (conns_ >= pa::kMaxConns) return false;
     ++conns_;
     in_conns_.push_back(c);
-    inbox_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   return true;
@@ -356,9 +354,10 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
   op.stream = stream;
   op.issued = live::nowNs();
   {
-    // Both of the operation's events from the pool now (its own lock: the pacing thread
-    // takes it only to give events back); recorded outside it.
-    std::lock_guard lock(events_mu_);
+    // Both of the operation's events from the pool now; recorded outside the lock: a driver
+    // call under in_mu_ would hold up the pacing thread's pass (which takes it every pass),
+    // and a pass the program's call.
+    std::lock_guard lock(in_mu_);
     op.before = event();
     op.after = event();
   }
@@ -370,7 +369,7 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
 }
 
 void P2pAgent::giveBack(const Op& op) {
-  std::lock_guard lock(events_mu_);
+  std::lock_guard lock(in_mu_);
   free_events_.insert(free_events_.end(), {op.before, op.after});
 }
 
@@ -396,7 +395,6 @@ void P2pAgent::after(const Op& op) {
     while (log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; })) {
     }
     in_ops_.push_back(std::move(p));
-    inbox_.store(true, std::memory_order_release);
     // The kernel runs from here, not from before(): NCCL's call may set up connections, and
     // what it does then (allocations, copies) must not wait behind a kernel that waits for
     // the call to end. R's kernel may start a few microseconds before the agent; it waits.
@@ -494,16 +492,8 @@ void P2pAgent::run() {
   live::TimeNs progress_at = live::nowNs();
   for (;;) {
     bool launch_now = false;  // after() left the kernel's launch to this thread
-    if (!done_events.empty()) {
-      std::lock_guard lock(events_mu_);
-      free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
-      done_events.clear();
-    }
-    // With operations outstanding and nothing handed over, no lock: the program's thread
-    // takes it in every call (after()), and a pass that held it as often made that call wait.
-    if (ops_.empty() || inbox_.load(std::memory_order_acquire)) {
+    {
       std::unique_lock lock(in_mu_);
-      inbox_.store(false, std::memory_order_relaxed);
       // Idle: spin a while (a program's next collective usually follows at once, and a
       // wake-up would start its timing late), then sleep.
       if (ops_.empty() && in_ops_.empty() && in_conns_.empty() && !stopping_ &&
@@ -512,6 +502,8 @@ void P2pAgent::run() {
         wake_.wait_for(lock, std::chrono::milliseconds(20));
         pacer_asleep_ = false;
       }
+      free_events_.insert(free_events_.end(), done_events.begin(), done_events.end());
+      done_events.clear();
       if (stopping_) return;
       for (const auto& c : in_conns_) takeConnection(c);
       in_conns_.clear();

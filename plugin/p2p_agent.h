@@ -155,7 +155,7 @@ class P2pAgent {
   // The kernel's launch: by the pacing thread (launch_wanted_), or by after() while that
   // thread sleeps. Never both for one launch: the one that sets the state to running decides.
   void launch();
-  [[nodiscard]] cuda::Event event();  // under events_mu_
+  [[nodiscard]] cuda::Event event();  // under in_mu_
   void giveBack(const Op& op);        // an operation's events back to the pool (a failed record)
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
@@ -189,16 +189,12 @@ class P2pAgent {
   std::shared_ptr<live::CollectiveLog> log_;
   std::uint64_t log_cursor_ = 0;
 
-  // The interposer's threads hand over under in_mu_ (events: events_mu_); only the pacing
-  // thread touches the pacer, the queue of operations and the table's connections.
+  // The interposer's threads hand over under in_mu_; only the pacing thread touches the
+  // pacer, the queue of operations and the table's connections.
   mutable std::mutex in_mu_;
   std::condition_variable wake_;
   std::vector<Pending> in_ops_;
   std::vector<P2pConnection> in_conns_;
-  // Something was handed over under in_mu_ (an operation, a connection, the stop): the
-  // pacing thread takes in_mu_ only then, or while it has no operation outstanding.
-  std::atomic<bool> inbox_{false};
-  std::mutex events_mu_;  // the event pool's
   std::vector<cuda::Event> free_events_;
   std::atomic<std::uint64_t> launches_{0};
   // A cuLaunchKernel costs the program's thread a few microseconds, more than the rest of
