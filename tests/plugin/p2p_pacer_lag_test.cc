@@ -16,6 +16,7 @@
 #include "crystal/model/nccl_model.h"
 #include "p2p_agent_rules.h"
 #include "p2p_pacer.h"
+#include "pacer_targets.h"
 #include "state.h"
 
 namespace crystal::test {
@@ -27,12 +28,6 @@ using plugin::P2pPacer;
 namespace rules = plugin::p2p_agent;
 
 constexpr std::uint64_t MiB = 1u << 20;
-
-Config nodes(int n) {
-  Config cfg;  // built-in target: H200 nodes of 8 GPUs
-  cfg.cluster.nodes = n;
-  return cfg;
-}
 
 // The device's delays (p2p_trace.py's columns; H100 and H200 traces, 2026-12-04/05).
 struct Lags {
@@ -173,15 +168,6 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
   return -1;
 }
 
-double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
-                   const Config& cfg) {
-  const model::NcclModel m(cfg.cluster, cfg.model);
-  const model::CommShape shape = live::blockShape(cfg.cluster, n);
-  return m.loopTimeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels, rank,
-                          root, iters) -
-         m.opOverheadUs(model::Algo::Ring, model::Proto::Simple) / iters;
-}
-
 struct Case {
   Func f;
   int root, rank;
@@ -191,10 +177,29 @@ struct Case {
 };
 
 // The H100's delays (twenty-fifth session: `store` 8 us, `start_lag` 3-4, `to_cpu` 0.4 and
-// a pass), R's stream 3 us from one kernel to the next.
-Lags deviceLags(TimeNs gpu_ns) {
-  return Lags{
-      .gpu_ns = gpu_ns, .store_ns = 8'000, .see_ns = 2'000, .start_ns = 4'000, .gap_ns = 3'000};
+// a pass), R's stream 3 us from one kernel to the next; R's kernel a unit: the case's.
+Lags deviceLags() {
+  return Lags{.store_ns = 8'000, .see_ns = 2'000, .start_ns = 4'000, .gap_ns = 3'000};
+}
+
+// `iters` of case `k` back to back with `lag`, and the same with the next operation unknown:
+// the model's loop within `tolerance`, and knowing the next operation at least `gain_us`
+// faster an operation.
+void expectLoop(const Case& k, Lags lag, int iters, double tolerance) {
+  const Config cfg = targetNodes(8);
+  lag.gpu_ns = k.gpu_ns;
+  lag.tell_next = true;
+  const double paced = laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, iters, cfg, lag);
+  lag.tell_next = false;
+  const double unknown = laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, iters, cfg, lag);
+  const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, iters, cfg);
+  const std::string what = std::string(model::toString(k.f)) + " root " + std::to_string(k.root) +
+                           ", rank " + std::to_string(k.rank) + " of 64, " +
+                           std::to_string(k.bytes / MiB) + " MiB";
+  std::printf("%-34s: %d warm-ups, %2d timed: paced %6.1f us, next unknown %6.1f, model %6.1f\n",
+              what.c_str(), lag.warmups, iters, paced, unknown, want);
+  EXPECT_NEAR(paced, want, tolerance * want) << what;
+  EXPECT_GE(unknown, paced + k.gain_us - 1e-3) << what;
 }
 
 // A member (rank 5 of a broadcast from 0, of a reduce to 7) and the reduce's root (rank 0),
@@ -204,30 +209,14 @@ Lags deviceLags(TimeNs gpu_ns) {
 // on the H100: rank 5 paced 14.9 us an operation against the model's 12.8). Knowing the next
 // operation is never slower.
 TEST(P2pPacerLag, NextOperationsUnitsWaitInRsSlots) {
-  const Config cfg = nodes(8);
   for (const Case k :
        {Case{Func::Broadcast, 0, 5, MiB, 5'000, 0.5},
         Case{Func::Broadcast, 0, 5, 4 * MiB, 10'000, 0},
         Case{Func::Broadcast, 0, 5, 16 * MiB, 10'000, 0}, Case{Func::Reduce, 7, 5, MiB, 5'000, 2.0},
         Case{Func::Reduce, 0, 0, MiB, 5'000, 2.0}, Case{Func::Reduce, 0, 0, 4 * MiB, 10'000, 0.5},
         Case{Func::Reduce, 0, 0, 16 * MiB, 10'000, 0},
-        Case{Func::Reduce, 0, 0, 64 * MiB, 10'000, 0}}) {
-    const double paced =
-        laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 50, cfg, deviceLags(k.gpu_ns));
-    Lags blind = deviceLags(k.gpu_ns);
-    blind.tell_next = false;
-    const double unknown = laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 50, cfg, blind);
-    const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 50, cfg);
-    std::printf(
-        "%-9s root %d, rank %d of 64, %2llu MiB x 50: paced %6.1f us, next unknown %6.1f, "
-        "model %6.1f\n",
-        std::string(model::toString(k.f)).c_str(), k.root, k.rank,
-        static_cast<unsigned long long>(k.bytes / MiB), paced, unknown, want);
-    const std::string what = std::string(model::toString(k.f)) + " rank " + std::to_string(k.rank) +
-                             " " + std::to_string(k.bytes / MiB) + " MiB";
-    EXPECT_NEAR(paced, want, 0.02 * want) << what;
-    EXPECT_GE(unknown, paced + k.gain_us - 1e-3) << what;
-  }
+        Case{Func::Reduce, 0, 0, 64 * MiB, 10'000, 0}})
+    expectLoop(k, deviceLags(), 50, 0.02);
 }
 
 // hybrid_nccl's start: 2 warm-ups, a wait until they ended (the stream idle, the chain
@@ -236,27 +225,13 @@ TEST(P2pPacerLag, NextOperationsUnitsWaitInRsSlots) {
 // over 20 (twenty-fifth session) where the program's host time set the pace (host_us 18-23,
 // NCCL's own 9-12 of it, run to run), not this logic.
 TEST(P2pPacerLag, WarmUpsThenAPauseThenTheTimedLoop) {
-  const Config cfg = nodes(8);
+  Lags lag = deviceLags();
+  lag.warmups = 2;
+  lag.pause_ns = 50'000;
   for (const Case k :
        {Case{Func::Reduce, 0, 5, MiB, 5'000, 1.0}, Case{Func::Reduce, 0, 5, 4 * MiB, 10'000, 0},
-        Case{Func::Broadcast, 0, 5, MiB, 5'000, 0}, Case{Func::Reduce, 0, 0, MiB, 5'000, 1.0}}) {
-    Lags lag = deviceLags(k.gpu_ns);
-    lag.warmups = 2;
-    lag.pause_ns = 50'000;
-    const double paced = laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg, lag);
-    lag.tell_next = false;
-    const double unknown = laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg, lag);
-    const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg);
-    std::printf(
-        "%-9s root 0, rank %d of 64, %llu MiB, 2 warm-ups, 20 timed: paced %5.1f us, next "
-        "unknown %5.1f, model %5.1f\n",
-        std::string(model::toString(k.f)).c_str(), k.rank,
-        static_cast<unsigned long long>(k.bytes / MiB), paced, unknown, want);
-    const std::string what = std::string(model::toString(k.f)) + " rank " + std::to_string(k.rank) +
-                             " " + std::to_string(k.bytes / MiB) + " MiB";
-    EXPECT_NEAR(paced, want, 0.03 * want) << what;
-    EXPECT_GE(unknown, paced + k.gain_us - 1e-3) << what;
-  }
+        Case{Func::Broadcast, 0, 5, MiB, 5'000, 0}, Case{Func::Reduce, 0, 0, MiB, 5'000, 1.0}})
+    expectLoop(k, lag, 20, 0.03);
 }
 
 }  // namespace

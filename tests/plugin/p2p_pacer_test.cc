@@ -2,6 +2,8 @@
 // node, driven by a stand-in for NCCL's Simple ring kernel on a virtual clock, takes the time
 // `crystal simulate`'s model predicts; its counters never run ahead of what the operation
 // uses.
+#include "p2p_pacer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,7 @@
 #include "crystal/model/nccl_model.h"
 #include "nccl_constants.h"
 #include "p2p_agent_rules.h"
-#include "p2p_pacer.h"
+#include "pacer_targets.h"
 #include "state.h"
 
 namespace crystal::test {
@@ -23,17 +25,8 @@ using plugin::P2pPacer;
 
 constexpr std::uint64_t MiB = 1u << 20;
 
-Config oneNode() {
-  Config cfg;  // built-in target: H200 nodes of 8 GPUs
-  cfg.cluster.nodes = 1;
-  return cfg;
-}
-
-Config nodes(int n) {
-  Config cfg = oneNode();
-  cfg.cluster.nodes = n;
-  return cfg;
-}
+Config oneNode() { return targetNodes(1); }
+Config nodes(int n) { return targetNodes(n); }
 
 // One ring channel of the real rank as NCCL 2.28.9's Simple ring kernel runs it with an
 // instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
@@ -173,8 +166,8 @@ struct Setup {
 std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
                                const Config& cfg = oneNode()) {
   plugin::PluginState::get().configure(cfg);
-  const live::CommLinks links = live::commLinks(plugin::PluginState::get().model(), cfg.cluster,
-                                                nranks);
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
   auto busy = std::make_shared<std::atomic<int>>(0);
   auto connected = std::make_shared<std::atomic<int>>(channels);
   auto s = std::make_unique<Setup>(
@@ -184,31 +177,33 @@ std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
             {}});
   // NCCL's exchange: receive entries, then send entries, by channel ordinal.
   s->chans.resize(static_cast<std::size_t>(channels));
-  for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
-  for (int k = 0; k < channels; ++k) s->chans[static_cast<std::size_t>(k)].send_conn = s->pacer.add(true, k);
+  for (int k = 0; k < channels; ++k)
+    s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
+  for (int k = 0; k < channels; ++k)
+    s->chans[static_cast<std::size_t>(k)].send_conn = s->pacer.add(true, k);
   return s;
 }
 
 // The model's ring time less its per-call overhead (the paced span has none): the whole
 // collective (its last member's), or as ring position `rank` sees it (timeAtRank: a member
 // closer behind the ring's slowest hop ends earlier).
-double modelUs(Func f, std::uint64_t bytes, int nranks, int channels,
-               const Config& cfg = oneNode(), int rank = -1) {
+double modelUs(Func f, std::uint64_t bytes, int nranks, int channels, const Config& cfg = oneNode(),
+               int rank = -1) {
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
-  const double t =
-      rank < 0 ? m.time(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels)
-               : m.timeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple,
-                              channels, rank, -1);
+  const double t = rank < 0
+                       ? m.time(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels)
+                       : m.timeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple,
+                                      channels, rank, -1);
   return t - m.opOverheadUs(model::Algo::Ring, model::Proto::Simple);
 }
 
 TEST(P2pPacer, RingOpShapeFollowsNcclChunking) {
   // 1 GiB all-reduce, 8 ranks, 28 channels: loops of 28 * 8 * 2 MiB = 448 MiB -> 3; each has
   // 2 * 7 sends of 2 slices.
-  const auto s = plugin::ringOpShape(
-      live::CollectiveEntry{Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 1024 * MiB, 28},
-      8, 28);
+  const auto s = plugin::ringOpShape(live::CollectiveEntry{Func::AllReduce, model::Algo::Ring,
+                                                           model::Proto::Simple, 1024 * MiB, 28},
+                                     8, 28);
   EXPECT_TRUE(s.symmetric);
   EXPECT_EQ(s.slice_steps, 2);
   EXPECT_EQ(s.slices_per_step, 2);
@@ -216,7 +211,7 @@ TEST(P2pPacer, RingOpShapeFollowsNcclChunking) {
   EXPECT_EQ(s.unit_bytes, static_cast<std::uint64_t>(1024.0 * MiB * 14 / 8 / 28 / 84 + 0.5));
   const auto ag = plugin::ringOpShape(
       live::CollectiveEntry{Func::AllGather, model::Algo::Ring, model::Proto::Simple, 64 * MiB, 0},
-      8, 16);  // channels 0: the connected ones
+      8, 16);                       // channels 0: the connected ones
   EXPECT_EQ(ag.units, 7u * 1 * 2);  // 64 MiB < one loop of 16 * 8 * 2 MiB
   const auto bc = plugin::ringOpShape(
       live::CollectiveEntry{Func::Broadcast, model::Algo::Ring, model::Proto::Simple, 8 * MiB, 4},
@@ -242,11 +237,12 @@ void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
       ASSERT_FALSE(r.stalled) << model::toString(f) << " " << b;
       EXPECT_FALSE(r.over_released) << model::toString(f) << " " << b;
       const double want = modelUs(f, b, n, channels, cfg, rank);
-      std::printf("%3d ranks, rank %2d: %-13s %6llu MiB: paced %10.1f us, model %10.1f us "
-                  "(last member %10.1f), %+6.2f %%\n",
-                  n, rank, std::string(model::toString(f)).c_str(),
-                  static_cast<unsigned long long>(b / MiB), r.us, want,
-                  modelUs(f, b, n, channels, cfg), 100 * (r.us - want) / want);
+      std::printf(
+          "%3d ranks, rank %2d: %-13s %6llu MiB: paced %10.1f us, model %10.1f us "
+          "(last member %10.1f), %+6.2f %%\n",
+          n, rank, std::string(model::toString(f)).c_str(),
+          static_cast<unsigned long long>(b / MiB), r.us, want, modelUs(f, b, n, channels, cfg),
+          100 * (r.us - want) / want);
       EXPECT_NEAR(r.us, want, 0.001 * want) << model::toString(f) << " " << b;
       start += static_cast<TimeNs>(r.us * 1e3) + 1'000'000'000;
     }
@@ -304,15 +300,15 @@ TEST(P2pPacer, ReceivesStayWithinTheOperation) {
 // extended the last one) do not move every unit of the next one ahead.
 TEST(P2pPacer, UnitsCountFromRsHeadNotFromWhatWasReleased) {
   auto s = connect(8, 2);
-  const live::CollectiveEntry op{Func::AllReduce, model::Algo::Ring, model::Proto::Simple,
-                                 8 * MiB, 2};  // 28 slices of 2 steps per channel
+  const live::CollectiveEntry op{Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8 * MiB,
+                                 2};  // 28 slices of 2 steps per channel
   const int send = s->chans[0].send_conn, recv = s->chans[0].recv_conn;
   s->pacer.opStarted(0, op);
   for (std::uint64_t v = 2; v <= 60; v += 2) s->pacer.observe(send, v, 1'000);  // 2 too many
   std::vector<plugin::P2pRelease> out;
   (void)s->pacer.release(1'000'000'000, out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].value, 60u);  // as far as R's sends
+  EXPECT_EQ(out[0].value, 60u);               // as far as R's sends
   s->pacer.observe(recv, 56, 1'000'000'000);  // R consumed its 28 slices
   s->pacer.opsDone();
   s->pacer.opStarted(2'000'000'000, op);
@@ -364,17 +360,6 @@ double chainLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
     now += static_cast<TimeNs>(r.us * 1e3);
   }
   return static_cast<double>(now - start) / 1e3 / iters;
-}
-
-// The model's loop as the stand-in runs it: without R's per-call cost, which it does not
-// spend (on the GPU R's kernel is the real one), so where the chain, not R, sets the pace.
-double modelLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
-                   const Config& cfg) {
-  const model::NcclModel m(cfg.cluster, cfg.model);
-  const model::CommShape shape = live::blockShape(cfg.cluster, n);
-  return m.loopTimeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels, rank,
-                          root, iters) -
-         m.opOverheadUs(model::Algo::Ring, model::Proto::Simple) / iters;
 }
 
 // `n` nodes whose members' kernels never hold a chain back (model.overrides
@@ -645,8 +630,8 @@ namespace {
 // agent kernel's time): the schedule starts there, so each receive is due that much earlier;
 // once a receive was released the start stays.
 TEST(P2pPacer, RsEarlierFirstSendStartsTheSchedule) {
-  const live::CollectiveEntry op{Func::AllGather, model::Algo::Ring, model::Proto::Simple,
-                                 8 * MiB, 2};
+  const live::CollectiveEntry op{Func::AllGather, model::Algo::Ring, model::Proto::Simple, 8 * MiB,
+                                 2};
   auto firstDue = [&](TimeNs send_at) {
     auto s = connect(8, 2);
     s->pacer.opStarted(100'000, op);
