@@ -223,14 +223,19 @@ TEST(P2pPacerLag, NextOperationsUnitsWaitInRsSlots) {
 // drained), 50 us, then 20 timed back to back: the model's 20-iteration loop, the chain's
 // fill from the first timed call included. The H100's `all` read rank 5's 1 MiB reduce at +46 %
 // over 20 (twenty-fifth session) where the program's host time set the pace (host_us 18-23,
-// NCCL's own 9-12 of it, run to run), not this logic.
+// NCCL's own 9-12 of it, run to run), not this logic; and the reduce root's 64 / 256 MiB at
+// +14.4 / +5.4 % (the H200 alike, twenty-fourth) where this stand-in is within 0.2 %: the
+// extra ~700 us over the 20 is the GPU's, not found here.
 TEST(P2pPacerLag, WarmUpsThenAPauseThenTheTimedLoop) {
   Lags lag = deviceLags();
   lag.warmups = 2;
   lag.pause_ns = 50'000;
   for (const Case k :
        {Case{Func::Reduce, 0, 5, MiB, 5'000, 1.0}, Case{Func::Reduce, 0, 5, 4 * MiB, 10'000, 0},
-        Case{Func::Broadcast, 0, 5, MiB, 5'000, 0}, Case{Func::Reduce, 0, 0, MiB, 5'000, 1.0}})
+        Case{Func::Broadcast, 0, 5, MiB, 5'000, 0}, Case{Func::Reduce, 0, 0, MiB, 5'000, 1.0},
+        Case{Func::Reduce, 0, 0, 64 * MiB, 10'000, 0},
+        Case{Func::Reduce, 0, 0, 256 * MiB, 10'000, 0},
+        Case{Func::Broadcast, 0, 5, 64 * MiB, 10'000, 0}})
     expectLoop(k, lag, 20, 0.03);
 }
 
