@@ -2,17 +2,31 @@
 """Emulated times (hybrid_nccl's table) beside `crystal simulate --sweep`'s prediction.
 
 usage: compare.py CASE HYBRID_OUTPUT COMM=MODEL_JSON [COMM=MODEL_JSON ...]
-Prints markdown rows: | case | comm | op | bytes | emulated us | model us | model pick | diff % |
+Prints markdown rows:
+  | case | comm | op | bytes | emulated us | model us | model pick | diff % | host us | note |
 for every line of HYBRID_OUTPUT ("comm op bytes avg_us algbw [host_us]") whose comm has a model file,
 matched to the model row of the same op and nearest size (within 10 %). Rows without a model
-row say so; nothing is dropped silently.
+row say so; nothing is dropped silently. host us: the program's CPU time a call to enqueue the
+operations (hybrid_nccl's host_us; empty when the line has none). note "host-bound": host_us is
+at least HOST_BOUND of the emulated time, so the GPU waited for the program's calls and the row
+measures the emulating machine's CPU (NCCL's enqueue and this plugin's share of it), not the
+emulated network: a target rank spends its own host time there, which the model does not time.
 """
 import json
 import re
 import sys
 
 LINE = re.compile(r"^(\S+)\s+(allreduce|allgather|reducescatter|broadcast|reduce|sendrecv|alltoall)"
-                  r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+(?:\s+[0-9.]+)?\s*$")
+                  r"\s+(\d+)\s+([0-9.]+)\s+[0-9.]+(?:\s+([0-9.]+))?\s*$")
+HOST_BOUND = 0.9  # host_us / emulated us at or above which a row is marked host-bound
+
+
+def host_cells(us, host):
+    """The host us and note cells of a row."""
+    if host is None:
+        return "|"
+    note = "host-bound" if us > 0 and host >= HOST_BOUND * us else ""
+    return f"{host:.1f} | {note}"
 
 
 def load_model(path):
@@ -42,11 +56,11 @@ def main(argv):
         try:
             models[comm] = load_model(path)
         except (OSError, ValueError, KeyError) as e:
-            print(f"| {case} | {comm} | model file {path} unreadable: {e} | | | | | |")
+            print(f"| {case} | {comm} | model file {path} unreadable: {e} | | | | | | | |")
     try:
         lines = open(hybrid, errors="replace").read().splitlines()
     except OSError as e:
-        print(f"| {case} | - | no output ({e}) | | | | | |")
+        print(f"| {case} | - | no output ({e}) | | | | | | | |")
         return 1
     rows = 0
     for line in lines:
@@ -54,19 +68,21 @@ def main(argv):
         if not m:
             continue
         comm, op, size, us = m.group(1), m.group(2), int(m.group(3)), float(m.group(4))
+        host = float(m.group(5)) if m.group(5) is not None else None
         if comm not in models:
             continue
         r = nearest(models[comm], op, size)
         rows += 1
         if r is None:
-            print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | (no model row) | | |")
+            print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | (no model row) | | | "
+                  f"{host_cells(us, host)} |")
             continue
         diff = 100.0 * (us - r["time"]) / r["time"] if r["time"] > 0 else float("nan")
         pick = f"{r.get('algo', '?')}/{r.get('proto', '?')}/{r.get('channels', '?')}"
         print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | {r['time']:.1f} | {pick} | "
-              f"{diff:+.1f} |")
+              f"{diff:+.1f} | {host_cells(us, host)} |")
     if rows == 0:
-        print(f"| {case} | - | no timing lines in {hybrid} | | | | | |")
+        print(f"| {case} | - | no timing lines in {hybrid} | | | | | | | |")
     return 0
 
 

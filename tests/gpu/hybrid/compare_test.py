@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""compare.py on a hand-made hybrid_nccl table and model file (CTest: hybrid_compare_python).
+
+Rows keep the model's time and pick and the exact difference; host_us goes into its own column
+and a row whose host_us is at least 0.9 of the emulated time is marked host-bound; a size
+without a model row, a line without host_us and a comm without a model file are handled."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(case, table, models):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "hybrid.txt")
+        with open(out, "w") as f:
+            f.write(table)
+        specs = []
+        for comm, rows in models.items():
+            path = os.path.join(d, f"model-{comm}.json")
+            with open(path, "w") as f:
+                json.dump({"results": rows}, f)
+            specs.append(f"{comm}={path}")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "compare.py"), case, out] + specs,
+                           capture_output=True, text=True, check=True)
+        return p.stdout.splitlines()
+
+
+def main():
+    table = """comm   op                    bytes       avg_us algbw_GBps   host_us
+world  broadcast           1048576         17.2      60.91      17.1
+world  broadcast           4194304         25.6     163.67      12.0
+world  reduce              1048576         16.0      65.50
+world  reduce             16777216         60.0     280.00      11.0
+split  allreduce           4194304         80.5      52.10      11.2
+"""
+    model = [
+        {"op": "broadcast", "size": 1048576, "time": 14.3, "algo": "Ring", "proto": "Simple",
+         "channels": 16},
+        {"op": "broadcast", "size": 4194304, "time": 22.1, "algo": "Ring", "proto": "Simple",
+         "channels": 16},
+        {"op": "reduce", "size": 1048576, "time": 20.0, "algo": "Ring", "proto": "Simple",
+         "channels": 16},
+    ]
+    got = run("one", table, {"world": model})
+    want = [
+        "| one | world | broadcast | 1048576 | 17.2 | 14.3 | Ring/Simple/16 | +20.3 | 17.1 | host-bound |",
+        "| one | world | broadcast | 4194304 | 25.6 | 22.1 | Ring/Simple/16 | +15.8 | 12.0 |  |",
+        "| one | world | reduce | 1048576 | 16.0 | 20.0 | Ring/Simple/16 | -20.0 | | |",
+        "| one | world | reduce | 16777216 | 60.0 | (no model row) | | | 11.0 |  |",
+    ]
+    if got != want:
+        print("compare.py printed:\n  " + "\n  ".join(got) + "\nwanted:\n  " + "\n  ".join(want))
+        return 1
+    # No line of a comm with a model file: one row that says so.
+    got = run("split", table, {"other": model})
+    if (len(got) != 1 or not got[0].startswith("| split | - | no timing lines in ") or
+            not got[0].endswith("hybrid.txt | | | | | | | |")):
+        print("compare.py without a matching comm printed: " + repr(got))
+        return 1
+    print("compare.py: host-bound rows marked, the rest exact")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
