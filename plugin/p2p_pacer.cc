@@ -1,6 +1,7 @@
 #include "p2p_pacer.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace crystal::plugin {
 
@@ -148,7 +149,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
                           : first->second.ring->sendOccupancy(shape_.unit_bytes, op_channels_);
   }
   for (auto& [ordinal, ch] : channels_) {
-    ch.op_sends = 0;
+    ch.op_sends = std::exchange(ch.early_sends, 0);
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
     // before its start extend the last one's receives) would put every unit of this one that
@@ -318,6 +319,9 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     if (ch.net_ring) (void)ch.net_ring->postSend(now, shape_.unit_bytes, op_channels_);
+    // Between operations, or past this one's slices (which still let its receives follow,
+    // release()): the next operation's too.
+    if (!in_op_ || (shape_.symmetric && ch.op_sends >= shape_.units)) ++ch.early_sends;
     ++ch.op_sends;
     c.seen = end;
   }

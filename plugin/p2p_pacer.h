@@ -185,6 +185,13 @@ class P2pPacer {
     std::shared_ptr<live::RingChannel> net_ring;  // R's receive on this channel is NET's
     int send = -1, recv = -1;  // connection indices
     std::uint64_t op_sends = 0;      // R's send slices in the current operation
+    // R's send slices seen between operations, or past the current one's slices: the next
+    // operation's first (opStarted starts op_sends there). R's kernel starts an operation a
+    // few microseconds before the pacing thread sees its stream reach it, and its first sends
+    // (a small one's only ones on a channel) may be seen before: counted for the operation
+    // before and dropped at the start, the channel's receives never opened (R waited until
+    // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
+    std::uint64_t early_sends = 0;
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation

@@ -47,7 +47,8 @@ struct Lags {
 // send (R's send head), as its place in the chain has it.
 struct Chan {
   int send_conn = -1, recv_conn = -1;
-  std::uint64_t done = 0;                      // units of the operation R's kernel finished
+  std::vector<std::pair<bool, bool>> slices;   // per slice: R receives, R sends
+  std::uint64_t done = 0;                      // slices of the operation R's kernel finished
   std::uint64_t recv_step = 0, send_step = 0;  // R's moves: V's send head, V's recv tail
   std::uint64_t tail = 0, head = 0;            // R's own, as the agent kernel moved them
   std::uint64_t released = 0;                  // the pacer's release, as the agent kernel has it
@@ -63,6 +64,8 @@ struct Timed {
 };
 
 // Back to back, all called at the start (nccl-tests' loop): us an operation, -1 if stalled.
+// A broadcast or reduce runs its chain's units (one counter step each); an all-reduce,
+// all-gather or reduce-scatter its ring slices (ringSlices, 2 steps each).
 double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
                     const Config& cfg, const Lags& lag) {
   plugin::PluginState::get().configure(cfg);
@@ -78,10 +81,18 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
     chans[static_cast<std::size_t>(k)].send_conn = pacer.add(true, k);
   live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, bytes, channels};
   e.root = root;
-  const std::uint64_t units = plugin::ringOpShape(e, n, channels).units;
-  const int head = f == Func::Reduce ? (root + 1) % n : root;
-  const int tail = f == Func::Reduce ? root : (root + n - 1) % n;
-  const bool recv = rank != head, send = rank != tail;
+  const plugin::RingOpShape shape = plugin::ringOpShape(e, n, channels);
+  const bool chain = f == Func::Broadcast || f == Func::Reduce;
+  const std::uint64_t steps = chain ? 1 : static_cast<std::uint64_t>(shape.slice_steps);
+  std::vector<std::pair<bool, bool>> slices;
+  if (chain) {
+    const int head = f == Func::Reduce ? (root + 1) % n : root;
+    const int tail = f == Func::Reduce ? root : (root + n - 1) % n;
+    slices.assign(shape.units, {rank != head, rank != tail});
+  } else {
+    slices = ringSlices(f, n, shape.units);
+  }
+  for (auto& c : chans) c.slices = slices;
 
   TimeNs start = 1'000'000'000;
   TimeNs issued = start;  // when the program called the operations of this batch
@@ -125,14 +136,20 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
         c.head = std::max(c.head, rules::creditsDue(c.credits, static_cast<std::uint64_t>(now)));
         const std::uint64_t credit = rules::creditsNext(c.credits);
         if (credit != ~std::uint64_t{0}) next = std::min(next, static_cast<TimeNs>(credit));
-        if (c.done < units && (!recv || c.tail > c.recv_step) &&
-            (!send || c.head + plugin::kNcclSteps > c.send_step)) {
+        const bool more = c.done < c.slices.size();
+        const bool recv = more && c.slices[c.done].first, send = more && c.slices[c.done].second;
+        if (more && (!recv || c.tail >= c.recv_step + steps) &&
+            (!send || c.head + plugin::kNcclSteps >= c.send_step + steps)) {
           if (c.ready_since < 0) c.ready_since = now;
           if (now >= c.ready_since + lag.gpu_ns) {
             c.ready_since = -1;
-            if (recv) to_cpu.push_back({now + lag.see_ns, c.recv_conn, ++c.recv_step, now});
+            if (recv) {
+              c.recv_step += steps;
+              to_cpu.push_back({now + lag.see_ns, c.recv_conn, c.recv_step, now});
+            }
             if (send) {
-              to_cpu.push_back({now + lag.see_ns, c.send_conn, ++c.send_step, now});
+              c.send_step += steps;
+              to_cpu.push_back({now + lag.see_ns, c.send_conn, c.send_step, now});
               rules::creditsSent(c.credits, c.send_step, static_cast<std::uint64_t>(now),
                                  static_cast<std::uint64_t>(pacer.sendOccupancy()),
                                  static_cast<std::uint32_t>(pacer.sendUnitSteps()));
@@ -143,7 +160,7 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
             next = std::min(next, c.ready_since + lag.gpu_ns);
           }
         }
-        all = all && c.done >= units;
+        all = all && c.done >= c.slices.size();
       }
       if (all) {
         if (++op == iters) return static_cast<double>(now - start) / 1e3 / (iters - lag.warmups);
@@ -162,7 +179,7 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
     if (moved) continue;  // R's kernel goes on at this time
     if (!to_cpu.empty()) next = std::min(next, to_cpu.front().at);
     if (!to_gpu.empty()) next = std::min(next, to_gpu.front().at);
-    if (next == P2pPacer::kNever) return -1;
+    if (next == P2pPacer::kNever) return -1;  // R waits on what nothing will release
     now = std::max(now + 1, next);
   }
   return -1;
@@ -237,6 +254,43 @@ TEST(P2pPacerLag, WarmUpsThenAPauseThenTheTimedLoop) {
         Case{Func::Reduce, 0, 0, 256 * MiB, 10'000, 0},
         Case{Func::Broadcast, 0, 5, 64 * MiB, 10'000, 0}})
     expectLoop(k, lag, 20, 0.03);
+}
+
+// R's kernel sends its first slices the moment it starts an operation (an instantaneous GPU
+// here), before the pacing thread sees its stream reach it (start lag 4 us, R's moves seen
+// 2 us after). Those sends open the operation's receives on their channel: counted for the
+// operation before and dropped at its start, R waited on a receive nothing released (the
+// H100's split groups, 8 ranks on 28 channels, stalled 10 s on their first timed 1 KiB
+// all-reduce, 2026-12-05; here every case stalled). The loop keeps the model's time but for
+// the lags, at most 4 us an operation.
+TEST(P2pPacerLag, FirstSendsSeenBeforeTheStreamStartOpenItsReceives) {
+  Lags lag = deviceLags();
+  lag.warmups = 2;
+  lag.pause_ns = 50'000;
+  struct Ring {
+    Func f;
+    int n, channels, rank;
+    std::uint64_t bytes;
+  };
+  for (const Ring k :
+       {Ring{Func::AllReduce, 8, 28, 0, 1024}, Ring{Func::AllReduce, 8, 28, 0, 4 * MiB},
+        Ring{Func::AllGather, 8, 28, 0, 64 * 1024}, Ring{Func::AllGather, 64, 16, 0, 64 * MiB},
+        Ring{Func::ReduceScatter, 64, 16, 5, 16 * MiB}}) {
+    const Config cfg = targetNodes(k.n / 8);
+    const double paced = laggedLoopUs(k.f, -1, k.n, k.channels, k.rank, k.bytes, 20, cfg, lag);
+    const model::NcclModel m(cfg.cluster, cfg.model);
+    const double want =
+        m.timeAtRank(k.f, k.bytes, live::blockShape(cfg.cluster, k.n), model::Algo::Ring,
+                     model::Proto::Simple, k.channels, k.rank, -1) -
+        m.opOverheadUs(model::Algo::Ring, model::Proto::Simple);
+    const std::string what = std::string(model::toString(k.f)) + " rank " + std::to_string(k.rank) +
+                             " of " + std::to_string(k.n) + ", " + std::to_string(k.bytes) + " B";
+    std::printf("%-38s: 2 warm-ups, 20 timed: paced %6.1f us, model %6.1f\n", what.c_str(), paced,
+                want);
+    EXPECT_GT(paced, 0) << what << ": stalled";
+    EXPECT_LE(paced, want + 4.0) << what;
+    EXPECT_GE(paced, want - 4.0) << what;
+  }
 }
 
 }  // namespace

@@ -48,15 +48,7 @@ struct KernelChannel {
 };
 
 std::vector<std::pair<bool, bool>> program(Func f, int n, std::uint64_t units) {
-  // units = sends per channel; a loop has `steps` sends of 2 slices each.
-  const int sends_per_loop = f == Func::AllReduce ? 2 * (n - 1) : n - 1;
-  const std::uint64_t loops = units / (2 * static_cast<std::uint64_t>(sends_per_loop));
-  std::vector<std::pair<bool, bool>> out;
-  for (std::uint64_t l = 0; l < loops; ++l) {
-    for (int s = 0; s <= sends_per_loop; ++s)
-      for (int j = 0; j < 2; ++j) out.emplace_back(s > 0, s < sends_per_loop);
-  }
-  return out;
+  return ringSlices(f, n, units);
 }
 
 struct Result {
@@ -254,6 +246,55 @@ TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) { expectModelTimes(8, 16
 // between nodes (period of 8 positions), and the ring takes the model's time.
 TEST(P2pPacer, MiddleOfANodeOverSeveralNodesTakesTheModelsTime) {
   expectModelTimes(64, 16, 13, nodes(8));
+}
+
+// R's kernel starts an operation a few microseconds before the pacing thread sees its stream
+// reach it, and its first sends may be seen before: between operations, or past the slices
+// of the one still current. They are the next operation's and open its receives on their
+// channel; a channel R did not send on stays closed.
+TEST(P2pPacer, SendsSeenBeforeTheStreamReachesTheOperationCount) {
+  const live::CollectiveEntry e{Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8 * MiB,
+                                2};
+  std::vector<plugin::P2pRelease> out;
+  {
+    auto s = connect(8, 2);
+    s->pacer.observe(s->chans[0].send_conn, 2, 1'000);  // no operation started yet
+    s->pacer.opStarted(5'000, e);
+    (void)s->pacer.release(1'000'000'000, out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].conn, s->chans[0].recv_conn);
+    EXPECT_EQ(out[0].value, 56u);  // the operation's 28 slices of 2 steps
+  }
+  {
+    auto s = connect(8, 2);
+    s->pacer.opStarted(0, e);
+    for (std::uint64_t v = 2; v <= 56; v += 2) s->pacer.observe(s->chans[1].send_conn, v, 1'000);
+    s->pacer.observe(s->chans[1].send_conn, 58, 200'000);  // past its 28: the next one's first
+    out.clear();
+    (void)s->pacer.release(1'000'000'000, out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].value, 58u);  // its 28 and, past them, as far as R's sends
+    s->pacer.observe(s->chans[1].recv_conn, 58, 1'000'000'000);  // R consumed them
+    s->pacer.opStarted(1'000'100'000, e);
+    out.clear();
+    (void)s->pacer.release(2'000'000'000, out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].conn, s->chans[1].recv_conn);
+    EXPECT_EQ(out[0].value, 58u + 56u);  // this one's 28 from R's head
+  }
+  {
+    // The same without the carry: R's head at 58, the channel's receives stay closed.
+    auto s = connect(8, 2);
+    s->pacer.opStarted(0, e);
+    for (std::uint64_t v = 2; v <= 56; v += 2) s->pacer.observe(s->chans[1].send_conn, v, 1'000);
+    out.clear();
+    (void)s->pacer.release(1'000'000'000, out);
+    s->pacer.observe(s->chans[1].recv_conn, 56, 1'000'000'000);
+    s->pacer.opStarted(1'000'100'000, e);
+    out.clear();
+    EXPECT_EQ(s->pacer.release(2'000'000'000, out), P2pPacer::kNever);
+    EXPECT_TRUE(out.empty()) << "receives before R's first send of the operation";
+  }
 }
 
 // Receives run open loop once R's kernel is in the operation on a channel, never past the

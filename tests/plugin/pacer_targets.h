@@ -1,9 +1,11 @@
 // What the P2P pacer's stand-ins (p2p_pacer_test.cc, p2p_pacer_lag_test.cc) run against: the
-// built-in target over some nodes, and the model's loop of back-to-back chain operations as
-// a stand-in sees it.
+// built-in target over some nodes, the model's loop of back-to-back chain operations as a
+// stand-in sees it, and the slices NCCL's Simple ring kernel moves a channel.
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "crystal/live/target_model.h"
 #include "crystal/model/nccl_model.h"
@@ -26,6 +28,21 @@ inline double modelLoopUs(model::Func f, int root, int n, int channels, int rank
   return m.loopTimeAtRank(f, bytes, shape, model::Algo::Ring, model::Proto::Simple, channels, rank,
                           root, iters) -
          m.opOverheadUs(model::Algo::Ring, model::Proto::Simple) / iters;
+}
+
+// Per slice of one ring channel, whether R's kernel receives and whether it sends: NCCL
+// 2.28.9's device/all_reduce.h (step 0 sends, 2n-3 steps receive and send, the last receives)
+// or all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives), 2 slices a step. `units`:
+// sends per channel (RingOpShape::units).
+inline std::vector<std::pair<bool, bool>> ringSlices(model::Func f, int n, std::uint64_t units) {
+  const int sends_per_loop = f == model::Func::AllReduce ? 2 * (n - 1) : n - 1;
+  const std::uint64_t loops = units / (2 * static_cast<std::uint64_t>(sends_per_loop));
+  std::vector<std::pair<bool, bool>> out;
+  for (std::uint64_t l = 0; l < loops; ++l) {
+    for (int s = 0; s <= sends_per_loop; ++s)
+      for (int j = 0; j < 2; ++j) out.emplace_back(s > 0, s < sends_per_loop);
+  }
+  return out;
 }
 
 }  // namespace crystal::test
