@@ -26,8 +26,16 @@ void started(const profiler::ProxyOpStart& s) {
   }
 }
 
+bool collWanted(std::uint64_t comm) {
+  try {
+    return PluginState::get().feedsProxyOps(comm);
+  } catch (...) {
+    return true;
+  }
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
-  profiler::setProxyOpObserver({&wanted, &started});
+  profiler::setProxyOpObserver({&wanted, &started, &collWanted});
   return true;
 }();
 

@@ -335,7 +335,29 @@ std::shared_ptr<OpSegments> PluginState::newOpSegments(std::uint64_t comm, int c
   auto ops = std::make_shared<OpSegments>(nranks, self_rank);
   std::lock_guard lock(ops_mu_);
   op_segments_[{comm, channel, peer, send}] = ops;
+  if (!feedsProxyOps(comm)) {
+    // The first free entry (never freed: a comm's id is not reused in a process); no id (0)
+    // or no entry left: every comm is taken as fed.
+    bool placed = false;
+    for (auto& e : fed_comms_) {
+      if (comm == 0 || e.load(std::memory_order_relaxed) != 0) continue;
+      e.store(comm, std::memory_order_release);
+      placed = true;
+      break;
+    }
+    if (!placed) fed_many_.store(true, std::memory_order_release);
+  }
   return ops;
+}
+
+bool PluginState::feedsProxyOps(std::uint64_t comm) const noexcept {
+  if (fed_many_.load(std::memory_order_acquire)) return true;
+  for (const auto& e : fed_comms_) {
+    const std::uint64_t v = e.load(std::memory_order_acquire);
+    if (v == 0) return false;  // filled in order: none after a free one
+    if (v == comm) return true;
+  }
+  return false;
 }
 
 void PluginState::proxyOpStarted(const profiler::ProxyOpStart& s) {

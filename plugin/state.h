@@ -2,18 +2,17 @@
 // port queues of the timing model, and the per-communicator contexts (v11 init).
 #pragma once
 
-#include <cstdint>
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <list>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include "profiler/proxy_ops.h"
 
 #include "crystal/config/config.h"
 #include "crystal/live/handle.h"
@@ -22,6 +21,7 @@
 #include "crystal/live/target_model.h"
 #include "crystal/live/tree_comm.h"
 #include "op_segments.h"
+#include "profiler/proxy_ops.h"
 #include "virtual_data.h"
 
 namespace crystal::plugin {
@@ -195,6 +195,11 @@ class PluginState {
   // free (OpSegments::Place::bytes_free) when the interposer rewrites the communicator's
   // results; `channels`: the collective's channel count (0 = unknown).
   void proxyOpStarted(const profiler::ProxyOpStart& s);
+  // Whether a connection of communicator `comm` asked for its proxy operations (newOpSegments)
+  // since the process started: the profiler's collective events are kept only then. Lock-free
+  // (NCCL asks on the program's thread, once a collective); true once more communicators than
+  // it tracks asked.
+  [[nodiscard]] bool feedsProxyOps(std::uint64_t comm) const noexcept;
 
   // Data policy mirror: the interposer writes every reduction result of communicator `comm`
   // (NCCL's commHash) itself, and every broadcast's from a virtual root (plugin/
@@ -212,6 +217,11 @@ class PluginState {
   mutable std::mutex ops_mu_;
   std::set<std::uint64_t> rewritten_;  // under ops_mu_
   std::map<std::tuple<std::uint64_t, int, int, bool>, std::weak_ptr<OpSegments>> op_segments_;
+  // feedsProxyOps: the communicators newOpSegments saw (0: a free entry; written under ops_mu_),
+  // and whether more came than fit.
+  static constexpr std::size_t kFedComms = 64;
+  std::array<std::atomic<std::uint64_t>, kFedComms> fed_comms_{};
+  std::atomic<bool> fed_many_{false};
   bool ready_ = false;
   Config cfg_;
   std::unique_ptr<live::TargetModel> model_;

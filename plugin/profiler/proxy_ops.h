@@ -40,6 +40,13 @@ struct ProxyOpStart {
 struct ProxyOpObserver {
   bool (*wanted)() = nullptr;  // asked at each communicator's profiler init
   void (*started)(const ProxyOpStart&) = nullptr;
+  // Asked at each collective's event: whether a proxy operation of communicator `comm` can
+  // be fed anywhere now (a connection asked for them); nullptr: always. NCCL connects a
+  // collective's connections before it launches it, and the collective's event comes at the
+  // launch, so an answer of no holds for the collective's proxy operations. A collective
+  // event costs its thread an allocation and a lock (one per collective, on the program's
+  // thread: its host time), its proxy operations' parent only.
+  bool (*coll_wanted)(std::uint64_t comm) = nullptr;
 };
 
 // Called once by the net plugin at load; thread-safe against concurrent reads.

@@ -275,6 +275,7 @@ struct Context {
   std::string comm;  // hash, hex
   std::uint64_t hash = 0;
   bool proxy_ops = false;  // report proxy operations to the observer (proxy_ops.h)
+  bool (*coll_wanted)(std::uint64_t) = nullptr;  // the observer's (nullptr: always)
   std::uint64_t written = 0;  // the event types written to the record file (none: 0)
   // Task and group events name their parents by id (record level all); the API events alone
   // have no recorded parents, and skip the bookkeeping.
@@ -398,6 +399,7 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
     ctx->comm = fmt::format("{:016x}", commId);
     ctx->hash = commId;
     ctx->proxy_ops = proxy_ops;
+    ctx->coll_wanted = obs.coll_wanted;
     if (record) {
       ctx->written = recordedTypes();
       recordFile().line(
@@ -461,7 +463,8 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     // rank host time a target rank does not spend (2026-12-04: with every event formatted
     // here, a 64-rank all-to-all took 240-420 us of CPU against ~100 for NCCL alone).
     const bool write = (ctx.written & d->type) != 0;
-    const bool proxy_parent = d->type == ncclProfileColl && ctx.proxy_ops;
+    const bool proxy_parent = d->type == ncclProfileColl && ctx.proxy_ops &&
+                              (ctx.coll_wanted == nullptr || ctx.coll_wanted(ctx.hash));
     if (!write && !proxy_parent) return ncclSuccess;
     auto ev = std::make_unique<Event>();
     ev->id = g_next_id++;

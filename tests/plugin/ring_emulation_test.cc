@@ -402,6 +402,23 @@ TEST(RingEmulation, TunerReportsTheModelsChoice) {
 }
 
 // The identity comes over the wire from the host: out of range is refused, not trusted.
+// The profiler keeps a collective's event only for a communicator some connection asked
+// proxy operations for (plugin/profiler/proxy_ops.h coll_wanted): a ring connection to a
+// virtual peer over the NET does (its operation queue); a rank whose neighbours are all P2P
+// has none. Past the communicators it tracks, every one is taken as fed.
+TEST(RingEmulation, ProxyOpsAreFedOnlyForCommsWhoseConnectionsAsk) {
+  auto& st = plugin::PluginState::get();
+  const std::uint64_t fed = 0xfeed0001, other = 0xfeed0002;
+  if (st.feedsProxyOps(other)) GTEST_SKIP() << "more comms than tracked asked in this process";
+  EXPECT_FALSE(st.feedsProxyOps(fed));
+  const auto ops = st.newOpSegments(fed, 0, 1, true, 64, 0);
+  EXPECT_TRUE(st.feedsProxyOps(fed));
+  EXPECT_FALSE(st.feedsProxyOps(other));
+  for (std::uint64_t c = 1; c <= 80; ++c) (void)st.newOpSegments(0xfeed1000 + c, 0, 1, true, 64, 0);
+  EXPECT_TRUE(st.feedsProxyOps(0xfeed1001));
+  EXPECT_TRUE(st.feedsProxyOps(other)) << "past the table: taken as fed";
+}
+
 TEST(RingEmulation, ConnectionIdentityOutOfRangeIsRefused) {
   plugin::PluginState::get().configure(targetOf(8));
   void* ctx = nullptr;

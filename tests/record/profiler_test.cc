@@ -170,6 +170,39 @@ TEST(Profiler, EmulationKeepsOnlyCollectivesForTheirProxyOps) {
   profiler::setProxyOpObserver({});
 }
 
+// A communicator none of whose connections asked for proxy operations (under p2p_peers a
+// rank whose ring neighbours are GPUs of its node: NCCL's P2P transport has no proxy
+// operations) gets no collective event either: NCCL asks for one per collective on the
+// program's thread, and keeping it is an allocation and a lock there (the observer's
+// coll_wanted; the net plugin answers PluginState::feedsProxyOps).
+TEST(Profiler, EmulationSkipsCollectivesOfACommWithoutFedConnections) {
+  ::unsetenv("CRYSTAL_RECORD");
+  profiler::setProxyOpObserver({[] { return true; }, [](const profiler::ProxyOpStart&) {},
+                                [](std::uint64_t comm) { return comm == 0x77; }});
+  const ncclProfiler_v5_t& p = profiler::profilerV5();
+  ncclProfilerEventDescr_v5_t coll{};
+  coll.type = ncclProfileColl;
+  coll.coll.func = "AllReduce";
+  coll.coll.algo = "RING";
+  coll.coll.nChannels = 16;
+  for (const std::uint64_t comm : {std::uint64_t{0x77}, std::uint64_t{0x78}}) {
+    void* ctx = nullptr;
+    int mask = 0;
+    ASSERT_EQ(p.init(&ctx, comm, &mask, "world", 8, 64, 0, nullptr), ncclSuccess);
+    ASSERT_NE(ctx, nullptr);
+    void* task = &mask;
+    ASSERT_EQ(p.startEvent(ctx, &task, &coll), ncclSuccess);
+    if (comm == 0x77) {
+      EXPECT_NE(task, nullptr) << "a fed comm's collective: its proxy operations' parent";
+      EXPECT_EQ(p.stopEvent(task), ncclSuccess);
+    } else {
+      EXPECT_EQ(task, nullptr) << "nothing to feed: no event";
+    }
+    EXPECT_EQ(p.finalize(ctx), ncclSuccess);
+  }
+  profiler::setProxyOpObserver({});
+}
+
 TEST(Profiler, HarnessDrivesTheAbiLikeNccl) {
   const ncclProfiler_v5_t& p = profiler::profilerV5();
   EXPECT_STREQ(p.name, "crystal");
