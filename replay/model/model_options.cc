@@ -14,6 +14,13 @@ bool flag(const std::string& name, double v) {
   return v != 0.0;
 }
 
+// "H100", "h100 SXM5", "NVIDIA H100 80GB HBM3": any name with h100 in it, in any case.
+bool namesH100(const std::string& model) {
+  for (std::size_t i = 0; i + 4 <= model.size(); ++i)
+    if ((model[i] == 'h' || model[i] == 'H') && model.compare(i + 1, 3, "100") == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m) {
@@ -24,6 +31,12 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
                      " is not an NVIDIA compute capability (e.g. 90 for H100/H200)");
   }
   o.graph.compcap = o.tune.compcap = o.step.compcap = cc;
+  // The chain kernels as measured on the target's GPU (the H200's unless it names an H100).
+  if (namesH100(cluster.gpu.model)) {
+    o.step.chain_broadcast = h100ChainBroadcast();
+    o.step.chain_reduce = h100ChainReduce();
+  }
+  const ChainKernel broadcast = o.step.chain_broadcast, reduce = o.step.chain_reduce;
   if (m.proxy_overhead_us) {
     if (*m.proxy_overhead_us < 0) throw InputError("model.proxy_overhead_us: must be >= 0");
     o.step.proxy_overhead_us = *m.proxy_overhead_us;
@@ -60,8 +73,8 @@ ModelOptions readModelOptions(const ClusterConfig& cluster, const ModelConfig& m
     if (name == "chain_kernel_scale") {
       if (!(value >= 0 && value <= 100))
         throw InputError("model.overrides.chain_kernel_scale: must be in 0..100");
-      o.step.chain_broadcast = StepOptions{}.chain_broadcast.scaled(value);
-      o.step.chain_reduce = StepOptions{}.chain_reduce.scaled(value);
+      o.step.chain_broadcast = broadcast.scaled(value);
+      o.step.chain_reduce = reduce.scaled(value);
     }
     if (name == "ring_slice_us") {
       if (!(value >= 0 && value <= 1000))

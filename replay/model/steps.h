@@ -58,6 +58,18 @@ struct StepOptions {
       {0, 11.4}, {64 << 10, 12.7}, {256 << 10, 19.4}, {1 << 20, 42.1}, {4 << 20, 104.2}};
 };
 
+// The same kernels on the H100 (readModelOptions picks them for a cluster.gpu.model naming
+// one): rank 5 of 64, free-running peers, 300 back to back, 16 channels (tests/gpu/hybrid/
+// README.md, twenty-fifth session), broadcast (recvCopySend) 1 / 4 / 16 / 64 MiB 15.1 / 23.9 /
+// 55.3 / 152.2 us, reduce (recvReduceSend) 13.2 / 19.5 / 45.4 / 118.6; the fixed work (0
+// bytes) the H200's times the 1 MiB point's ratio. The roots read within 6 % of them.
+inline ChainKernel h100ChainBroadcast() {
+  return {{0, 12.7}, {64 << 10, 15.1}, {256 << 10, 23.9}, {1 << 20, 55.3}, {4 << 20, 152.2}};
+}
+inline ChainKernel h100ChainReduce() {
+  return {{0, 11.8}, {64 << 10, 13.2}, {256 << 10, 19.5}, {1 << 20, 45.4}, {4 << 20, 118.6}};
+}
+
 // Hop timing of NVLink (intra-node) and NET (inter-node) steps for one channel of a call
 // using `channels` channels.
 struct HopPair {

@@ -234,6 +234,44 @@ TEST(LoopTimeAtRank, NoMemberRunsFasterThanItsOwnKernel) {
   }
 }
 
+// The chain kernels are the target GPU's: a cluster.gpu.model naming an H100 (the preset
+// h100-dgx-ib's) gets the H100's measured points (twenty-fifth session, rank 5 of 64 free,
+// 300 back to back: broadcast 15.1 / 23.9 / 55.3 / 152.2 us, reduce 13.2 / 19.5 / 45.4 /
+// 118.6 at 1-64 MiB on 16 channels), any other the H200's; chain_kernel_scale scales the
+// target's.
+TEST(LoopTimeAtRank, ChainKernelsAreTheTargetGpus) {
+  ClusterConfig h100 = dgx(8);
+  h100.gpu.model = "NVIDIA H100 80GB HBM3";
+  const NcclModel m(h100, {}), h200(dgx(8), {});
+  const std::pair<std::uint64_t, std::pair<double, double>> points[] = {{1 << 20, {15.1, 13.2}},
+                                                                        {4 << 20, {23.9, 19.5}},
+                                                                        {16 << 20, {55.3, 45.4}},
+                                                                        {64 << 20, {152.2, 118.6}}};
+  for (const auto& [b, us] : points) {
+    EXPECT_DOUBLE_EQ(m.chainKernel(Func::Broadcast, Proto::Simple).atBytes(b / 16.0), us.first);
+    EXPECT_DOUBLE_EQ(m.chainKernel(Func::Reduce, Proto::Simple).atBytes(b / 16.0), us.second);
+  }
+  EXPECT_DOUBLE_EQ(h200.chainKernel(Func::Broadcast, Proto::Simple).atBytes(65536), 14.3);
+  // Rank 5's broadcasts back to back at 1 MiB: a kernel of the members before it, the H100's.
+  const CommShape s = full(8);
+  const double h100_loop =
+      m.loopTimeAtRank(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 5, 0, 300);
+  const double h200_loop =
+      h200.loopTimeAtRank(Func::Broadcast, 1 << 20, s, Algo::Ring, Proto::Simple, 16, 5, 0, 300);
+  EXPECT_GT(h100_loop, h200_loop + 0.7);
+  EXPECT_NEAR(h100_loop - h200_loop, 15.1 - 14.3, 0.01);
+  for (const char* name : {"H100", "h100 SXM5"}) {
+    ClusterConfig c = dgx(2);
+    c.gpu.model = name;
+    EXPECT_DOUBLE_EQ(NcclModel(c, {}).chainKernel(Func::Reduce, Proto::Simple).atBytes(65536), 13.2)
+        << name;
+  }
+  ModelConfig half;
+  half.overrides.emplace_back("chain_kernel_scale", 0.5);
+  EXPECT_DOUBLE_EQ(NcclModel(h100, half).chainKernel(Func::Broadcast, Proto::Simple).atBytes(65536),
+                   15.1 / 2);
+}
+
 // A reduce is the chain the other way round: from root + 1 to the root, which ends last.
 TEST(LoopTimeAtRank, ReduceEndsAtTheRoot) {
   const NcclModel m(dgx(8), {});
@@ -306,8 +344,8 @@ TEST(Choose, HugeRingAllReduceRunsAtNicBusBandwidth) {
   const auto bus = [&](double us) {
     return static_cast<double>(bytes) / us / 1e3 * busBwFactor(Func::AllReduce, 128);
   };
-  EXPECT_NEAR(bus(wire.time(Func::AllReduce, bytes, full(16), c.algo, c.proto, c.channels)),
-              400.0, 4.0);
+  EXPECT_NEAR(bus(wire.time(Func::AllReduce, bytes, full(16), c.algo, c.proto, c.channels)), 400.0,
+              4.0);
   const double slice_us = (1 << 20) / 25e3;
   EXPECT_NEAR(bus(c.time_us), 400.0 * slice_us / (slice_us + 1.9), 4.0);
   EXPECT_DOUBLE_EQ(busBwFactor(Func::AllGather, 4), 0.75);
@@ -377,8 +415,8 @@ TEST(P2p, NetChunksAndNvlink) {
   EXPECT_GT(m.p2pTime(1 << 30, false), (1 << 30) / 28.6e3);
   // In a 64-rank communicator (16 channels) a NET peer gets 1 channel: 14.3 GB/s.
   const NcclModel m8(dgx(8), {});
-  EXPECT_NEAR(m8.p2pTime(256 << 10, false, 64) - m8.p2pTime(128 << 10, false, 64),
-              131072 / 14.3e3, 1e-9);
+  EXPECT_NEAR(m8.p2pTime(256 << 10, false, 64) - m8.p2pTime(128 << 10, false, 64), 131072 / 14.3e3,
+              1e-9);
   // Without the per-channel cap the chunk costs its time on one 50 GB/s NIC.
   ModelConfig uncapped;
   uncapped.overrides.emplace_back("p2p_net_channel_gbps", 0.0);
@@ -533,8 +571,8 @@ TEST(RingSliceTime, EachSliceKeepsTheChannelBusy) {
   // slices of 128 KiB, 1 loop; 1 GiB all-reduce: 126 steps x 2 slices.
   EXPECT_NEAR(t(m, 256ULL << 20, Func::AllGather) - t(wire, 256ULL << 20, Func::AllGather),
               125 * 1.9, 1e-6);
-  EXPECT_NEAR(t(m, 1ULL << 30, Func::AllReduce) - t(wire, 1ULL << 30, Func::AllReduce),
-              251 * 1.9, 1e-6);
+  EXPECT_NEAR(t(m, 1ULL << 30, Func::AllReduce) - t(wire, 1ULL << 30, Func::AllReduce), 251 * 1.9,
+              1e-6);
   // 16 MiB (8 KiB slices): latency-bound. Two slices' GPU time (3.8 us) exceed an NVLink
   // step's latency (3.4 us), so NVLink steps take the former: +1.8 %.
   const double small = t(wire, 16ULL << 20, Func::AllGather);

@@ -15,7 +15,9 @@
 #   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
 #   P2P (1: every case under emulation.p2p_peers), CRYSTAL_HOST_STATS (1: the real rank's host
-#   time per operation, NCCL's and each part of the plugin's, in each log and the summary).
+#   time per operation, NCCL's and each part of the plugin's, in each log and the summary),
+#   TARGET_GPU (the target's cluster.gpu.model; default: this machine's card, so the model's
+#   chain kernels are the card's that runs them; hybrid64.yaml alone is an H200 cluster).
 # Builds crystal + libnccl-net-crystal.so (build-device/, ignored by git) and hybrid_nccl
 # against the pip NCCL 2.28.9 that PyTorch uses, then runs `crystal emulate` with
 # NCCL_DEBUG=INFO. Logs and results go to $OUT (default /tmp/hybrid-out).
@@ -36,8 +38,10 @@ build() {
 
 # config with the given real ranks; P2P=1: emulation.p2p_peers (the virtual GPUs of a real
 # rank's node are GPUs of its host, docs/host.md) for every case
+TARGET_GPU=${TARGET_GPU-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}
 config() {
   sed "s/real_ranks: \[0\]/real_ranks: [$1]/" tests/gpu/hybrid/hybrid64.yaml |
+    if [ -n "$TARGET_GPU" ]; then sed "s/^  gpus_per_node: 8$/&\n  gpu: {model: \"$TARGET_GPU\"}/"; else cat; fi |
     if [ "$case_name" = big ]; then sed "s/nodes: 8/nodes: 1024/; s/world_size: 64/world_size: 8192/; s/dp: 8/dp: 1024/"; else cat; fi \
     >"$OUT/config-$case_name.yaml"
   [ -n "${P2P:-}" ] && echo "  p2p_peers: true" >>"$OUT/config-$case_name.yaml"
@@ -84,6 +88,8 @@ run_all() {
   local sweep=(-b 1K -e 1G -f 4 -n "${ITERS:-20}")  # -n: per operation of the same loop
   {
     echo "# Hybrid emulation vs crystal simulate ($(date -u +%FT%TZ))"
+    echo
+    echo "Target GPU (cluster.gpu.model): ${TARGET_GPU:-H200, the config default}; this machine: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)."
     echo
     echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
     echo "average over ${ITERS:-20} iterations after 2 warm-ups on the real rank; model ="
