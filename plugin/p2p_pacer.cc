@@ -1,6 +1,7 @@
 #include "p2p_pacer.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace crystal::plugin {
@@ -176,6 +177,7 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
   chain_op_ = hops > 0 && !channels_.empty();
   // R heads the chain (a broadcast's root, the rank after a reduce's): nothing comes to it.
   chain_head_ = hops == 0;
+  chain_tail_ = hops && *hops == nranks_ - 1;
   if (!chain_op_) {
     last_chain_.reset();
     return;
@@ -208,6 +210,12 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
     ch.op_recv_done = ahead;
     ch.chain_next += static_cast<live::TimeNs>(ahead) * chain_.pace;
   }
+}
+
+std::uint64_t P2pPacer::opSends() const {
+  if (shape_.symmetric) return shape_.units;
+  if (chain_op_ || chain_head_) return chain_tail_ ? 0 : shape_.units;
+  return std::numeric_limits<std::uint64_t>::max();  // not known: none counts as early
 }
 
 int P2pPacer::connectedChannels() const {
@@ -298,6 +306,8 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
         (void)ch.tree->postUpSend(ch.tree_base + ch.up_sent, now, shape_.unit_bytes, false);
         ++ch.up_sent;
       } else {
+        // Past the plan's sends down on the ring's connection: the next operation's too.
+        if (ch.down_sent >= tree_plan_->units) ++ch.early_sends;
         ++ch.down_sent;
       }
     }
@@ -319,9 +329,9 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
     if (ch.net_ring) (void)ch.net_ring->postSend(now, shape_.unit_bytes, op_channels_);
-    // Between operations, or past this one's slices (which still let its receives follow,
-    // release()): the next operation's too.
-    if (!in_op_ || (shape_.symmetric && ch.op_sends >= shape_.units)) ++ch.early_sends;
+    // Between operations, or past this one's sends (which still let a ring's receives
+    // follow, release()): the next operation's too.
+    if (!in_op_ || ch.op_sends >= opSends()) ++ch.early_sends;
     ++ch.op_sends;
     c.seen = end;
   }

@@ -185,7 +185,7 @@ class P2pPacer {
     std::shared_ptr<live::RingChannel> net_ring;  // R's receive on this channel is NET's
     int send = -1, recv = -1;  // connection indices
     std::uint64_t op_sends = 0;      // R's send slices in the current operation
-    // R's send slices seen between operations, or past the current one's slices: the next
+    // R's send slices seen between operations, or past the current one's sends: the next
     // operation's first (opStarted starts op_sends there). R's kernel starts an operation a
     // few microseconds before the pacing thread sees its stream reach it, and its first sends
     // (a small one's only ones on a channel) may be seen before: counted for the operation
@@ -226,6 +226,9 @@ class P2pPacer {
   };
   void endOp();
   [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
+  // R's sends a channel in the current operation: a ring's slices, a chain member's units
+  // (none at its tail); the maximum where not known.
+  [[nodiscard]] std::uint64_t opSends() const;
   // opStarted for a tree all-reduce: the channels' trees, the plan, the units' base.
   void startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, int connected);
   // opStarted for a chain operation R receives in (chainHops): its timing and where the
@@ -269,6 +272,7 @@ class P2pPacer {
   // The current chain operation's timing (chain_op_), and the last one's (function, root,
   // unit bytes) while no other operation came between: the next streams on from it.
   bool chain_op_ = false;
+  bool chain_tail_ = false;  // R ends the current chain operation: it sends nothing
   bool chain_head_ = false;  // R heads the current chain operation: its receives stay
   live::RingChannel::ChainTiming chain_;
   std::optional<std::tuple<model::Func, int, std::uint64_t>> last_chain_;

@@ -283,6 +283,21 @@ TEST(P2pPacer, SendsSeenBeforeTheStreamReachesTheOperationCount) {
     EXPECT_EQ(out[0].value, 58u + 56u);  // this one's 28 from R's head
   }
   {
+    // After a broadcast in which R (rank 3 of 8, a member) sent its 8 units a channel, its
+    // next sends are the all-reduce's that follows.
+    auto s = connect(8, 2, 3);
+    live::CollectiveEntry bc{Func::Broadcast, model::Algo::Ring, model::Proto::Simple, 8 * MiB, 2};
+    bc.root = 0;
+    s->pacer.opStarted(0, bc, 0);
+    for (std::uint64_t v = 1; v <= 8; ++v) s->pacer.observe(s->chans[0].send_conn, v, 1'000 * v);
+    s->pacer.observe(s->chans[0].send_conn, 10, 100'000);  // the all-reduce's first slice
+    s->pacer.opStarted(101'000, e);
+    out.clear();
+    (void)s->pacer.release(1'000'000'000, out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].conn, s->chans[0].recv_conn);
+  }
+  {
     // The same without the carry: R's head at 58, the channel's receives stay closed.
     auto s = connect(8, 2);
     s->pacer.opStarted(0, e);
