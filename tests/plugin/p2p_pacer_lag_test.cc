@@ -43,19 +43,6 @@ struct Lags {
   TimeNs pause_ns = 0;
 };
 
-// One channel of R's chain kernel: per unit (one counter step), receive (R's recv tail) and
-// send (R's send head), as its place in the chain has it.
-struct Chan {
-  int send_conn = -1, recv_conn = -1;
-  std::vector<std::pair<bool, bool>> slices;   // per slice: R receives, R sends
-  std::uint64_t done = 0;                      // slices of the operation R's kernel finished
-  std::uint64_t recv_step = 0, send_step = 0;  // R's moves: V's send head, V's recv tail
-  std::uint64_t tail = 0, head = 0;            // R's own, as the agent kernel moved them
-  std::uint64_t released = 0;                  // the pacer's release, as the agent kernel has it
-  rules::CreditQueue credits;
-  TimeNs ready_since = -1;
-};
-
 struct Timed {
   TimeNs at = 0;  // when it reaches the other side
   int conn = -1;
@@ -74,7 +61,7 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
   auto connected = std::make_shared<std::atomic<int>>(channels);
   P2pPacer pacer(
       n, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); }, rank);
-  std::vector<Chan> chans(static_cast<std::size_t>(channels));
+  std::vector<KernelChannel> chans(static_cast<std::size_t>(channels));
   for (int k = 0; k < channels; ++k)
     chans[static_cast<std::size_t>(k)].recv_conn = pacer.add(false, k);
   for (int k = 0; k < channels; ++k)
@@ -136,8 +123,8 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
         c.head = std::max(c.head, rules::creditsDue(c.credits, static_cast<std::uint64_t>(now)));
         const std::uint64_t credit = rules::creditsNext(c.credits);
         if (credit != ~std::uint64_t{0}) next = std::min(next, static_cast<TimeNs>(credit));
-        const bool more = c.done < c.slices.size();
-        const bool recv = more && c.slices[c.done].first, send = more && c.slices[c.done].second;
+        const bool more = c.next < c.slices.size();
+        const bool recv = more && c.slices[c.next].first, send = more && c.slices[c.next].second;
         if (more && (!recv || c.tail >= c.recv_step + steps) &&
             (!send || c.head + plugin::kNcclSteps >= c.send_step + steps)) {
           if (c.ready_since < 0) c.ready_since = now;
@@ -154,17 +141,17 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
                                  static_cast<std::uint64_t>(pacer.sendOccupancy()),
                                  static_cast<std::uint32_t>(pacer.sendUnitSteps()));
             }
-            ++c.done;
+            ++c.next;
             moved = true;
           } else {
             next = std::min(next, c.ready_since + lag.gpu_ns);
           }
         }
-        all = all && c.done >= c.slices.size();
+        all = all && c.next >= c.slices.size();
       }
       if (all) {
         if (++op == iters) return static_cast<double>(now - start) / 1e3 / (iters - lag.warmups);
-        for (auto& c : chans) c.done = 0;
+        for (auto& c : chans) c.next = 0;
         k_start = now + lag.gap_ns;
         if (lag.warmups > 0 && op == lag.warmups) {
           pacer.opsDone();  // the stream went idle

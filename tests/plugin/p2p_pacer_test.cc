@@ -25,32 +25,6 @@ using plugin::P2pPacer;
 
 constexpr std::uint64_t MiB = 1u << 20;
 
-Config oneNode() { return targetNodes(1); }
-Config nodes(int n) { return targetNodes(n); }
-
-// One ring channel of the real rank as NCCL 2.28.9's Simple ring kernel runs it with an
-// instantaneous GPU: per slice, wait for the receive (R's recv tail) and the send credit (R's
-// send head), then post both (V's recv tail, V's send head). R's tail and head move as the
-// agent kernel moves them (p2p_agent_rules.h: the pacer's release within R's slots; credits
-// a unit's occupancy after R sent it), with no delay. The slice program is
-// device/all_reduce.h's (step 0 sends, 2n-3 steps receive and send, the last receives) or
-// all_gather.h's / reduce_scatter.h's (n-1 sends, n-1 receives).
-struct KernelChannel {
-  int send_conn = -1, recv_conn = -1;
-  // The program: per slice, whether it receives and whether it sends.
-  std::vector<std::pair<bool, bool>> slices;
-  std::size_t next = 0;
-  std::uint64_t send_step = 0, recv_step = 0;  // R's own step counters
-  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (the agent's)
-  std::uint64_t released = 0;                  // the pacer's release of the recv tail
-  plugin::p2p_agent::CreditQueue credits;
-  TimeNs ready_since = -1;  // the next slice's receive and credit are there (runOp's gpu_ns)
-};
-
-std::vector<std::pair<bool, bool>> program(Func f, int n, std::uint64_t units) {
-  return ringSlices(f, n, units);
-}
-
 struct Result {
   double us = 0;
   bool stalled = false;
@@ -156,7 +130,7 @@ struct Setup {
 };
 
 std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
-                               const Config& cfg = oneNode()) {
+                               const Config& cfg = targetNodes(1)) {
   plugin::PluginState::get().configure(cfg);
   const live::CommLinks links =
       live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
@@ -179,8 +153,8 @@ std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
 // The model's ring time less its per-call overhead (the paced span has none): the whole
 // collective (its last member's), or as ring position `rank` sees it (timeAtRank: a member
 // closer behind the ring's slowest hop ends earlier).
-double modelUs(Func f, std::uint64_t bytes, int nranks, int channels, const Config& cfg = oneNode(),
-               int rank = -1) {
+double modelUs(Func f, std::uint64_t bytes, int nranks, int channels,
+               const Config& cfg = targetNodes(1), int rank = -1) {
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, nranks);
   const double t = rank < 0
@@ -222,7 +196,7 @@ void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
       const live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, b, channels};
       const auto shape = plugin::ringOpShape(e, n, channels);
       for (auto& c : s->chans) {
-        c.slices = program(f, n, shape.units);
+        c.slices = ringSlices(f, n, shape.units);
         c.next = 0;
       }
       const Result r = runOp(s->pacer, s->chans, e, start);
@@ -240,12 +214,14 @@ void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
     }
 }
 
-TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) { expectModelTimes(8, 16, 0, oneNode()); }
+TEST(P2pPacer, OneNodeRingCollectivesTakeTheModelsTime) {
+  expectModelTimes(8, 16, 0, targetNodes(1));
+}
 
 // Over 8 nodes a rank in the middle of its node: the chain to it runs through the NET hop
 // between nodes (period of 8 positions), and the ring takes the model's time.
 TEST(P2pPacer, MiddleOfANodeOverSeveralNodesTakesTheModelsTime) {
-  expectModelTimes(64, 16, 13, nodes(8));
+  expectModelTimes(64, 16, 13, targetNodes(8));
 }
 
 // R's kernel starts an operation a few microseconds before the pacing thread sees its stream
@@ -421,7 +397,7 @@ double chainLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_
 // `n` nodes whose members' kernels never hold a chain back (model.overrides
 // chain_kernel_scale 0): the links and each operation's fixed cost alone.
 Config linksOnly(int n) {
-  Config cfg = nodes(n);
+  Config cfg = targetNodes(n);
   cfg.model.overrides.emplace_back("chain_kernel_scale", 0.0);
   return cfg;
 }
@@ -477,7 +453,7 @@ TEST(P2pPacerChain, MemberOfChainsBackToBackTakesTheModelsLoop) {
 // R bring it an operation no sooner than one kernel after the last, as the model's loop has
 // it (broadcast: rank 5 of 64; reduce to rank 7: rank 5, 61 hops from the head, rank 8).
 TEST(P2pPacerChain, MembersKernelsPaceTheChainBackToBack) {
-  const Config cfg = nodes(8);
+  const Config cfg = targetNodes(8);
   struct Case {
     Func f;
     int root, rank;
@@ -510,7 +486,7 @@ TEST(P2pPacerChain, MembersKernelsPaceTheChainBackToBack) {
 // does not push the next one's units a pace later (it did: R at 20.5 us a chunk read 183.8 us
 // an operation, now 175.4, the model 172.3).
 TEST(P2pPacerChain, RsOwnKernelAndStartLagDoNotHoldTheChainBack) {
-  const Config cfg = nodes(8);
+  const Config cfg = targetNodes(8);
   struct Case {
     Func f;
     int root, rank;
@@ -600,7 +576,7 @@ double netChainLoopUs(Func f, int root, int n, int channels, int rank, std::uint
 // slowly than the chain runs them (R's call stands for the head's). The H100 measured 23.2 us
 // an operation at 1 MiB over 300 (twenty-third session), the model 15.8: not this logic's.
 TEST(NetChain, ReduceRootBackToBackTakesTheModelsLoop) {
-  const Config cfg = nodes(8);
+  const Config cfg = targetNodes(8);
   for (std::uint64_t b : {MiB, 16 * MiB}) {
     const double want = modelLoopUs(Func::Reduce, 0, 64, 16, 0, b, 300, cfg);
     for (TimeNs call_ns : {TimeNs{0}, TimeNs{11'000}}) {
@@ -633,7 +609,7 @@ std::unique_ptr<P2pPacer> pacerOf(int rank, int nranks, const Config& cfg) {
 // A node's last position over several nodes sends over the NET (no paced send): its P2P
 // receives run from the operation's start, up to the operation's slices.
 TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
-  const auto p = pacerOf(7, 16, nodes(2));
+  const auto p = pacerOf(7, 16, targetNodes(2));
   P2pPacer& pacer = *p;
   const int recv = pacer.add(false, 0);
   EXPECT_TRUE(pacer.wantNetRings().empty());
@@ -653,7 +629,7 @@ TEST(P2pPacer, ReceiveOnlyChannelRunsFromTheOperationsStart) {
 // A node's first position receives over the NET: R's P2P sends on that channel go to the NET
 // path's RingChannel, which sizes and anchors the NET receives by them.
 TEST(P2pPacer, SendOnlyChannelFeedsTheNetRing) {
-  const Config cfg = nodes(2);
+  const Config cfg = targetNodes(2);
   const auto p = pacerOf(0, 16, cfg);
   P2pPacer& pacer = *p;
   const live::CommLinks links =

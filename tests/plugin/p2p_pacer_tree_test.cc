@@ -12,6 +12,7 @@
 #include "crystal/model/nccl_model.h"
 #include "p2p_agent_rules.h"
 #include "p2p_pacer.h"
+#include "pacer_targets.h"
 #include "state.h"
 
 namespace crystal::test {
@@ -42,12 +43,6 @@ struct Tree {
   std::vector<Pipe> pipes;  // per channel: up, down
 };
 
-Config eightNodes() {
-  Config cfg;  // built-in target: H200 nodes of 8 GPUs
-  cfg.cluster.nodes = 8;
-  return cfg;
-}
-
 Tree connect(int nranks, int channels, int rank, const Config& cfg) {
   plugin::PluginState::get().configure(cfg);
   const auto& model = plugin::PluginState::get().model();
@@ -63,8 +58,7 @@ Tree connect(int nranks, int channels, int rank, const Config& cfg) {
       [=, ppn = trees->shape().ranks_per_node](int tree, auto next_op) {
         live::TreePosition pos = live::targetTreePosition(rank, nranks, ppn, tree);
         const bool has_parent = !pos.loop.empty();
-        return std::make_shared<live::TreeChannel>(std::move(pos), has_parent,
-                                                   std::move(next_op));
+        return std::make_shared<live::TreeChannel>(std::move(pos), has_parent, std::move(next_op));
       },
       [trees](const live::CollectiveEntry& e, int ch) { return trees->plan(e, ch); });
   // NCCL's exchange by channel: the ring's (receive from rank - 1, send to rank + 1), then
@@ -160,7 +154,7 @@ Result runOp(Tree& t, const live::CollectiveEntry& e, std::uint64_t units, TimeN
 // `gpu_fixed_ns`, `gpu_GBps`: the stand-in kernel's time per chunk (runOp's gpu_ns).
 void expectTreeAtModelTime(TimeNs gpu_fixed_ns, double gpu_GBps) {
   constexpr int kRanks = 64, kChannels = 16, kRank = 13;
-  const Config cfg = eightNodes();
+  const Config cfg = targetNodes(8);
   Tree t = connect(kRanks, kChannels, kRank, cfg);
   const model::NcclModel m(cfg.cluster, cfg.model);
   const model::CommShape shape = live::blockShape(cfg.cluster, kRanks);
@@ -173,10 +167,10 @@ void expectTreeAtModelTime(TimeNs gpu_fixed_ns, double gpu_GBps) {
     constexpr int kOps = 6;
     TimeNs first_end = 0, last_end = 0;
     for (int i = 0; i < kOps; ++i) {
-      const TimeNs gpu_ns =
-          gpu_GBps > 0 ? gpu_fixed_ns + static_cast<TimeNs>(static_cast<double>(bytes) /
-                                                            kChannels / units / gpu_GBps)
-                       : 0;
+      const TimeNs gpu_ns = gpu_GBps > 0
+                                ? gpu_fixed_ns + static_cast<TimeNs>(static_cast<double>(bytes) /
+                                                                     kChannels / units / gpu_GBps)
+                                : 0;
       const Result r = runOp(t, e, units, start, gpu_ns);
       ASSERT_FALSE(r.stalled) << bytes << " op " << i;
       EXPECT_FALSE(r.over_released) << bytes << " op " << i;
@@ -186,19 +180,18 @@ void expectTreeAtModelTime(TimeNs gpu_fixed_ns, double gpu_GBps) {
     const double period_us = static_cast<double>(last_end - first_end) / (kOps - 1) / 1e3;
     const double want =
         m.time(Func::AllReduce, bytes, shape, model::Algo::Tree, model::Proto::Simple, kChannels);
-    std::printf("rank %d of %d, GPU %.1f us + %.0f GB/s a chunk: tree all-reduce %4llu MiB: "
-                "paced %9.1f us per op, model %9.1f us, %+6.2f %%\n",
-                kRank, kRanks, static_cast<double>(gpu_fixed_ns) / 1e3, gpu_GBps,
-                static_cast<unsigned long long>(bytes / MiB), period_us, want,
-                100 * (period_us - want) / want);
+    std::printf(
+        "rank %d of %d, GPU %.1f us + %.0f GB/s a chunk: tree all-reduce %4llu MiB: "
+        "paced %9.1f us per op, model %9.1f us, %+6.2f %%\n",
+        kRank, kRanks, static_cast<double>(gpu_fixed_ns) / 1e3, gpu_GBps,
+        static_cast<unsigned long long>(bytes / MiB), period_us, want,
+        100 * (period_us - want) / want);
     EXPECT_NEAR(period_us, want, 0.01 * want) << bytes;
     start += 1'000'000'000;  // a quiet second: the next size starts afresh
   }
 }
 
-TEST(P2pPacerTree, MiddleOfANodeRunsTreeAllReducesAtTheModelsTime) {
-  expectTreeAtModelTime(0, 0);
-}
+TEST(P2pPacerTree, MiddleOfANodeRunsTreeAllReducesAtTheModelsTime) { expectTreeAtModelTime(0, 0); }
 
 // R's kernel writes each chunk into its parent's buffer: the write is the NVLink hop (its
 // counter moves once the chunk crossed), so a GPU as fast as the link adds nothing (the
@@ -212,7 +205,7 @@ TEST(P2pPacerTree, WritesUpCrossTheLinkAsTheyGo) { expectTreeAtModelTime(2'000, 
 // in blocks of 2n: with n known (the host's POOL_PLACE) channel c runs tree (c / n) % 2; a
 // head of its node is the root of one and deep in the other, so halves would be wrong.
 TEST(P2pPacerTree, ChannelsRunTheTreeOfTheirBlock) {
-  Tree t = connect(64, 2, 0, eightNodes());
+  Tree t = connect(64, 2, 0, targetNodes(8));
   t.pacer->setTreeBase(2);
   for (const auto& [ordinal, tree] : std::vector<std::pair<int, int>>{
            {0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 0}, {5, 0}, {6, 1}, {13, 0}, {15, 1}})
@@ -226,7 +219,7 @@ TEST(P2pPacerTree, ChannelsRunTheTreeOfTheirBlock) {
 // Outside a tree all-reduce (here a ring all-gather) the tree's own receive is released one
 // step ahead of what R consumed, at once, so a kernel that used it would never hang on it.
 TEST(P2pPacerTree, TreeOnlyReceiveOutsideATreeOperationRunsOneAhead) {
-  Tree t = connect(64, 2, 13, eightNodes());
+  Tree t = connect(64, 2, 13, targetNodes(8));
   t.pacer->opStarted(0, live::CollectiveEntry{Func::AllGather, model::Algo::Ring,
                                               model::Proto::Simple, 8 * MiB, 2});
   std::vector<plugin::P2pRelease> out;
@@ -253,7 +246,7 @@ TEST(P2pPacerTree, TreeOnlyReceiveOutsideATreeOperationRunsOneAhead) {
 // grew it by an operation's units each time).
 TEST(P2pPacerTree, HeadChangesKeptStayBoundedOverManyOperations) {
   constexpr int kChannels = 2;
-  Tree t = connect(64, kChannels, 13, eightNodes());
+  Tree t = connect(64, kChannels, 13, targetNodes(8));
   const live::CollectiveEntry e{Func::AllReduce, model::Algo::Tree, model::Proto::Simple, 16 * MiB,
                                 kChannels};
   const std::uint64_t units = 16 * MiB / kChannels / (512 * 1024);  // 16 a channel

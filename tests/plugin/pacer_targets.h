@@ -1,6 +1,6 @@
 // What the P2P pacer's stand-ins (p2p_pacer_test.cc, p2p_pacer_lag_test.cc) run against: the
 // built-in target over some nodes, the model's loop of back-to-back chain operations as a
-// stand-in sees it, and the slices NCCL's Simple ring kernel moves a channel.
+// stand-in sees it, and R's kernel on one channel: the slices it moves and its counters.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "crystal/live/target_model.h"
 #include "crystal/model/nccl_model.h"
+#include "p2p_agent_rules.h"
 #include "state.h"
 
 namespace crystal::test {
@@ -44,5 +45,23 @@ inline std::vector<std::pair<bool, bool>> ringSlices(model::Func f, int n, std::
   }
   return out;
 }
+
+// One channel of the real rank's kernel as NCCL 2.28.9's Simple kernels run it: per slice
+// (ringSlices, or a chain's units), wait for the receive (R's recv tail) and the send credit
+// (R's send head), then post both (V's recv tail, V's send head). R's tail and head move as
+// the agent kernel moves them (p2p_agent_rules.h: the pacer's release within R's slots;
+// credits a unit's occupancy after R sent it).
+struct KernelChannel {
+  int send_conn = -1, recv_conn = -1;
+  // The program: per slice, whether it receives and whether it sends.
+  std::vector<std::pair<bool, bool>> slices;
+  std::size_t next = 0;                        // the next slice
+  std::uint64_t send_step = 0, recv_step = 0;  // R's own step counters
+  std::uint64_t head = 0, tail = 0;            // R's send head, recv tail (the agent's)
+  std::uint64_t released = 0;                  // the pacer's release of the recv tail
+  plugin::p2p_agent::CreditQueue credits;
+  // The next slice's receive and credit are there since (a stand-in whose kernel takes time).
+  live::TimeNs ready_since = -1;
+};
 
 }  // namespace crystal::test
