@@ -183,8 +183,17 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
     return;
   }
   const live::TimeNs last_op = chain_.op;
-  chain_ = channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_,
-                                                   shape_.units, op->func == model::Func::Reduce);
+  // R may run it on more channels than the target (the tuner's, ring_fold.h): the target's
+  // fill, R's units at the target's aggregate pace.
+  live::ChainTarget target;
+  if (op->target_channels > 0 && op->target_channels != op_channels_) {
+    live::CollectiveEntry t = *op;
+    t.channels = op->target_channels;
+    target = {t.channels, ringOpShape(t, nranks_, t.channels).unit_bytes};
+  }
+  chain_ =
+      channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_, shape_.units,
+                                              op->func == model::Func::Reduce, target);
   // The head sends a unit once its link and a slot of the next member are free, and starts
   // the next operation when it ended the last, a window ahead of R: back to back, the chain
   // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"), an

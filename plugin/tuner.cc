@@ -185,10 +185,14 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
       }
     }
     if (run.algo >= 0 && run.algo < model::kNumAlgos && run.proto >= 0 &&
-        run.proto < model::kNumProtos)
-      t->log->append({static_cast<model::Func>(f), static_cast<model::Algo>(run.algo),
-                      static_cast<model::Proto>(run.proto), nBytes,
-                      nChannels ? std::max(0, *nChannels) : 0});  // 0: NCCL's own count
+        run.proto < model::kNumProtos) {
+      live::CollectiveEntry e{static_cast<model::Func>(f), static_cast<model::Algo>(run.algo),
+                              static_cast<model::Proto>(run.proto), nBytes,
+                              nChannels ? std::max(0, *nChannels) : 0};  // 0: NCCL's own count
+      // The pacing times the target's chain where R runs more channels (P2pPacer).
+      if (target_channels > 0 && e.channels != target_channels) e.target_channels = target_channels;
+      t->log->append(e);
+    }
     // Once per (function, size): the pick NCCL will make from this table, in the words of
     // NCCL's own "AllReduce: N Bytes -> Algo RING proto LL" line, so the two can be compared.
     std::lock_guard lock(t->mu);

@@ -79,16 +79,14 @@ TimeNs RingChannel::transmit(const RingHop& hop, TimeNs& free_at, TimeNs ready,
 }
 
 RingChannel::ChainTiming RingChannel::chainTo(int hops, std::uint64_t bytes, int channels,
-                                              std::uint64_t units, bool reduce) {
+                                              std::uint64_t units, bool reduce,
+                                              ChainTarget target) {
   std::lock_guard lock(mu_);
-  return chainToLocked(hops, bytes, channels, units, reduce);
+  return chainToLocked(hops, bytes, channels, units, reduce, target);
 }
 
-RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels,
-                                                    std::uint64_t units, bool reduce) {
-  const int ch = channels > 0 ? channels : op_channels_;
-  const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
-  const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
+RingChannel::ChainTiming RingChannel::chainWay(int hops, std::uint64_t bytes, int busy, int running,
+                                               TimeNs* crossing) const {
   // A chain has no slice time: its hop is the crossing of the bytes and the whole latency.
   auto way = [&](const RingHop& h) {
     return h.occupancy(bytes, busy, running, /*slice_time=*/false) + h.latency_ns + h.unit_ns;
@@ -100,14 +98,15 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
     return chain()[static_cast<std::size_t>((period_ - m % period_) % period_)];
   };
   ChainTiming t;
-  TimeNs crossing = 0;  // the slowest crossing of a member before the real rank
+  TimeNs slowest_crossing = 0;  // of a member before the real rank
   // The way over the members 1..upto places before the real rank.
   auto pass = [&](int upto) {
     TimeNs sum = 0;
     for (int m = 1; m <= upto; ++m) {
       const RingHop& h = before(m);
       sum += way(h);
-      crossing = std::max(crossing, h.occupancy(bytes, busy, running, /*slice_time=*/false));
+      slowest_crossing =
+          std::max(slowest_crossing, h.occupancy(bytes, busy, running, /*slice_time=*/false));
     }
     return sum;
   };
@@ -121,7 +120,26 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
   }
   t.last_hop = hops > 0 ? way(before(1)) : 0;
   t.pace = slowest().occupancy(bytes, busy, running, /*slice_time=*/false);
+  if (crossing != nullptr) *crossing = slowest_crossing;
+  return t;
+}
+
+RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t bytes, int channels,
+                                                    std::uint64_t units, bool reduce,
+                                                    ChainTarget target) {
+  const int ch = channels > 0 ? channels : op_channels_;
+  const int busy = std::max(busy_->load(std::memory_order_relaxed), ch);
+  const int running = ch > 0 ? ch : connected_->load(std::memory_order_relaxed);
+  TimeNs crossing = 0;
+  ChainTiming t = chainWay(hops, bytes, busy, running, &crossing);
   if (hops > 0) t.op = chain_costs_[op_proto_].opNs(units, bytes, crossing, reduce);
+  if (hops > 0 && target.channels > 0 && target.channels != running && target.unit_bytes > 0) {
+    // The real rank's units come at the target's aggregate pace (each on a link shared by
+    // `running` channels), the first once the target's chain brought as many bytes on every
+    // channel: its fill, and the real pace's excess over its own, if any.
+    const ChainTiming tt = chainWay(hops, target.unit_bytes, target.channels, target.channels);
+    t.fill = tt.fill + std::max<TimeNs>(0, t.pace - tt.pace);
+  }
   return t;
 }
 

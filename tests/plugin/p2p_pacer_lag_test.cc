@@ -52,9 +52,12 @@ struct Timed {
 
 // Back to back, all called at the start (nccl-tests' loop): us an operation, -1 if stalled.
 // A broadcast or reduce runs its chain's units (one counter step each); an all-reduce,
-// all-gather or reduce-scatter its ring slices (ringSlices, 2 steps each).
-double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64_t bytes, int iters,
-                    const Config& cfg, const Lags& lag) {
+// all-gather or reduce-scatter its ring slices (ringSlices, 2 steps each). The target runs
+// the operation on `target_channels`, R on `channels` (the tuner's count, ring_fold.h; 0:
+// the target's).
+double laggedLoopUs(Func f, int root, int n, int target_channels, int rank, std::uint64_t bytes,
+                    int iters, const Config& cfg, const Lags& lag, int channels = 0) {
+  if (channels <= 0) channels = target_channels;
   plugin::PluginState::get().configure(cfg);
   const live::CommLinks links = live::commLinks(plugin::PluginState::get().model(), cfg.cluster, n);
   auto busy = std::make_shared<std::atomic<int>>(0);
@@ -68,6 +71,7 @@ double laggedLoopUs(Func f, int root, int n, int channels, int rank, std::uint64
     chans[static_cast<std::size_t>(k)].send_conn = pacer.add(true, k);
   live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, bytes, channels};
   e.root = root;
+  if (channels != target_channels) e.target_channels = target_channels;
   const plugin::RingOpShape shape = plugin::ringOpShape(e, n, channels);
   const bool chain = f == Func::Broadcast || f == Func::Reduce;
   const std::uint64_t steps = chain ? 1 : static_cast<std::uint64_t>(shape.slice_steps);
@@ -241,6 +245,42 @@ TEST(P2pPacerLag, WarmUpsThenAPauseThenTheTimedLoop) {
         Case{Func::Reduce, 0, 0, 256 * MiB, 10'000, 0},
         Case{Func::Broadcast, 0, 5, 64 * MiB, 10'000, 0}})
     expectLoop(k, lag, 20, 0.03);
+}
+
+// The tuner runs R's chains on more channels than the target's where its GPU needs them
+// to keep the target's pace (ring_fold.h onNodeRingChannels: the 64 MiB reduce on 26 of the
+// H100's channels against the target's 16, 2026-12-05). Each of R's channels then carries
+// fewer units, each on a link shared by more channels; the units still come at the target's
+// aggregate pace, and the first after the target's fill, not after a fill of the shared
+// links' slower units: timed with R's count, the reduce root's first operation after the
+// warm-ups took 2.2 ms where the model's fill is 1.5 (the H100 and the H200 read the 64 MiB
+// root at +14.4 % over 20, 183.5 against 181.1 us over 300).
+TEST(P2pPacerLag, MoreRealChannelsThanTheTargetsKeepItsFill) {
+  Lags lag = deviceLags();
+  lag.warmups = 2;
+  lag.pause_ns = 50'000;
+  struct Wide {
+    Func f;
+    int root, rank, channels;
+    std::uint64_t bytes;
+  };
+  const Config cfg = targetNodes(8);
+  for (const Wide k :
+       {Wide{Func::Reduce, 0, 0, 26, 64 * MiB}, Wide{Func::Reduce, 0, 0, 32, 256 * MiB},
+        Wide{Func::Reduce, 0, 5, 26, 64 * MiB}, Wide{Func::Broadcast, 0, 5, 26, 64 * MiB},
+        Wide{Func::Reduce, 0, 0, 19, 16 * MiB}}) {
+    lag.gpu_ns = 10'000;
+    const double paced =
+        laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg, lag, k.channels);
+    const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg);
+    const std::string what = std::string(model::toString(k.f)) + " root " + std::to_string(k.root) +
+                             ", rank " + std::to_string(k.rank) + " of 64, " +
+                             std::to_string(k.bytes / MiB) + " MiB on " +
+                             std::to_string(k.channels) + " channels";
+    std::printf("%-48s: 2 warm-ups, 20 timed: paced %6.1f us, model (16 channels) %6.1f\n",
+                what.c_str(), paced, want);
+    EXPECT_NEAR(paced, want, 0.02 * want) << what;
+  }
 }
 
 // R's kernel sends its first slices the moment it starts an operation (an instantaneous GPU

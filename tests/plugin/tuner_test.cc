@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 
+#include "crystal/live/collective_log.h"
 #include "crystal/live/target_model.h"
 #include "p2p_agent.h"
 #include "state.h"
@@ -182,6 +183,39 @@ TEST(PluginTuner, RingsAreFoldedOntoFewerChannels) {
   EXPECT_EQ(channelsFor(1 << 20), 1);
   cfg.emulation.p2p_peers = false;
   cfg.emulation.fold_rings = true;
+  PluginState::get().configure(cfg);
+}
+
+// Where the tuner runs a chain on more real channels than the target's, the collective log
+// (which the P2P pacer reads) says both: the pacer times the target's chain (its fill) with
+// R's units at the target's aggregate pace (P2pPacerLag.MoreRealChannelsThanTheTargetsKeepItsFill).
+TEST(PluginTuner, LogsTheTargetsChannelsWhereTheRealRankRunsMore) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.cluster.nodes = 8;
+  cfg.emulation.p2p_peers = true;
+  setenv("NCCL_MIN_NCHANNELS", "32", 1);
+  PluginState::get().configure(cfg);
+  PluginState::get().setCommRingsOnNode(2);  // comm 2: simpleOnlyChannels' comm id
+  const auto log = live::collectiveLog(2);
+  std::uint64_t cursor = log->appended();
+  auto logged = [&] {
+    const auto e = log->next(&cursor, [](const live::CollectiveEntry&) { return true; });
+    EXPECT_TRUE(e.has_value());
+    return e.value_or(live::CollectiveEntry{});
+  };
+  const int wide = simpleOnlyChannels(nccl::ncclFuncReduce, std::size_t{1} << 30);
+  EXPECT_GT(wide, 16);
+  live::CollectiveEntry e = logged();
+  EXPECT_EQ(e.func, model::Func::Reduce);
+  EXPECT_EQ(e.channels, wide);
+  EXPECT_EQ(e.target_channels, 16);
+  EXPECT_EQ(simpleOnlyChannels(nccl::ncclFuncReduce, 1 << 20), 16);
+  e = logged();
+  EXPECT_EQ(e.channels, 16);
+  EXPECT_EQ(e.target_channels, 0) << "R runs the target's count";
+  unsetenv("NCCL_MIN_NCHANNELS");
+  cfg.emulation.p2p_peers = false;
   PluginState::get().configure(cfg);
 }
 

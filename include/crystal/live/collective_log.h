@@ -29,6 +29,9 @@ struct CollectiveEntry {
   std::uint64_t bytes = 0;
   int channels = 0;  // what the tuner set; 0: NCCL keeps its own count (all it built)
   int root = -1;     // broadcast, reduce: the root (the interposer's call); -1: unknown
+  // The target's count where the tuner runs the operation on another (`channels`: more, for
+  // the real rank's GPU to keep the target's pace, plugin/ring_fold.h); 0: `channels`.
+  int target_channels = 0;
 };
 
 class CollectiveLog {

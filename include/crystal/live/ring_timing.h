@@ -116,6 +116,13 @@ struct ChainOpCost {
   return streams ? std::max({first, paced, last_first + last_op}) : first;
 }
 
+// Where the target runs a chain operation on other channels than the real rank
+// (RingChannel::chainTo).
+struct ChainTarget {
+  int channels = 0;  // 0: the real rank's
+  std::uint64_t unit_bytes = 0;
+};
+
 class RingChannel {
  public:
   static constexpr int kStallSteps = 4;
@@ -156,11 +163,17 @@ class RingChannel {
   // real rank (each hop's crossing and latency); `pace`, the chain's slowest hop's crossing
   // (every member moves at it); `last_hop`, the way of the hop into the real rank; `op`, an
   // operation at the slowest member before the real rank (ChainOpCost; 0 when `units` is).
+  // `target`: the target runs the operation on other channels (plugin/ring_fold.h gives the
+  // real rank more where its GPU needs them), in units of `unit_bytes`: `fill` is then the
+  // target's, and the real pace's excess over the target's pace (the first unit of each of
+  // the real channels: as many bytes as the target's chain brings in its first units and a
+  // part of the next).
   struct ChainTiming {
     TimeNs fill = 0, pace = 0, last_hop = 0, op = 0;
   };
   [[nodiscard]] ChainTiming chainTo(int hops, std::uint64_t bytes, int channels = 0,
-                                    std::uint64_t units = 0, bool reduce = false);
+                                    std::uint64_t units = 0, bool reduce = false,
+                                    ChainTarget target = {});
   // The operation whose first receive (`unit`, posted at `now`, postRecv's first = 1) was
   // just posted is a chain whose head is `c.hops` > 0 positions before the real rank, in
   // transfers of `c.unit_bytes` (OpSegments::Place): its receives arrive down the chain, the
@@ -196,7 +209,13 @@ class RingChannel {
     return u >= op_first_ && u < sends_ && u + kWindow > sends_;
   }
   [[nodiscard]] ChainTiming chainToLocked(int hops, std::uint64_t bytes, int channels,
-                                          std::uint64_t units, bool reduce);
+                                          std::uint64_t units, bool reduce,
+                                          ChainTarget target = {});
+  // fill, pace and last_hop of a chain whose links carry `busy` channels' units, `running`
+  // of them the operation's (RingHop::occupancy); `crossing`: the slowest crossing of a
+  // member before the real rank.
+  [[nodiscard]] ChainTiming chainWay(int hops, std::uint64_t bytes, int busy, int running,
+                                     TimeNs* crossing = nullptr) const;
   // Computes the idealised chain's sends (every position) up to unit `upto` (inclusive).
   void advance(std::uint64_t upto, std::uint64_t capacity);
   // Serialises a unit on the channel's share of a link: returns its delivery time.
