@@ -189,7 +189,8 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
   if (op->target_channels > 0 && op->target_channels != op_channels_) {
     live::CollectiveEntry t = *op;
     t.channels = op->target_channels;
-    target = {t.channels, ringOpShape(t, nranks_, t.channels).unit_bytes};
+    const RingOpShape shape = ringOpShape(t, nranks_, t.channels);
+    target = {t.channels, shape.unit_bytes, shape.units};
   }
   chain_ =
       channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_, shape_.units,

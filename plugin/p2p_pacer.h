@@ -39,7 +39,10 @@
 // chain streams from one operation into the next (the head ends a send window ahead of the
 // rest and starts the next at once): nccl-tests' loop, NcclModel::loopTimeAtRank. R heading
 // the chain receives nothing. Rank 5 of 64, 64 MiB, 20 back to back: 172.3 us an operation,
-// the model's loop; as other operations were timed before, 218.8 (P2pPacerChain.*).
+// the model's loop; as other operations were timed before, 218.8 (P2pPacerChain.*). Where
+// the tuner runs the chain on more channels than the target's (CollectiveEntry::
+// target_channels) the fill and the members' operation are the target's
+// (live::ChainTarget), R's units coming at the target's aggregate pace.
 // Other operations (broadcast or reduce without a root, or one the tuner did not log) use the
 // channel's own RingChannel: one-step units, "posted" once the slot is free (as the CPU saw
 // R's head), at most one ahead of what R consumed.

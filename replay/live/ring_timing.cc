@@ -137,8 +137,12 @@ RingChannel::ChainTiming RingChannel::chainToLocked(int hops, std::uint64_t byte
     // The real rank's units come at the target's aggregate pace (each on a link shared by
     // `running` channels), the first once the target's chain brought as many bytes on every
     // channel: its fill, and the real pace's excess over its own, if any.
-    const ChainTiming tt = chainWay(hops, target.unit_bytes, target.channels, target.channels);
+    TimeNs target_crossing = 0;
+    const ChainTiming tt =
+        chainWay(hops, target.unit_bytes, target.channels, target.channels, &target_crossing);
     t.fill = tt.fill + std::max<TimeNs>(0, t.pace - tt.pace);
+    if (units > 0 && target.units > 0)
+      t.op = chain_costs_[op_proto_].opNs(target.units, target.unit_bytes, target_crossing, reduce);
   }
   return t;
 }

@@ -121,6 +121,7 @@ struct ChainOpCost {
 struct ChainTarget {
   int channels = 0;  // 0: the real rank's
   std::uint64_t unit_bytes = 0;
+  std::uint64_t units = 0;  // an operation's on a channel
 };
 
 class RingChannel {
@@ -164,10 +165,10 @@ class RingChannel {
   // (every member moves at it); `last_hop`, the way of the hop into the real rank; `op`, an
   // operation at the slowest member before the real rank (ChainOpCost; 0 when `units` is).
   // `target`: the target runs the operation on other channels (plugin/ring_fold.h gives the
-  // real rank more where its GPU needs them), in units of `unit_bytes`: `fill` is then the
-  // target's, and the real pace's excess over the target's pace (the first unit of each of
-  // the real channels: as many bytes as the target's chain brings in its first units and a
-  // part of the next).
+  // real rank more where its GPU needs them): `fill` is then the target's, and the real
+  // pace's excess over the target's pace (the first unit of each of the real channels: as
+  // many bytes as the target's chain brings in its first units and a part of the next);
+  // `op` the target's member's (its kernel's time goes with its bytes a channel).
   struct ChainTiming {
     TimeNs fill = 0, pace = 0, last_hop = 0, op = 0;
   };
