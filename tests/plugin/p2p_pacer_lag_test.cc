@@ -261,6 +261,7 @@ TEST(P2pPacerLag, MoreRealChannelsThanTheTargetsKeepItsFill) {
   Lags lag = deviceLags();
   lag.warmups = 2;
   lag.pause_ns = 50'000;
+  lag.gpu_ns = 10'000;
   struct Wide {
     Func f;
     int root, rank, channels;
@@ -272,7 +273,6 @@ TEST(P2pPacerLag, MoreRealChannelsThanTheTargetsKeepItsFill) {
         Wide{Func::Reduce, 0, 5, 26, 64 * MiB}, Wide{Func::Broadcast, 0, 5, 26, 64 * MiB},
         Wide{Func::Reduce, 0, 0, 19, 16 * MiB}, Wide{Func::Reduce, 0, 5, 19, 16 * MiB},
         Wide{Func::Broadcast, 0, 5, 19, 16 * MiB}, Wide{Func::Reduce, 0, 5, 16, 16 * MiB}}) {
-    lag.gpu_ns = 10'000;
     const double paced =
         laggedLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg, lag, k.channels);
     const double want = modelLoopUs(k.f, k.root, 64, 16, k.rank, k.bytes, 20, cfg);
