@@ -27,8 +27,6 @@ using model::Func;
 using plugin::P2pPacer;
 namespace rules = plugin::p2p_agent;
 
-constexpr std::uint64_t MiB = 1u << 20;
-
 // The device's delays (p2p_trace.py's columns; H100 and H200 traces, 2026-12-04/05).
 struct Lags {
   TimeNs gpu_ns = 0;      // R's kernel a unit, once its receive and credit are there

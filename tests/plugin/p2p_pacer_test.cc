@@ -23,8 +23,6 @@ using live::TimeNs;
 using model::Func;
 using plugin::P2pPacer;
 
-constexpr std::uint64_t MiB = 1u << 20;
-
 struct Result {
   double us = 0;
   bool stalled = false;

@@ -23,8 +23,6 @@ using model::Func;
 using plugin::P2pPacer;
 namespace rules = plugin::p2p_agent;
 
-constexpr std::uint64_t MiB = 1u << 20;
-
 // One direction of one tree channel as device/all_reduce.h's runTreeSplit runs it with an
 // instantaneous GPU: per chunk (one counter step), wait for the receive (R's recv tail) and
 // the send credit (R's send head), then post both. Up: from the child to the parent; down:

@@ -14,6 +14,8 @@
 
 namespace crystal::test {
 
+inline constexpr std::uint64_t MiB = 1u << 20;
+
 inline Config targetNodes(int n) {
   Config cfg;  // built-in target: H200 nodes of 8 GPUs
   cfg.cluster.nodes = n;
