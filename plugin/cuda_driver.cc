@@ -70,6 +70,8 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
   get(api.streamCreateWithPriority, "cuStreamCreateWithPriority");
   get(api.streamIsCapturing, "cuStreamIsCapturing");
+  get(api.memHostRegister, "cuMemHostRegister_v2");
+  get(api.memHostUnregister, "cuMemHostUnregister");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

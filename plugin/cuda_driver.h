@@ -32,6 +32,7 @@ inline constexpr unsigned kMemoryTypeHost = 1;      // CU_MEMORYTYPE_HOST
 inline constexpr unsigned kMemoryTypeDevice = 2;    // CU_MEMORYTYPE_DEVICE
 inline constexpr unsigned kHostAllocPortable = 1;   // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kHostAllocDeviceMap = 2;  // CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr unsigned kHostRegisterPortable = 1;  // CU_MEMHOSTREGISTER_PORTABLE
 
 // CUDA_MEMCPY2D (cuda.h, the _v2 layout that cuMemcpy2DAsync_v2 takes).
 struct Memcpy2D {
@@ -84,6 +85,9 @@ struct DriverApi {
   Result (*ctxGetStreamPriorityRange)(int* least, int* greatest);  // cuCtxGetStreamPriorityRange
   Result (*streamCreateWithPriority)(Stream*, unsigned, int);     // cuStreamCreateWithPriority
   Result (*streamIsCapturing)(Stream, int*);  // cuStreamIsCapturing (CUstreamCaptureStatus)
+  Result (*memHostRegister)(void*, std::size_t, unsigned);  // cuMemHostRegister_v2
+  // Waits for running kernels (measured: tests/gpu/hybrid/host_register_probe.cu): close only.
+  Result (*memHostUnregister)(void*);  // cuMemHostUnregister
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -71,7 +72,10 @@ DeviceQueue::~DeviceQueue() {
   for (const Staging& s : staging_)
     if (s.p) (void)d_->memFreeHost(s.p);
   for (std::byte* p : retired_) (void)d_->memFreeHost(p);
-  for (const Twin& t : twins_) (void)d_->memFreeHost(t.p);
+  for (std::byte* p : registered_) (void)d_->memHostUnregister(p);
+  for (const Twin& t : twins_)
+    if (std::find(registered_.begin(), registered_.end(), t.p) == registered_.end())
+      (void)d_->memFreeHost(t.p);
   if (caller != ctx_) (void)d_->ctxSetCurrent(caller);
 }
 
@@ -169,6 +173,26 @@ std::byte* DeviceQueue::twin(const void* base, std::size_t bytes) {
   check(d_->memHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
   twins_.push_back(Twin{base, bytes, static_cast<std::byte*>(p)});
   return twins_.back().p;
+}
+
+bool DeviceQueue::registerHost(std::byte* host, std::size_t bytes, std::string* why) {
+  enter();
+  const cuda::Result rc = d_->memHostRegister(host, bytes, cuda::kHostRegisterPortable);
+  if (rc != cuda::kSuccess) {
+    const char* text = nullptr;
+    if (d_->getErrorString) (void)d_->getErrorString(rc, &text);
+    *why = fmt::format("cuMemHostRegister: CUDA error {} ({})", rc, text ? text : "no text");
+    return false;
+  }
+  registered_.push_back(host);
+  return true;
+}
+
+bool DeviceQueue::adoptTwin(const void* base, std::size_t bytes, std::byte* host,
+                            std::string* why) {
+  if (!registerHost(host, bytes, why)) return false;
+  twins_.push_back(Twin{base, bytes, host});
+  return true;
 }
 
 void DeviceQueue::mark(int slot) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda_driver.h"
@@ -48,7 +49,16 @@ class DeviceQueue {
   // kept until close. Real peers stage a buffer at its offset in the twin, so a
   // connection's staging is sized by what NCCL registered, not by the messages it sees.
   [[nodiscard]] std::byte* twin(const void* base, std::size_t bytes);
-  // The work enqueued so far completes slot `slot`'s request.
+  // Host memory the caller owns (a shared-memory segment, plugin/shm_segment.h), page-locked
+  // with cuMemHostRegister so copies to and from it are the copy engines' (registering does
+  // not wait for running kernels; unregistering does, so that happens only at close, here,
+  // before the caller unmaps it). adoptTwin: it also becomes the twin of the GPU region
+  // [base, base + bytes). False, with the driver's reason, when the driver refuses.
+  [[nodiscard]] bool adoptTwin(const void* base, std::size_t bytes, std::byte* host,
+                               std::string* why);
+  [[nodiscard]] bool registerHost(std::byte* host, std::size_t bytes, std::string* why);
+  // The work enqueued so far completes slot `slot`'s request.  // The work enqueued so far
+  // completes slot `slot`'s request.
   void mark(int slot);
   // Records `e` (created on first use) after the work enqueued so far: another object (the
   // mirror channel) waits on it without touching this queue's slots.
@@ -75,6 +85,8 @@ class DeviceQueue {
     std::byte* p = nullptr;
   };
   std::vector<Twin> twins_;  // few: NCCL registers LL, LL128, Simple (and a shared pool)
+  std::vector<std::byte*>
+      registered_;  // cuMemHostRegister'ed (twins among them are not ours to free)
   std::shared_ptr<FlagWriter> writer_;
 };
 

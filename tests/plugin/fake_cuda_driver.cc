@@ -83,6 +83,7 @@ Result eventRecord(void* e, void*) {
 Result eventQuery(void* e) {
   FAKE_LOCK;
   auto* ev = static_cast<FakeEvent*>(e);
+  if (g.done_after_queries > 0 && --g.done_after_queries == 0) g.complete = true;
   if (g.complete || ev->number <= std::atomic_ref(g.done_through).load()) ev->done = true;
   return ev->done ? 0 : 600;
 }
@@ -143,6 +144,21 @@ Result freeHost(void* p) {
   std::erase(g_host_allocs, p);
   record({"cuMemFreeHost", addr(p), 0, 0});
   std::free(p);
+  return 0;
+}
+
+// Page-locked ranges (cuMemHostRegister): memory the caller owns, only counted.
+Result hostRegister(void* p, std::size_t n, unsigned flags) {
+  FAKE_LOCK;
+  if (!g.register_ok) return 1;  // CUDA_ERROR_INVALID_VALUE
+  ++g.live_host_registers;
+  record({"cuMemHostRegister", addr(p), 0, n, 0, 0, flags});
+  return 0;
+}
+Result hostUnregister(void* p) {
+  FAKE_LOCK;
+  --g.live_host_registers;
+  record({"cuMemHostUnregister", addr(p), 0, 0});
   return 0;
 }
 
@@ -293,12 +309,35 @@ Result streamIsCapturing(void*, int* status) {
   *status = g.capturing ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE / _NONE
   return 0;
 }
-const plugin::cuda::DriverApi kFake{
-    getErrorString, ctxGetCurrent, ctxSetCurrent, streamCreate, streamDestroy, eventCreate,
-    eventDestroy,   eventRecord,   eventQuery,    htod,         dtoh,          dtod,
-    copy2d,         memset8,       memset2d32,    hostAlloc,    freeHost,      allocAsync,
-    freeAsync,      hostDevicePointer, moduleLoad, moduleUnload, moduleFunction, launch,
-    priorityRange,  streamCreatePriority, streamIsCapturing};
+const plugin::cuda::DriverApi kFake{getErrorString,
+                                    ctxGetCurrent,
+                                    ctxSetCurrent,
+                                    streamCreate,
+                                    streamDestroy,
+                                    eventCreate,
+                                    eventDestroy,
+                                    eventRecord,
+                                    eventQuery,
+                                    htod,
+                                    dtoh,
+                                    dtod,
+                                    copy2d,
+                                    memset8,
+                                    memset2d32,
+                                    hostAlloc,
+                                    freeHost,
+                                    allocAsync,
+                                    freeAsync,
+                                    hostDevicePointer,
+                                    moduleLoad,
+                                    moduleUnload,
+                                    moduleFunction,
+                                    launch,
+                                    priorityRange,
+                                    streamCreatePriority,
+                                    streamIsCapturing,
+                                    hostRegister,
+                                    hostUnregister};
 
 }  // namespace
 
@@ -396,6 +435,8 @@ FakeGpu& installFakeDriver() {
   g.kernel_runs = true;
   g.module_loads = true;
   g.capturing = false;
+  g.register_ok = true;
+  g.done_after_queries = 0;
   g.done_through = 0;
   g_records = 0;
   g_ring = nullptr;

@@ -28,6 +28,7 @@ struct FakeGpu {
   // Events recorded so far report done. Tests flip it while the P2P pacing thread queries.
   std::atomic<bool> complete{true};
   std::uint64_t done_through = 0;  // and so do those of the first N records (cuEventRecord)
+  int done_after_queries = 0;      // N > 0: the N-th cuEventQuery from now sets `complete`
   bool has_context = true;  // cuCtxGetCurrent returns a context
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
   // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
@@ -37,11 +38,13 @@ struct FakeGpu {
   bool kernel_runs = true;
   bool module_loads = true;  // cuModuleLoadData succeeds
   bool capturing = false;    // cuStreamIsCapturing says the stream is under graph capture
+  bool register_ok = true;   // cuMemHostRegister succeeds
   // cuLaunchKernel of the P2P agent (plugin/p2p_agent_abi.h) is recorded as
   // "cuLaunchKernel:crystal_p2p_agent"; the "kernel" then runs while the table's `want` is 1
   // (p2pAgentPass) and leaves at once otherwise. The thread that launched it last:
   std::thread::id agent_launcher;
-  int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0;
+  int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0,
+      live_host_registers = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
 };
