@@ -62,6 +62,9 @@ struct Request {
   std::uint64_t step = 0;   // per-comm sequence number of this request
   std::uint64_t bytes = 0;  // total posted bytes
   std::uint64_t seq = 0;    // FIFO order among outstanding requests
+  // Real peers: the number of the shared-memory frame that carried this send (real_comm.h);
+  // it completes once the receiver acknowledged copying it out. 0: sent over TCP.
+  std::uint64_t shm_frame = 0;
   // Data policy mirror: the key pairing a ring receive with the real rank's send
   // (MirrorChannel); `mirrored` false for requests of other operations.
   std::uint64_t mirror_k = 0;

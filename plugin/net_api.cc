@@ -13,6 +13,7 @@
 #include "errors.h"
 #include "handle_table.h"
 #include "nccl_log.h"
+#include "params.h"
 #include "real_comm.h"
 #include "state.h"
 #include "virtual_comm.h"
@@ -227,8 +228,9 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
-    auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(),
-                                             nic.out, std::move(peer), stallNs(st));
+    auto rc =
+        std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(), nic.out,
+                                       std::move(peer), stallNs(st), paramBool("CRYSTAL_SHM"));
     traceReal(*rc, 's');
     *sendComm = table.insert(std::move(rc));
   });

@@ -31,6 +31,11 @@ constexpr Param kParams[] = {
     {"CRYSTAL_GDR", "",
      "1: report GPU memory support (NCCL_PTR_CUDA) so NCCL keeps NET buffers in GPU memory "
      "(GDR); 0: host memory only. Overrides emulation.gdr (default: 1 only under data none)."},
+    {"CRYSTAL_SHM", "1",
+     "1: a real rank's sends to another real rank offer each registered buffer's twin as POSIX "
+     "shared memory; a receiver on the same machine maps it, and the bytes move by the GPUs' "
+     "copy engines (no TCP body, no CPU copy of GPU buffers); a peer that cannot map it "
+     "refuses and the bytes go over TCP. 0: TCP only."},
     {"CRYSTAL_MIRROR_RESULTS", "1",
      "1: under data mirror with one real rank, the interposer writes the exact result of N "
      "copies of the real rank's input after each all-reduce, reduce-scatter and reduce to it "

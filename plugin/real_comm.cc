@@ -3,18 +3,47 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "params.h"
 #include "proto_lines.h"
 #include "virtual_data.h"
 
 namespace crystal::plugin {
 
+namespace {
+// The receiver page-locks the sender's segment on its first copy from it (then the copy
+// engines read it directly); false: it copies each frame into its pinned twin first.
+constexpr bool kRegisterPeerSegments = true;
+}  // namespace
+
 void RealSendComm::registered(const MemRegion& region) {
   if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
   if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
+  // Host buffers stay on TCP: a memcpy into a segment and one out of it cost what TCP's two
+  // copies do (bench/plugin/real_pair_bench.cc); GPU buffers skip TCP's copies altogether.
+  if (offer_shm_) {
+    std::string why;
+    auto shm = ShmSegment::create(region.size, &why);
+    if (shm && !gpu_->adoptTwin(region.base, region.size, shm->data(), &why)) shm.reset();
+    if (shm) {
+      FrameHeader h;
+      h.kind = FrameKind::ShmOffer;
+      h.size = shm->size();
+      h.segment = static_cast<std::uint32_t>(segments_.size());
+      ShmOfferBody body;
+      std::snprintf(body.name, sizeof body.name, "%s", shm->name().c_str());
+      control_.append(reinterpret_cast<const char*>(&h), sizeof h);
+      control_.append(reinterpret_cast<const char*>(&body), sizeof body);
+      segments_.push_back(Segment{region.base, region.size, std::move(shm)});
+      return;
+    }
+    CRYSTAL_INFO("send to {}: no shared memory for a {}-byte buffer ({}); its bytes go over TCP",
+                 peer_, region.size, why);
+  }
   (void)gpu_->twin(region.base, region.size);
 }
 
@@ -39,19 +68,94 @@ void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live
   progress();
 }
 
+RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
+  const auto* p = static_cast<const std::byte*>(data);
+  for (Segment& s : segments_) {
+    const auto* base = static_cast<const std::byte*>(s.base);
+    if (p >= base && p < base + s.size) return &s;
+  }
+  return nullptr;
+}
+
+void RealSendComm::readReplies() {
+  for (;;) {
+    const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&reply_) + reply_got_,
+                                   sizeof reply_ - reply_got_);
+    if (n == 0) return;
+    reply_got_ += n;
+    if (reply_got_ < sizeof reply_) continue;
+    reply_got_ = 0;
+    if (reply_.magic != Reply{}.magic)
+      throw PluginError(Errc::Remote, "real peer sent a corrupt reply");
+    if (reply_.kind == ReplyKind::Ack) {
+      if (reply_.value > shm_sent_ || reply_.value < shm_acked_)
+        throw PluginError(Errc::Remote,
+                          fmt::format("real peer acknowledged shared-memory frame {} of {} sent "
+                                      "({} acknowledged before)",
+                                      reply_.value, shm_sent_, shm_acked_));
+      shm_acked_ = reply_.value;
+      continue;
+    }
+    if ((reply_.kind != ReplyKind::ShmAccepted && reply_.kind != ReplyKind::ShmRefused) ||
+        reply_.value >= segments_.size() ||
+        segments_[reply_.value].state != Segment::State::Offered)
+      throw PluginError(
+          Errc::Remote,
+          fmt::format("real peer answered an offer of shared memory segment {} "
+                      "that is not pending (kind {}, {} offered)",
+                      reply_.value, static_cast<unsigned>(reply_.kind), segments_.size()));
+    Segment& seg = segments_[reply_.value];
+    seg.shm->unlink();  // the peer mapped it (and unlinked it) or never will
+    if (reply_.kind == ReplyKind::ShmAccepted) {
+      seg.state = Segment::State::Accepted;
+    } else {
+      seg.state = Segment::State::Refused;
+      CRYSTAL_INFO(
+          "send to {}: the peer cannot map shared memory {} (another machine?); its "
+          "bytes go over TCP",
+          peer_, seg.shm->name());
+    }
+  }
+}
+
+bool RealSendComm::flushControl() {
+  while (control_done_ < control_.size()) {
+    const std::size_t n =
+        sendSome(fd_.get(), control_.data() + control_done_, control_.size() - control_done_);
+    if (n == 0) return false;
+    control_done_ += n;
+  }
+  control_.clear();
+  control_done_ = 0;
+  return true;
+}
+
 void RealSendComm::progress() {
-  while (!queue_.empty()) {
+  readReplies();
+  for (;;) {
+    const bool between_frames = hdr_done_ == 0 && body_done_ == 0;
+    if (between_frames && !flushControl()) return;  // offers never split a data frame
+    if (queue_.empty()) return;
     const int s = queue_.front();
     Request& r = *slot(s);
     // A GPU buffer: its bytes leave from the staging copy once that copy is done.
     if (r.staged && !gpu_->done(s)) return;
-    const char* body = r.staged ? reinterpret_cast<const char*>(stagingOf(r.data[0], r.sizes[0]))
-                                : static_cast<const char*>(r.data[0]);
-    if (hdr_done_ == 0 && body_done_ == 0) {
+    if (between_frames) {
+      Segment* seg = r.sizes[0] > 0 ? segmentOf(r.data[0]) : nullptr;
+      if (seg && seg->state == Segment::State::Offered) return;  // the answer picks the route
       hdr_ = FrameHeader{};
       hdr_.tag = r.tags[0];
       hdr_.size = r.sizes[0];
       hdr_.due_ns = r.due;
+      if (seg && seg->state == Segment::State::Accepted) {
+        // The bytes are there already: the staging copy went into the segment, its twin.
+        const auto off = static_cast<std::size_t>(static_cast<const std::byte*>(r.data[0]) -
+                                                  static_cast<const std::byte*>(seg->base));
+        hdr_.kind = FrameKind::ShmData;
+        hdr_.segment = static_cast<std::uint32_t>(seg - segments_.data());
+        hdr_.offset = off;
+        r.shm_frame = ++shm_sent_;
+      }
     }
     while (hdr_done_ < sizeof hdr_) {
       const std::size_t n = sendSome(fd_.get(), reinterpret_cast<const char*>(&hdr_) + hdr_done_,
@@ -59,10 +163,14 @@ void RealSendComm::progress() {
       if (n == 0) return;
       hdr_done_ += n;
     }
-    while (body_done_ < r.sizes[0]) {
-      const std::size_t n = sendSome(fd_.get(), body + body_done_, r.sizes[0] - body_done_);
-      if (n == 0) return;
-      body_done_ += n;
+    if (hdr_.kind == FrameKind::Data) {
+      const char* body = r.staged ? reinterpret_cast<const char*>(stagingOf(r.data[0], r.sizes[0]))
+                                  : static_cast<const char*>(r.data[0]);
+      while (body_done_ < r.sizes[0]) {
+        const std::size_t n = sendSome(fd_.get(), body + body_done_, r.sizes[0] - body_done_);
+        if (n == 0) return;
+        body_done_ += n;
+      }
     }
     r.filled[0] = true;
     hdr_done_ = body_done_ = 0;
@@ -83,20 +191,41 @@ std::byte* RealSendComm::stagingOf(const void* data, std::size_t size) {
 void RealSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
   if (stall_warned_ || now - r.posted < stall_ns_) return;
   stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
-  const char* what = r.staged && !r.filled[0] && !gpu_->done(slotOf(r))
-                         ? "its device-to-host staging copy (the GPU has not run it)"
-                     : !r.filled[0] ? "the real peer to read the bytes (TCP send blocked: the "
-                                      "peer's proxy does not post or progress a receive)"
-                                    : "its modelled delivery time";
+  const Segment* seg = r.filled[0] || r.sizes[0] == 0 ? nullptr : segmentOf(r.data[0]);
+  const char* what =
+      r.staged && !r.filled[0] && !gpu_->done(slotOf(r))
+          ? "its device-to-host staging copy (the GPU has not run it)"
+      : seg && seg->state == Segment::State::Offered
+          ? "the real peer to answer the offer of its shared memory (the peer's proxy does not "
+            "post or progress a receive)"
+      : !r.filled[0] ? "the real peer to read the bytes (TCP send blocked: the "
+                       "peer's proxy does not post or progress a receive)"
+      : r.shm_frame > shm_acked_
+          ? "the real peer to copy the bytes out of shared memory (its acknowledgement)"
+          : "its modelled delivery time";
+  std::string shm;
+  if (!segments_.empty()) {
+    std::size_t offered = 0, accepted = 0;
+    for (const Segment& s : segments_) {
+      offered += s.state == Segment::State::Offered;
+      accepted += s.state == Segment::State::Accepted;
+    }
+    shm = fmt::format(
+        "; shared memory: {} segments ({} accepted, {} unanswered), {} frames sent, {} "
+        "acknowledged, {} offer bytes unsent, {} sends queued",
+        segments_.size(), accepted, offered, shm_sent_, shm_acked_, control_.size() - control_done_,
+        queue_.size());
+  }
   CRYSTAL_WARN(
       "send to {} (net dev {}): step {} ({} bytes, tag {}) has waited {:.1f} s (> the "
-      "emulation timeout) for {}; still waiting",
-      peer_, dev(), r.step, r.sizes[0], r.tags[0], static_cast<double>(now - r.posted) / 1e9, what);
+      "emulation timeout) for {}{}; still waiting",
+      peer_, dev(), r.step, r.sizes[0], r.tags[0], static_cast<double>(now - r.posted) / 1e9, what,
+      shm);
 }
 
 bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
-  if (!r.filled[0]) progress();
-  if (!r.filled[0] || now < r.due) {
+  if (!r.filled[0] || r.shm_frame > shm_acked_) progress();
+  if (!r.filled[0] || r.shm_frame > shm_acked_ || now < r.due) {
     warnIfStalled(r, now);
     return false;
   }
@@ -129,47 +258,124 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
 }
 
 void RealRecvComm::progress(live::TimeNs now) {
-  for (;;) {
-    // Read only what a posted receive still waits for: the peer may have sent everything
-    // and closed, and an end of stream is an error only if we still need bytes.
-    if (hdr_done_ == 0 && target_slot_ < 0) {
-      bool waiting = false;
-      for (int s : posted_) {
-        const Request& r = *slot(s);
-        for (int i = 0; i < r.n; ++i) waiting = waiting || !r.filled[i];
-      }
-      if (!waiting) return;
+  while (readFrame(now)) {
+  }
+  flushAcks();
+}
+
+bool RealRecvComm::readFrame(live::TimeNs now) {
+  // Read only what a posted receive still waits for: the peer may have sent everything
+  // and closed, and an end of stream is an error only if we still need bytes.
+  if (hdr_done_ == 0 && target_slot_ < 0) {
+    bool waiting = false;
+    for (int s : posted_) {
+      const Request& r = *slot(s);
+      for (int i = 0; i < r.n; ++i) waiting = waiting || !r.filled[i];
     }
-    while (hdr_done_ < sizeof hdr_) {
-      const std::size_t n =
-          recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
-      if (n == 0) return;
-      hdr_done_ += n;
+    if (!waiting) return false;
+  }
+  while (hdr_done_ < sizeof hdr_) {
+    const std::size_t n =
+        recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+    if (n == 0) return false;
+    hdr_done_ += n;
+  }
+  if (hdr_.magic != FrameHeader{}.magic)
+    throw PluginError(Errc::Remote, "real peer sent a corrupt frame header");
+  if (hdr_.kind == FrameKind::ShmOffer) {
+    while (body_done_ < sizeof offer_) {
+      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&offer_) + body_done_,
+                                     sizeof offer_ - body_done_);
+      if (n == 0) return false;
+      body_done_ += n;
     }
-    if (hdr_.magic != FrameHeader{}.magic)
-      throw PluginError(Errc::Remote, "real peer sent a corrupt frame header");
-    if (target_slot_ < 0) {
-      // Oldest posted entry with this tag that is still empty.
-      for (int s : posted_) {
-        Request& r = *slot(s);
-        for (int i = 0; i < r.n && target_slot_ < 0; ++i)
-          if (!r.filled[i] && r.tags[i] == hdr_.tag) {
-            target_slot_ = s;
-            target_entry_ = i;
-          }
-        if (target_slot_ >= 0) break;
-      }
-      if (target_slot_ < 0) return;  // wait for NCCL to post a matching receive
-      const Request& r = *slot(target_slot_);
-      if (hdr_.size > r.sizes[target_entry_])
-        throw PluginError(Errc::Remote,
-                          fmt::format("real peer sent {} bytes with tag {} into a {}-byte receive",
-                                      hdr_.size, hdr_.tag, r.sizes[target_entry_]));
+    takeOffer();
+    hdr_done_ = body_done_ = 0;
+    return true;
+  }
+  if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData)
+    throw PluginError(Errc::Remote, fmt::format("real peer sent a frame of unknown kind {}",
+                                                static_cast<unsigned>(hdr_.kind)));
+  if (target_slot_ < 0) {
+    // Oldest posted entry with this tag that is still empty.
+    for (int s : posted_) {
+      Request& r = *slot(s);
+      for (int i = 0; i < r.n && target_slot_ < 0; ++i)
+        if (!r.filled[i] && r.tags[i] == hdr_.tag) {
+          target_slot_ = s;
+          target_entry_ = i;
+        }
+      if (target_slot_ >= 0) break;
     }
-    Request& r = *slot(target_slot_);
-    const bool staged = r.on_device[target_entry_];
-    char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[target_entry_], hdr_.size))
-                       : static_cast<char*>(r.data[target_entry_]);
+    if (target_slot_ < 0) return false;  // wait for NCCL to post a matching receive
+    const Request& r = *slot(target_slot_);
+    if (hdr_.size > r.sizes[target_entry_])
+      throw PluginError(Errc::Remote,
+                        fmt::format("real peer sent {} bytes with tag {} into a {}-byte receive",
+                                    hdr_.size, hdr_.tag, r.sizes[target_entry_]));
+  }
+  Request& r = *slot(target_slot_);
+  takeBody(r, now);
+  if (!r.filled[target_entry_]) return false;  // TCP body not all here yet
+  hdr_done_ = body_done_ = 0;
+  target_slot_ = target_entry_ = -1;
+  return true;
+}
+
+void RealRecvComm::takeOffer() {
+  if (hdr_.segment != segments_.size())
+    throw PluginError(Errc::Remote,
+                      fmt::format("real peer offered shared memory segment {} where {} was next",
+                                  hdr_.segment, segments_.size()));
+  offer_.name[sizeof offer_.name - 1] = '\0';
+  std::string why = "CRYSTAL_SHM=0 on this side";
+  auto shm = paramBool("CRYSTAL_SHM") ? ShmSegment::open(offer_.name, hdr_.size, &why) : nullptr;
+  if (!shm)
+    CRYSTAL_INFO(
+        "receive from {}: cannot map the sender's shared memory {} ({}); its bytes "
+        "come over TCP",
+        peer_, offer_.name, why);
+  queueReply(shm ? ReplyKind::ShmAccepted : ReplyKind::ShmRefused, hdr_.segment);
+  segments_.push_back(PeerSegment{std::move(shm)});
+}
+
+void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
+  const int e = target_entry_;
+  const bool staged = r.on_device[e];
+  if (hdr_.kind == FrameKind::ShmData) {
+    PeerSegment* seg = hdr_.segment < segments_.size() ? &segments_[hdr_.segment] : nullptr;
+    if (!seg || !seg->shm)
+      throw PluginError(Errc::Remote,
+                        fmt::format("real peer sent bytes through shared memory segment {}, "
+                                    "which it did not offer or this side could not map",
+                                    hdr_.segment));
+    if (hdr_.offset > seg->shm->size() || hdr_.size > seg->shm->size() - hdr_.offset)
+      throw PluginError(Errc::Remote,
+                        fmt::format("real peer sent {} bytes at offset {} of a {}-byte shared "
+                                    "memory segment",
+                                    hdr_.size, hdr_.offset, seg->shm->size()));
+    char* src = reinterpret_cast<char*>(seg->shm->data() + hdr_.offset);
+    if (staged && registerPeerSegment(*seg)) {
+      // Straight from the mapping: the bytes stay there until the copy is done.
+      copyToDevice(r, e, src, hdr_.size);
+      gpu().mark(target_slot_ * kMaxGroup);
+      r.staged = true;
+      owed_.push_back({++shm_got_, target_slot_ * kMaxGroup});
+    } else if (staged) {
+      // Through the pinned twin: out of the segment at once.
+      char* twin = reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size));
+      std::memcpy(twin, src, hdr_.size);
+      owed_.push_back({++shm_got_, -1});
+      copyToDevice(r, e, twin, hdr_.size);
+      gpu().mark(target_slot_ * kMaxGroup);
+      r.staged = true;
+    } else {
+      if (hdr_.size > 0) std::memcpy(r.data[e], src, hdr_.size);
+      owed_.push_back({++shm_got_, -1});
+    }
+  } else {
+    char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size))
+                       : static_cast<char*>(r.data[e]);
     while (body_done_ < hdr_.size) {
       const std::size_t n = recvSome(fd_.get(), dst + body_done_, hdr_.size - body_done_);
       if (n == 0) return;
@@ -177,22 +383,61 @@ void RealRecvComm::progress(live::TimeNs now) {
     }
     if (staged) {
       // The GPU buffer gets the bytes by async copies; the request waits for its event.
-      copyToDevice(r, target_entry_, dst, hdr_.size);
+      copyToDevice(r, e, dst, hdr_.size);
       gpu().mark(target_slot_ * kMaxGroup);
       r.staged = true;
     }
-    r.filled[target_entry_] = true;
-    r.got[target_entry_] = hdr_.size;
-    // Released no earlier than the target would have delivered it.
-    const live::TimeNs due =
-        shared_clock_ ? hdr_.due_ns : r.posted + link_.occupancy(hdr_.size) + link_.latency_ns;
-    r.due = std::max({r.due, due, now});
-    hdr_done_ = body_done_ = 0;
-    target_slot_ = target_entry_ = -1;
   }
+  r.filled[e] = true;
+  r.got[e] = hdr_.size;
+  // Released no earlier than the target would have delivered it.
+  const live::TimeNs due =
+      shared_clock_ ? hdr_.due_ns : r.posted + link_.occupancy(hdr_.size) + link_.latency_ns;
+  r.due = std::max({r.due, due, now});
+}
+
+bool RealRecvComm::registerPeerSegment(PeerSegment& seg) {
+  if (!kRegisterPeerSegments) return false;
+  if (!seg.register_tried) {
+    seg.register_tried = true;
+    std::string why;
+    seg.registered = gpu().registerHost(seg.shm->data(), seg.shm->size(), &why);
+    if (!seg.registered)
+      CRYSTAL_INFO("receive from {}: {}; its shared memory is copied through the pinned twin",
+                   peer_, why);
+  }
+  return seg.registered;
+}
+
+void RealRecvComm::queueReply(ReplyKind kind, std::uint64_t value) {
+  Reply reply;
+  reply.kind = kind;
+  reply.value = value;
+  replies_.append(reinterpret_cast<const char*>(&reply), sizeof reply);
+}
+
+void RealRecvComm::flushAcks() {
+  std::uint64_t last = acked_;
+  while (!owed_.empty() && (owed_.front().event < 0 || gpu().done(owed_.front().event))) {
+    last = owed_.front().frame;
+    owed_.pop_front();
+  }
+  if (last > acked_) {
+    acked_ = last;
+    queueReply(ReplyKind::Ack, last);
+  }
+  while (replies_done_ < replies_.size()) {
+    const std::size_t n =
+        sendSome(fd_.get(), replies_.data() + replies_done_, replies_.size() - replies_done_);
+    if (n == 0) return;
+    replies_done_ += n;
+  }
+  replies_.clear();
+  replies_done_ = 0;
 }
 
 bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
+  if (!owed_.empty() || !replies_.empty()) flushAcks();
   const bool all = [&] {
     for (int i = 0; i < r.n; ++i)
       if (!r.filled[i]) return false;
@@ -214,6 +459,9 @@ bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     warnIfStalled(r, now, "its modelled delivery time");
     return false;
   }
+  // Its copy out of shared memory is done: say so now, as NCCL may not call again (the last
+  // receive of a job), and the sender's request waits for it.
+  if (!owed_.empty()) flushAcks();
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.got[i]);
   posted_.erase(std::find(posted_.begin(), posted_.end(), slotOf(r)));
@@ -272,11 +520,20 @@ void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char*
   if (hdr_done_ > 0 && hdr_done_ < sizeof hdr_)
     stream = fmt::format("; a frame header is half read ({} of {} bytes)", hdr_done_, sizeof hdr_);
   else if (hdr_done_ == sizeof hdr_ && target_slot_ < 0)
-    stream = fmt::format("; the peer's next frame (tag {}, {} bytes) matches no posted receive",
-                         hdr_.tag, hdr_.size);
+    stream =
+        fmt::format("; the peer's next frame (kind {}, tag {}, {} bytes) matches no posted receive",
+                    static_cast<unsigned>(hdr_.kind), hdr_.tag, hdr_.size);
   else if (hdr_done_ == sizeof hdr_)
     stream = fmt::format("; {} of {} body bytes of the frame with tag {} arrived", body_done_,
                          hdr_.size, hdr_.tag);
+  if (!segments_.empty()) {
+    std::size_t mapped = 0;
+    for (const PeerSegment& s : segments_) mapped += s.shm != nullptr;
+    stream += fmt::format(
+        "; shared memory: {} of {} offered segments mapped, {} frames copied out, {} "
+        "acknowledged, {} reply bytes unsent",
+        mapped, segments_.size(), shm_got_, acked_, replies_.size() - replies_done_);
+  }
   CRYSTAL_WARN(
       "receive from {} (net dev {}): step {} ({} entries{}{}) has waited {:.1f} s (> the "
       "emulation timeout) for {}{}; still waiting (legit only if the peer is idle)",

@@ -8,6 +8,21 @@
 // at regMr, during connection setup; kept to close: no cuMemFreeHost while NCCL's kernels
 // run, see DeviceQueue).
 //
+// Shared memory (CRYSTAL_SHM, default on). Real ranks of one emulation often share a
+// machine (several GPUs of one host), where TCP over loopback carried ~2 GB/s a direction
+// (2026-12-05, two ranks on one H200 under MPS) against the target's 14+. So the sender makes
+// each registered GPU region's pinned twin a POSIX shared-memory segment (plugin/shm_segment.h)
+// and offers it on the stream (a ShmOffer frame, before any data); a receiver that can map it
+// answers ShmAccepted, else ShmRefused. From then on a send from that region is a ShmData
+// frame: the header names (segment, offset), the bytes are already there (the sender's
+// device-to-host copy went into the segment), and the receiver copies them straight into its
+// buffer (host-to-device from the mapping, registered on first use: registering does not wait
+// for running kernels, tests/gpu/hybrid/host_register_probe.cu; a host buffer by memcpy). Host
+// send buffers stay on TCP (its two copies cost what a memcpy in and out would). The receiver acks
+// each ShmData frame once its copy is done (Reply::Ack, cumulative); the sender's request
+// completes only then, as NCCL may reuse the buffer (and so the twin) after that. Until a
+// region's offer is answered its sends wait; a refused region's go over TCP as before.
+//
 // A request that waits on the real peer longer than the emulation's timeout is logged once
 // per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
 // Waiting is legit while the peer is idle, so it is a warning and the wait goes on.
@@ -22,39 +37,75 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm.h"
 #include "crystal/live/link_timing.h"
 #include "device_queue.h"
+#include "shm_segment.h"
 #include "socket.h"
 
 namespace crystal::plugin {
+
+// Sender to receiver. Data: `size` body bytes follow. ShmData: `size` bytes at `offset` of the
+// sender's segment `segment`. ShmOffer: a ShmOfferBody follows; `size` is the segment's length.
+enum class FrameKind : std::uint32_t { Data = 0, ShmData = 1, ShmOffer = 2 };
 
 struct FrameHeader {
   std::uint32_t magic = 0x4652594Bu;  // "KYRF"
   std::int32_t tag = 0;
   std::uint64_t size = 0;
   std::int64_t due_ns = 0;  // sender's modelled delivery time (CLOCK_MONOTONIC)
+  FrameKind kind = FrameKind::Data;
+  std::uint32_t segment = 0;  // the sender's segments are numbered 0, 1, ... in offer order
+  std::uint64_t offset = 0;
 };
-static_assert(sizeof(FrameHeader) == 24);
+static_assert(sizeof(FrameHeader) == 40);
+
+struct ShmOfferBody {
+  char name[64] = {};  // shm_open name, NUL-terminated
+};
+
+// Receiver to sender, on the same stream. value: the segment (ShmAccepted, ShmRefused), or
+// the number of ShmData frames whose bytes the receiver has copied out (Ack, cumulative).
+enum class ReplyKind : std::uint32_t { ShmAccepted = 1, ShmRefused = 2, Ack = 3 };
+
+struct Reply {
+  std::uint32_t magic = 0x5950524Bu;  // "KRPY"
+  ReplyKind kind = ReplyKind::Ack;
+  std::uint64_t value = 0;
+};
+static_assert(sizeof(Reply) == 16);
 
 class RealSendComm final : public DataComm {
  public:
   // `peer` names the connection in warnings; `stall_ns`: wait before the stall warning.
   RealSendComm(NetContext* ctx, int dev, int max_requests, Fd fd, live::LinkParams link,
-               std::shared_ptr<live::PortQueue> port, std::string peer, live::TimeNs stall_ns)
+               std::shared_ptr<live::PortQueue> port, std::string peer, live::TimeNs stall_ns,
+               bool offer_shm)
       : DataComm(CommKind::Send, ctx, dev, max_requests),
         fd_(std::move(fd)),
         link_(link),
         port_(std::move(port)),
         peer_(std::move(peer)),
-        stall_ns_(stall_ns) {}
+        stall_ns_(stall_ns),
+        offer_shm_(offer_shm) {}
   void registered(const MemRegion& region) override;
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
 
  private:
+  // A GPU region's shared-memory twin and what the receiver said of it.
+  struct Segment {
+    const void* base = nullptr;
+    std::size_t size = 0;
+    std::unique_ptr<ShmSegment> shm;
+    enum class State { Offered, Accepted, Refused } state = State::Offered;
+  };
   void progress();
+  void readReplies();
+  [[nodiscard]] bool flushControl();  // offers; false while the socket is full
+  [[nodiscard]] Segment* segmentOf(const void* data);
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
   void warnIfStalled(const Request& r, live::TimeNs now);
   Fd fd_;
@@ -62,13 +113,20 @@ class RealSendComm final : public DataComm {
   std::shared_ptr<live::PortQueue> port_;
   std::string peer_;
   live::TimeNs stall_ns_;
+  bool offer_shm_;
   bool stall_warned_ = false;
   std::uint64_t steps_ = 0;
+  std::vector<Segment> segments_;  // before gpu_: its close unregisters them, then they unmap
   std::unique_ptr<DeviceQueue>
       gpu_;                // GPU send buffers: twins of their regions, one event per slot
   std::deque<int> queue_;  // request slots in post order
   FrameHeader hdr_;
   std::size_t hdr_done_ = 0, body_done_ = 0;
+  std::string control_;  // offer frames not yet written
+  std::size_t control_done_ = 0;
+  Reply reply_;
+  std::size_t reply_got_ = 0;
+  std::uint64_t shm_sent_ = 0, shm_acked_ = 0;  // ShmData frames written / acknowledged
 };
 
 class RealRecvComm final : public DataComm {
@@ -88,6 +146,11 @@ class RealRecvComm final : public DataComm {
 
  private:
   void progress(live::TimeNs now);
+  [[nodiscard]] bool readFrame(live::TimeNs now);  // false: nothing more to read now
+  void takeOffer();
+  void takeBody(Request& r, live::TimeNs now);
+  void queueReply(ReplyKind kind, std::uint64_t value);
+  void flushAcks();  // acks for copies out of shared memory that are done, then the replies
   DeviceQueue& gpu();
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
   void warnIfStalled(const Request& r, live::TimeNs now, const char* what);
@@ -100,6 +163,13 @@ class RealRecvComm final : public DataComm {
   live::TimeNs stall_ns_;
   bool stall_warned_ = false;
   std::uint64_t steps_ = 0;
+  // The sender's segments by number (nullptr: refused), before gpu_ (see the sender's).
+  struct PeerSegment {
+    std::unique_ptr<ShmSegment> shm;
+    bool register_tried = false, registered = false;  // cuMemHostRegister of the mapping
+  };
+  [[nodiscard]] bool registerPeerSegment(PeerSegment& seg);
+  std::vector<PeerSegment> segments_;
   // GPU receive buffers: twins of their regions; a request's completion event is that of
   // slot request slot * kMaxGroup.
   std::unique_ptr<DeviceQueue> gpu_;
@@ -107,6 +177,16 @@ class RealRecvComm final : public DataComm {
   FrameHeader hdr_;
   std::size_t hdr_done_ = 0, body_done_ = 0;
   int target_slot_ = -1, target_entry_ = -1;
+  ShmOfferBody offer_;
+  // ShmData frames copied out (or being copied: the event of their request), in order.
+  struct OwedAck {
+    std::uint64_t frame = 0;
+    int event = -1;  // -1: copied by the CPU already
+  };
+  std::deque<OwedAck> owed_;
+  std::uint64_t shm_got_ = 0, acked_ = 0;
+  std::string replies_;  // not yet written
+  std::size_t replies_done_ = 0;
 };
 
 }  // namespace crystal::plugin

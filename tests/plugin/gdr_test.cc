@@ -137,7 +137,12 @@ class Gdr : public ::testing::Test {
     plugin::FlagWriter::setImageForTesting(nullptr);
     ::unsetenv("CRYSTAL_GDR");
     ::unsetenv("CRYSTAL_GPU_WRITER");
+    ::unsetenv("CRYSTAL_SHM");
   }
+
+  // Real<->real bytes over TCP only (CRYSTAL_SHM=0): the route of peers on other machines;
+  // tests/plugin/real_shm_test.cc has the shared-memory one.
+  static void tcpOnly() { ::setenv("CRYSTAL_SHM", "0", 1); }
 
   void* virtualSend() {
     live::NetHandle h;
@@ -806,6 +811,7 @@ TEST_F(Gdr, MirrorLL128FromHostCopiesLinesThenFlags) {
 // bit-exact, each side with one async copy; the receive completes only after its copy.
 TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
   configure(DataPolicy::Zero);
+  tcpOnly();
   live::NetHandle h;
   (void)acceptOf(live::PeerKind::Real, &h);
   char bytes[live::kNcclHandleSize] = {};
@@ -854,6 +860,7 @@ TEST_F(Gdr, RealPeersStageGpuBuffersThroughPinnedHostMemory) {
 // free pinned memory before close; staging is one pinned twin per registered GPU region.
 TEST_F(Gdr, RealPeersNeverFreePinnedMemoryWhileSizesGrow) {
   configure(DataPolicy::None);
+  tcpOnly();
   void *s = nullptr, *r = nullptr;
   realPair(&s, &r);
   constexpr std::size_t kRegion = 1 << 20, kSteps = 4, kStep = kRegion / kSteps;
@@ -891,6 +898,7 @@ TEST_F(Gdr, RealPeersNeverFreePinnedMemoryWhileSizesGrow) {
 // low half, in stream order; the result is the sender's lines bit-exact.
 TEST_F(Gdr, RealLL128IntoGpuCopiesLinesWithFlagZeroThenTheSendersFlags) {
   configure(DataPolicy::None);
+  tcpOnly();
   void *s = nullptr, *r = nullptr;
   realPair(&s, &r);
   constexpr std::size_t kLines = 10, kBytes = kLines * 128;
@@ -927,6 +935,7 @@ TEST_F(Gdr, RealLL128IntoGpuCopiesLinesWithFlagZeroThenTheSendersFlags) {
 // the bytes that come later still complete it.
 TEST_F(Gdr, RealReceiveWaitingPastTheTimeoutWarnsOnceAndStillCompletes) {
   configure(DataPolicy::None, true, /*timeout_s=*/0.05);
+  tcpOnly();
   void *s = nullptr, *r = nullptr;
   realPair(&s, &r);
   Buffer src(8192), dst(8192);
@@ -957,6 +966,7 @@ TEST_F(Gdr, RealReceiveWaitingPastTheTimeoutWarnsOnceAndStillCompletes) {
 // run: the warning says so (a GPU that does not run our copy stream is then visible).
 TEST_F(Gdr, RealReceiveWaitingForItsGpuCopyPastTheTimeoutSaysSo) {
   configure(DataPolicy::None, true, /*timeout_s=*/0.05);
+  tcpOnly();
   void *s = nullptr, *r = nullptr;
   realPair(&s, &r);
   Buffer src(4096), dst(4096);

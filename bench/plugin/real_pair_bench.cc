@@ -1,0 +1,110 @@
+// Real<->real bytes between two real ranks of one machine: shared memory (CRYSTAL_SHM=1, the
+// default) against TCP over loopback (CRYSTAL_SHM=0), in one run, interleaved. Both pairs live
+// in this process and move GPU buffers through the tests' fake CUDA driver, which performs each
+// copy at once on the CPU: what the proxies' threads spend per byte. Shared memory: the
+// staging copy into the segment and the copy out of it; TCP: the same two copies plus the
+// socket's two. On a GPU those copies are the copy engines' and only TCP's stay on the CPU.
+// NCCL's pattern: 8 steps of 128 KiB in flight per connection, every request tested in turn
+// as the two proxies do. Reported: GB/s a direction for each route and their ratio. The
+// modelled delivery times are those of the plugin's default link (50 GB/s).
+// On the GPU the 64 MiB send/recv between two real ranks went from 1.6 GB/s (TCP) to 5-7 GB/s
+// (tests/gpu/hybrid/README.md, twenty-seventh session).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "crystal/live/clock.h"
+#include "crystal/live/handle.h"
+#include "fake_cuda_driver.h"
+#include "net_api.h"
+
+namespace {
+
+using namespace crystal;
+namespace net = crystal::plugin::net;
+
+constexpr std::size_t kStep = 128 << 10, kSteps = 8, kRegion = kStep * kSteps;
+
+struct RealPair {
+  void* ctx = nullptr;
+  void *listen = nullptr, *send = nullptr, *recv = nullptr;
+  void *send_mr = nullptr, *recv_mr = nullptr;
+  std::vector<char> src = std::vector<char>(kRegion, 1), dst = std::vector<char>(kRegion, 0);
+
+  explicit RealPair(bool shm) {
+    ::setenv("CRYSTAL_SHM", shm ? "1" : "0", 1);
+    if (net::init(&ctx, 7, nullptr, nullptr, nullptr) != nccl::ncclSuccess) std::abort();
+    char handle[live::kNcclHandleSize] = {};
+    if (net::listen(ctx, 0, handle, &listen) != nccl::ncclSuccess) std::abort();
+    for (int i = 0; i < 1'000'000 && (!send || !recv); ++i) {
+      if (!send && net::connect(ctx, 0, handle, &send, nullptr) != nccl::ncclSuccess) std::abort();
+      if (!recv && net::accept(listen, &recv, nullptr) != nccl::ncclSuccess) std::abort();
+    }
+    if (!send || !recv) std::abort();
+    if (net::regMr(send, src.data(), src.size(), nccl::NCCL_PTR_CUDA, &send_mr) !=
+            nccl::ncclSuccess ||
+        net::regMr(recv, dst.data(), dst.size(), nccl::NCCL_PTR_CUDA, &recv_mr) !=
+            nccl::ncclSuccess)
+      std::abort();
+  }
+  ~RealPair() {
+    (void)net::closeSend(send);
+    (void)net::closeRecv(recv);
+    (void)net::closeListen(listen);
+    (void)net::finalize(ctx);
+  }
+  // `steps` steps through the 8-slot window; returns the seconds it took.
+  double move(std::size_t steps) {
+    std::vector<void*> sreq(kSteps), rreq(kSteps);
+    const live::TimeNs t0 = live::nowNs();
+    std::size_t posted = 0, done = 0;
+    while (done < steps) {
+      for (std::size_t k = 0; k < kSteps; ++k) {
+        if (!sreq[k] && !rreq[k] && posted < steps) {
+          char* d = dst.data() + k * kStep;
+          std::size_t size = kStep;
+          int tag = 0;
+          if (net::irecv(recv, 1, reinterpret_cast<void**>(&d), &size, &tag, &recv_mr, nullptr,
+                         &rreq[k]) != nccl::ncclSuccess ||
+              net::isend(send, src.data() + k * kStep, kStep, 0, send_mr, nullptr, &sreq[k]) !=
+                  nccl::ncclSuccess)
+            std::abort();
+          ++posted;
+        }
+        for (void** req : {&sreq[k], &rreq[k]}) {
+          int d = 0;
+          if (*req && net::test(*req, &d, nullptr) != nccl::ncclSuccess) std::abort();
+          if (d) *req = nullptr;
+        }
+      }
+      std::size_t busy = 0;  // slots with a send or a receive still out
+      for (std::size_t k = 0; k < kSteps; ++k) busy += sreq[k] || rreq[k];
+      done = posted - busy;
+    }
+    return static_cast<double>(live::nowNs() - t0) * 1e-9;
+  }
+};
+
+void BM_RealPairShmVsTcp(benchmark::State& state) {
+  const std::size_t steps = 256;  // 32 MiB a round
+  double shm_s = 0, tcp_s = 0;
+  test::installFakeDriver();
+  {
+    RealPair shm(true), tcp(false);
+    for (auto _ : state) {
+      shm_s += shm.move(steps);
+      tcp_s += tcp.move(steps);
+    }
+  }
+  ::unsetenv("CRYSTAL_SHM");
+  test::uninstallFakeDriver();
+  const double bytes = static_cast<double>(steps * kStep) * static_cast<double>(state.iterations());
+  state.counters["shm_GBps"] = bytes / shm_s / 1e9;
+  state.counters["tcp_GBps"] = bytes / tcp_s / 1e9;
+  state.counters["shm_over_tcp"] = tcp_s / shm_s;
+}
+BENCHMARK(BM_RealPairShmVsTcp)->Iterations(20)->Unit(benchmark::kMillisecond);
+
+}  // namespace

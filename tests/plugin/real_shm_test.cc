@@ -1,0 +1,574 @@
+// Real<->real bytes through shared memory (plugin/real_comm.h "Shared memory"), on the CPU:
+// both ranks are comms of this process over loopback TCP, GPU buffers are host buffers the
+// fake driver (fake_cuda_driver.h) copies at once while their events say what the test says.
+// The route: the sender's twin of each registered GPU region is a POSIX shared-memory segment
+// it offers; the receiver maps it and copies out of it; the send completes only once the
+// receiver acknowledged that copy. Refused offers and malformed frames or replies from the
+// peer (a raw socket here) are covered too.
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "crystal/live/handle.h"
+#include "fake_cuda_driver.h"
+#include "net_api.h"
+#include "real_comm.h"
+#include "shm_segment.h"
+#include "state.h"
+
+namespace crystal::test {
+namespace {
+
+namespace net = plugin::net;
+using nccl::ncclSuccess;
+using Clock = std::chrono::steady_clock;
+
+std::mutex g_log_mu;
+std::string g_log;
+void captureLog(nccl::ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard lock(g_log_mu);
+  g_log += buf;
+  g_log += '\n';
+}
+std::string logText() {
+  std::lock_guard lock(g_log_mu);
+  return g_log;
+}
+
+struct Buffer {
+  std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
+  std::size_t size = 0;
+  explicit Buffer(std::size_t n)
+      : p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)), &std::free),
+        size(n) {
+    std::memset(p.get(), 0xA5, n);
+  }
+  [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
+  void fill(std::uint32_t seed) {
+    for (std::size_t i = 0; i < size; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      p.get()[i] = std::byte(seed >> 24);
+    }
+  }
+};
+
+// A TCP socket of the test playing the other real rank (connect to a plugin listen, or
+// accept the plugin's connect).
+struct RawPeer {
+  int fd = -1;
+  ~RawPeer() {
+    if (fd >= 0) ::close(fd);
+  }
+  void writeAll(const void* p, std::size_t n) const {
+    ASSERT_EQ(::send(fd, p, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+  }
+  void readAll(void* p, std::size_t n) const {
+    auto* c = static_cast<char*>(p);
+    for (std::size_t got = 0; got < n;) {
+      const ssize_t k = ::recv(fd, c + got, n - got, 0);
+      ASSERT_GT(k, 0) << "peer closed: " << std::strerror(errno);
+      got += static_cast<std::size_t>(k);
+    }
+  }
+};
+
+class RealShm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    {
+      std::lock_guard lock(g_log_mu);
+      g_log.clear();
+    }
+    gpu_ = &installFakeDriver();
+    ::unsetenv("CRYSTAL_SHM");
+    ::unsetenv("CRYSTAL_DATA");
+    ::unsetenv("CRYSTAL_GDR");
+    ::unsetenv("CRYSTAL_TIMEOUT");
+    Config cfg;
+    cfg.emulation.data = DataPolicy::None;
+    cfg.emulation.gdr = true;
+    cfg.emulation.timeout_s = 60;
+    plugin::PluginState::get().configure(cfg);
+    ASSERT_EQ(net::init(&ctx_, 0x5348 + ++serial_, nullptr, captureLog, nullptr), ncclSuccess);
+  }
+  void TearDown() override {
+    if (HasFailure()) std::fprintf(stderr, "plugin log:\n%s", logText().c_str());
+    for (void* c : sends_) (void)net::closeSend(c);
+    for (void* c : recvs_) (void)net::closeRecv(c);
+    for (void* c : listens_) (void)net::closeListen(c);
+    EXPECT_EQ(net::finalize(ctx_), ncclSuccess);
+    // Every registration is undone at close, every stream, event and pinned buffer given back.
+    EXPECT_EQ(gpu_->live_host_registers, 0);
+    EXPECT_EQ(gpu_->live_host_allocs, 0);
+    EXPECT_EQ(gpu_->live_events, 0);
+    EXPECT_EQ(gpu_->live_streams, 0);
+    uninstallFakeDriver();
+    ::unsetenv("CRYSTAL_SHM");
+  }
+
+  live::NetHandle listenHandle(void** l) {
+    char bytes[live::kNcclHandleSize] = {};
+    EXPECT_EQ(net::listen(ctx_, 0, bytes, l), ncclSuccess);
+    listens_.push_back(*l);
+    live::NetHandle h;
+    EXPECT_TRUE(live::decodeHandle(bytes, h));
+    return h;
+  }
+  // A send and a receive comm of two real ranks of this process.
+  void realPair(void** s, void** r) {
+    void* l = nullptr;
+    const live::NetHandle h = listenHandle(&l);
+    char bytes[live::kNcclHandleSize] = {};
+    std::memcpy(bytes, &h, sizeof h);
+    *s = *r = nullptr;
+    for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
+      if (!*s) {
+        ASSERT_EQ(net::connect(ctx_, 0, bytes, s, nullptr), ncclSuccess);
+      }
+      if (!*r) {
+        ASSERT_EQ(net::accept(l, r, nullptr), ncclSuccess);
+      }
+    }
+    ASSERT_TRUE(*s && *r);
+    sends_.push_back(*s);
+    recvs_.push_back(*r);
+  }
+  void* reg(void* c, Buffer& b, int type) {
+    void* mh = nullptr;
+    EXPECT_EQ(net::regMr(c, b.p.get(), b.size, type, &mh), ncclSuccess);
+    mh_[c] = mh;
+    return mh;
+  }
+  void* recvPost(void* c, void* data, std::size_t size, int tag = 1) {
+    void* mh = mh_[c];
+    void* req = nullptr;
+    EXPECT_EQ(net::irecv(c, 1, &data, &size, &tag, &mh, nullptr, &req), ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  void* sendPost(void* c, void* data, std::size_t size, int tag = 1) {
+    void* req = nullptr;
+    EXPECT_EQ(net::isend(c, data, size, tag, mh_[c], nullptr, &req), ncclSuccess);
+    EXPECT_NE(req, nullptr);
+    return req;
+  }
+  // test() every request in turn (as NCCL's proxies do, each side on its own) until all are
+  // done or `ms` passed; returns how many are done.
+  static std::size_t progressAll(const std::vector<void*>& reqs, long ms = 2000) {
+    std::vector<bool> done(reqs.size());
+    std::size_t n = 0;
+    const auto end = Clock::now() + std::chrono::milliseconds(ms);
+    while (n < reqs.size() && Clock::now() < end)
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        if (done[i]) continue;
+        int d = 0;
+        EXPECT_EQ(net::test(reqs[i], &d, nullptr), ncclSuccess);
+        if (d) {
+          done[i] = true;
+          ++n;
+        }
+      }
+    return n;
+  }
+  // test() `req` until it fails (bounded); returns the error.
+  static nccl::ncclResult_t firstError(void* req) {
+    nccl::ncclResult_t rc = ncclSuccess;
+    int done = 0;
+    const auto end = Clock::now() + std::chrono::seconds(2);
+    while (rc == ncclSuccess && !done && Clock::now() < end) rc = net::test(req, &done, nullptr);
+    return rc;
+  }
+
+  FakeGpu* gpu_ = nullptr;
+  void* ctx_ = nullptr;
+  static inline int serial_ = 0;
+  std::vector<void*> sends_, recvs_, listens_;
+  std::map<void*, void*> mh_;
+};
+
+// GPU buffers on both sides: the sender's device-to-host copy lands in its segment
+// (registered once, at regMr), the receiver copies host-to-device straight out of its mapping
+// of that segment (registered on first use), no pinned twin for the sender; the receive waits
+// for its copy and the send for the receiver's acknowledgement of it.
+TEST_F(RealShm, GpuBytesGoFromTheSendersSegmentStraightToTheReceiver) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kBytes = 3 * 65536 + 13;
+  Buffer src(kBytes), dst(kBytes);
+  src.fill(7);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  const auto regs = gpu_->named("cuMemHostRegister");
+  ASSERT_EQ(regs.size(), 1u) << "the sender's segment, at regMr";
+  EXPECT_GE(regs[0].bytes, kBytes);
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 1u) << "only the receiver's TCP twin";
+
+  gpu_->complete = false;
+  void* rreq = recvPost(r, dst.at(0), kBytes);
+  void* sreq = sendPost(s, src.at(0), kBytes);
+  const auto d2h = gpu_->named("cuMemcpyDtoHAsync");
+  ASSERT_EQ(d2h.size(), 1u);
+  EXPECT_EQ(d2h[0].dst, regs[0].dst) << "staged into the segment itself";
+  // The staging copy is done; whatever the receiver enqueues next is not.
+  gpu_->done_through = gpu_->count("cuEventRecord");
+  EXPECT_EQ(progressAll({sreq, rreq}, 100), 0u)
+      << "the receive before its copy, the send before the receiver's acknowledgement";
+  const auto h2d = gpu_->named("cuMemcpyHtoDAsync");
+  ASSERT_EQ(h2d.size(), 1u);
+  const auto regs2 = gpu_->named("cuMemHostRegister");
+  ASSERT_EQ(regs2.size(), 2u) << "the receiver's mapping, on its first copy";
+  EXPECT_EQ(h2d[0].src, regs2[1].dst) << "copied out of the mapping, not through TCP";
+  EXPECT_EQ(h2d[0].dst, reinterpret_cast<std::uintptr_t>(dst.at(0)));
+  EXPECT_EQ(h2d[0].bytes, kBytes);
+  gpu_->complete = true;
+  EXPECT_EQ(progressAll({sreq, rreq}), 2u);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), kBytes), 0);
+}
+
+// The receive whose copy finishes within its own test() (the job's last one: NCCL calls no
+// more) acknowledges it before reporting done, so the sender's request completes too.
+TEST_F(RealShm, LastReceiveAcknowledgesItsCopyBeforeItReportsDone) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(8192), dst(8192);
+  src.fill(17);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  gpu_->complete = false;
+  void* rreq = recvPost(r, dst.at(0), 8192);
+  void* sreq = sendPost(s, src.at(0), 8192);
+  gpu_->done_through = gpu_->count("cuEventRecord");  // the sender's staging copy
+  EXPECT_EQ(progressAll({sreq, rreq}, 50), 0u);
+  ASSERT_EQ(gpu_->count("cuMemcpyHtoDAsync"), 1u);
+  gpu_->done_after_queries = 2;  // not done at the test's first look, done at its second
+  EXPECT_EQ(progressAll({rreq}, 50), 1u);
+  EXPECT_EQ(progressAll({sreq}, 200), 1u) << "no acknowledgement for the last receive";
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 8192), 0);
+}
+
+// GPU buffers, steps of growing sizes, all eight in flight at distinct offsets: bit-exact, one
+// segment, and no pinned allocation or registration on the data path.
+TEST_F(RealShm, StepsInFlightAtTheirOffsetsAreBitExact) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kRegion = 1 << 20, kSteps = 8, kStep = kRegion / kSteps;
+  Buffer src(kRegion), dst(kRegion);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  std::uint32_t seed = 3;
+  for (std::size_t size : {std::size_t{1}, std::size_t{4096}, kStep / 3, kStep}) {
+    src.fill(seed++);
+    std::memset(dst.p.get(), 0xA5, kRegion);
+    std::vector<void*> reqs;
+    for (std::size_t k = 0; k < kSteps; ++k) {
+      reqs.push_back(recvPost(r, dst.at(k * kStep), kStep));
+      reqs.push_back(sendPost(s, src.at(k * kStep), size));
+    }
+    ASSERT_EQ(progressAll(reqs), reqs.size()) << size << " bytes";
+    for (std::size_t k = 0; k < kSteps; ++k)
+      EXPECT_EQ(std::memcmp(src.at(k * kStep), dst.at(k * kStep), size), 0)
+          << "step " << k << " of " << size << " bytes";
+  }
+  EXPECT_EQ(gpu_->count("cuMemHostRegister"), 2u) << "the segment, then the receiver's mapping";
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 1u) << "the receiver's TCP twin, at regMr";
+}
+
+// Host send buffers (GDR off, LL) stay on TCP: no segment, no offer, no driver call.
+TEST_F(RealShm, HostBuffersStayOnTcp) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(65536), dst(65536);
+  src.fill(21);
+  (void)reg(s, src, nccl::NCCL_PTR_HOST);
+  (void)reg(r, dst, nccl::NCCL_PTR_HOST);
+  void* rreq = recvPost(r, dst.at(0), 65536);
+  void* sreq = sendPost(s, src.at(0), 65536);
+  EXPECT_EQ(progressAll({sreq}, 50), 1u) << "a TCP send completes once written";
+  EXPECT_EQ(progressAll({rreq}), 1u);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 65536), 0);
+  EXPECT_TRUE(gpu_->calls.empty()) << gpu_->calls.front().name;
+}
+
+// The send's buffer may be reused once the send completes, and the receiver reads it from
+// the segment: so a send is done only after the receiver copied it out, never on its own.
+TEST_F(RealShm, SendCompletesOnlyOnceTheReceiverCopiedItOut) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(8192), dst(8192);
+  src.fill(11);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  void* sreq = sendPost(s, src.at(0), 8192);
+  EXPECT_EQ(progressAll({sreq}, 50), 0u) << "completed with no receiver";
+  void* rreq = recvPost(r, dst.at(0), 8192);
+  EXPECT_EQ(progressAll({sreq, rreq}), 2u);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 8192), 0);
+}
+
+// A receiver that cannot map the segment (another machine; here CRYSTAL_SHM=0 on its side)
+// refuses; both sides say so once, and the bytes come over TCP, bit-exact.
+TEST_F(RealShm, RefusedOfferFallsBackToTcp) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(65536), dst(65536);
+  src.fill(5);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  ::setenv("CRYSTAL_SHM", "0", 1);  // read by the receiver when the offer arrives
+  std::vector<void*> reqs;
+  for (std::size_t k = 0; k < 4; ++k) {
+    reqs.push_back(recvPost(r, dst.at(k * 16384), 16384));
+    reqs.push_back(sendPost(s, src.at(k * 16384), 16384));
+  }
+  ASSERT_EQ(progressAll(reqs), reqs.size());
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 65536), 0);
+  EXPECT_EQ(gpu_->count("cuMemHostRegister"), 1u) << "the sender's segment only";
+  const std::string log = logText();
+  EXPECT_NE(log.find("cannot map the sender's shared memory"), std::string::npos) << log;
+  EXPECT_NE(log.find("CRYSTAL_SHM=0 on this side"), std::string::npos) << log;
+  EXPECT_NE(log.find("the peer cannot map shared memory"), std::string::npos) << log;
+}
+
+// CRYSTAL_SHM=0 on the sender: no segment, no offer, TCP with a pinned twin as before.
+TEST_F(RealShm, OffSendsNoOffer) {
+  ::setenv("CRYSTAL_SHM", "0", 1);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(4096), dst(4096);
+  src.fill(9);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  EXPECT_EQ(gpu_->count("cuMemHostRegister"), 0u);
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 2u);
+  void* rreq = recvPost(r, dst.at(0), 4096);
+  void* sreq = sendPost(s, src.at(0), 4096);
+  EXPECT_EQ(progressAll({sreq, rreq}), 2u);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 4096), 0);
+}
+
+// A driver that will not register the sender's segment: that region keeps a pinned twin and
+// TCP (no offer), and still moves its bytes.
+TEST_F(RealShm, SegmentTheDriverWillNotRegisterStaysOnTcp) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  gpu_->register_ok = false;
+  Buffer src(4096), dst(4096);
+  src.fill(13);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 2u);
+  void* rreq = recvPost(r, dst.at(0), 4096);
+  void* sreq = sendPost(s, src.at(0), 4096);
+  EXPECT_EQ(progressAll({sreq, rreq}), 2u);
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 4096), 0);
+  EXPECT_NE(logText().find("cuMemHostRegister: CUDA error 1"), std::string::npos) << logText();
+}
+
+// A segment left by a process that died before its peer mapped it is removed by the next
+// process's first segment; a live process's stays.
+TEST(ShmSegment, StaleSegmentsOfDeadProcessesAreSwept) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = fmt::format("/crystal-{}-0123456789abcdef", child);
+  const std::string live = fmt::format("/crystal-{}-fedcba9876543210", ::getpid());
+  for (const std::string& n : {dead, live}) {
+    const int fd = ::shm_open(n.c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << n;
+    ::close(fd);
+  }
+  plugin::ShmSegment::sweepStale();
+  EXPECT_LT(::shm_open(dead.c_str(), O_RDWR, 0), 0) << "stale segment kept";
+  const int fd = ::shm_open(live.c_str(), O_RDWR, 0);
+  EXPECT_GE(fd, 0) << "a live process's segment removed";
+  if (fd >= 0) ::close(fd);
+  (void)::shm_unlink(live.c_str());
+}
+
+// A segment is named after its process, reserved up front and unlinked once the peer mapped
+// it (open) or at the creator's end; an offer whose size exceeds the segment is refused.
+TEST(ShmSegment, OpenMapsTheSameBytesAndUnlinksTheName) {
+  std::string why;
+  auto a = plugin::ShmSegment::create(10000, &why);
+  ASSERT_TRUE(a) << why;
+  EXPECT_EQ(a->size() % 4096, 0u);
+  EXPECT_GE(a->size(), 10000u);
+  EXPECT_EQ(a->name().rfind(fmt::format("/crystal-{}-", ::getpid()), 0), 0u) << a->name();
+  EXPECT_FALSE(plugin::ShmSegment::open(a->name(), a->size() + 1, &why));
+  EXPECT_NE(why.find("the offer said"), std::string::npos) << why;
+  auto b = plugin::ShmSegment::open(a->name(), a->size(), &why);
+  ASSERT_TRUE(b) << why;
+  std::memcpy(a->data(), "crystal", 8);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b->data()), "crystal");
+  EXPECT_LT(::shm_open(a->name().c_str(), O_RDWR, 0), 0) << "name still in /dev/shm";
+  EXPECT_FALSE(plugin::ShmSegment::open("not/a/name", 1, &why));
+}
+
+// ---- a malformed peer (raw socket): a clear ncclRemoteError, never a crash or a hang ----
+
+class RealShmBadPeer : public RealShm {
+ protected:
+  // The plugin receives on `r_` from the raw socket `peer_`, a receive posted with tag 1.
+  void connectRawSender() {
+    void* l = nullptr;
+    const live::NetHandle h = listenHandle(&l);
+    peer_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = h.port;
+    std::memcpy(&sin.sin_addr, h.addr, 4);
+    ASSERT_EQ(::connect(peer_.fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
+    live::Hello hello;
+    hello.peer = live::PeerKind::Real;
+    hello.listen_id = h.listen_id;
+    hello.comm_id = h.comm_id;
+    peer_.writeAll(&hello, sizeof hello);
+    for (int i = 0; i < 1'000'000 && !r_; ++i) ASSERT_EQ(net::accept(l, &r_, nullptr), ncclSuccess);
+    ASSERT_NE(r_, nullptr);
+    recvs_.push_back(r_);
+    (void)reg(r_, dst_, nccl::NCCL_PTR_HOST);
+  }
+  void offer(const plugin::ShmSegment& seg, std::uint32_t number) {
+    plugin::FrameHeader h;
+    h.kind = plugin::FrameKind::ShmOffer;
+    h.size = seg.size();
+    h.segment = number;
+    plugin::ShmOfferBody body;
+    std::snprintf(body.name, sizeof body.name, "%s", seg.name().c_str());
+    peer_.writeAll(&h, sizeof h);
+    peer_.writeAll(&body, sizeof body);
+  }
+  void shmData(std::uint32_t segment, std::uint64_t offset, std::uint64_t size) {
+    plugin::FrameHeader h;
+    h.kind = plugin::FrameKind::ShmData;
+    h.tag = 1;
+    h.segment = segment;
+    h.offset = offset;
+    h.size = size;
+    peer_.writeAll(&h, sizeof h);
+  }
+  // The bad frame is read by irecv itself or by a later test(): either fails the request.
+  void expectRemoteError(const std::string& said) {
+    int tag = 1;
+    void* data = dst_.at(0);
+    std::size_t size = dst_.size;
+    void* mh = mh_[r_];
+    void* req = nullptr;
+    nccl::ncclResult_t rc = net::irecv(r_, 1, &data, &size, &tag, &mh, nullptr, &req);
+    if (rc == ncclSuccess) {
+      ASSERT_NE(req, nullptr);
+      rc = firstError(req);
+    }
+    EXPECT_EQ(rc, nccl::ncclRemoteError);
+    EXPECT_NE(logText().find(said), std::string::npos) << logText();
+  }
+  RawPeer peer_;
+  void* r_ = nullptr;
+  Buffer dst_{4096};
+};
+
+TEST_F(RealShmBadPeer, BytesFromASegmentNeverOffered) {
+  connectRawSender();
+  shmData(0, 0, 16);
+  expectRemoteError("which it did not offer or this side could not map");
+}
+
+TEST_F(RealShmBadPeer, BytesPastTheSegmentsEnd) {
+  connectRawSender();
+  std::string why;
+  auto seg = plugin::ShmSegment::create(4096, &why);
+  ASSERT_TRUE(seg) << why;
+  offer(*seg, 0);
+  shmData(0, 4000, 200);
+  expectRemoteError("200 bytes at offset 4000 of a 4096-byte shared memory segment");
+}
+
+TEST_F(RealShmBadPeer, OfferOutOfOrder) {
+  connectRawSender();
+  std::string why;
+  auto seg = plugin::ShmSegment::create(4096, &why);
+  ASSERT_TRUE(seg) << why;
+  offer(*seg, 3);
+  expectRemoteError("offered shared memory segment 3 where 0 was next");
+}
+
+TEST_F(RealShmBadPeer, FrameOfUnknownKind) {
+  connectRawSender();
+  plugin::FrameHeader h;
+  h.kind = static_cast<plugin::FrameKind>(77);
+  peer_.writeAll(&h, sizeof h);
+  expectRemoteError("a frame of unknown kind 77");
+}
+
+// The plugin sends to the raw socket, which answers its offer and then acknowledges a frame
+// the plugin never sent.
+TEST_F(RealShmBadPeer, AcknowledgementOfAFrameNeverSent) {
+  void* l = nullptr;
+  live::NetHandle h = listenHandle(&l);  // a real handle, pointed at our own listener
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sin;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+  h.port = sin.sin_port;
+  char bytes[live::kNcclHandleSize] = {};
+  std::memcpy(bytes, &h, sizeof h);
+  void* s = nullptr;
+  for (int i = 0; i < 1'000'000 && !s; ++i) {
+    ASSERT_EQ(net::connect(ctx_, 0, bytes, &s, nullptr), ncclSuccess);
+    if (!s && peer_.fd < 0) peer_.fd = ::accept(lfd, nullptr, nullptr);
+  }
+  if (peer_.fd < 0) peer_.fd = ::accept(lfd, nullptr, nullptr);  // loopback: connected at once
+  ::close(lfd);
+  ASSERT_NE(s, nullptr);
+  sends_.push_back(s);
+  live::Hello hello;
+  peer_.readAll(&hello, sizeof hello);
+  Buffer src(4096);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  void* sreq = sendPost(s, src.at(0), 4096);
+  plugin::FrameHeader offer_hdr;
+  plugin::ShmOfferBody body;
+  peer_.readAll(&offer_hdr, sizeof offer_hdr);
+  peer_.readAll(&body, sizeof body);
+  EXPECT_EQ(offer_hdr.kind, plugin::FrameKind::ShmOffer);
+  plugin::Reply yes;
+  yes.kind = plugin::ReplyKind::ShmAccepted;
+  yes.value = 0;
+  plugin::Reply bogus;
+  bogus.kind = plugin::ReplyKind::Ack;
+  bogus.value = 7;
+  peer_.writeAll(&yes, sizeof yes);
+  peer_.writeAll(&bogus, sizeof bogus);
+  EXPECT_EQ(firstError(sreq), nccl::ncclRemoteError);
+  EXPECT_NE(logText().find("acknowledged shared-memory frame 7 of"), std::string::npos)
+      << logText();
+}
+
+}  // namespace
+}  // namespace crystal::test
