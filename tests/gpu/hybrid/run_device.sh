@@ -14,7 +14,9 @@
 #   OPS, ITERS, CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
 #   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
-#   P2P (1: every case under emulation.p2p_peers), CRYSTAL_HOST_STATS (1: the real rank's host
+#   P2P (1: every case under emulation.p2p_peers), MPS (`two`: 1 (the default under `all`)
+#   runs both processes as clients of NVIDIA MPS, see mps_start; TWO_PEER: the second real
+#   rank, default 1), CRYSTAL_HOST_STATS (1: the real rank's host
 #   time per operation, NCCL's and each part of the plugin's, in each log and the summary),
 #   TARGET_GPU (the target's cluster.gpu.model; default: this machine's card, so the model's
 #   chain kernels are the card's that runs them; hybrid64.yaml alone is an H200 cluster).
@@ -75,6 +77,29 @@ resolve_crash() {  # resolve_crash LOG...
   done
 }
 
+# NVIDIA MPS for the `two` case: a control daemon of this user with its pipes and logs under
+# /tmp (no GPU setting changes; stopped again by mps_stop, its log tail kept in $OUT).
+# CUDA_DEVICE_MAX_CONNECTIONS (MPS_CONNECTIONS, default 16): under MPS every client's streams
+# share the server's hardware queues, and each process runs persistent kernels (NCCL's, the
+# P2P agent) beside the plugin's copy stream; a copy queued behind another process's kernel
+# that waits for it never runs (seen with the default 8 under p2p_peers: "the GPU has not run
+# it" on both ranks' copies, 2 runs of 4, 2026-12-05; 16: 4 of 4 ran; 32: 4 of 4 ran, but
+# real<->real bytes took twice as long as with 8 or 16).
+mps_start() {
+  export CUDA_DEVICE_MAX_CONNECTIONS=${MPS_CONNECTIONS:-16}
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/crystal-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/crystal-mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  command -v nvidia-cuda-mps-control >/dev/null || { echo "MPS: no nvidia-cuda-mps-control" >&2; return 1; }
+  nvidia-cuda-mps-control -d || { echo "MPS: the control daemon did not start" >&2; return 1; }
+  echo "MPS: control daemon started"
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control
+  sleep 1
+  tail -n 20 "$CUDA_MPS_LOG_DIRECTORY"/control.log "$CUDA_MPS_LOG_DIRECTORY"/server.log >"$OUT/mps-logs.txt" 2>&1
+  echo "MPS: stopped (logs: $OUT/mps-logs.txt)"
+}
+
 PROTO=${PROTO-Simple}
 [ -n "$PROTO" ] && export NCCL_PROTO=$PROTO
 export CRYSTAL_DATA=${CRYSTAL_DATA:-none}
@@ -124,7 +149,7 @@ run_all() {
   model model-8192 "$cfg8k" --op allreduce -b 1G -e 1G --ranks 8192
   run_case one 120 --ops "$ops" $sizes $it
   run_case rank5 60 --ops allreduce,allgather,reducescatter,broadcast,reduce $sizes $it
-  run_case two 60 --ops allreduce,allgather,sendrecv --min 1024 --max 67108864 --step 16 $it
+  MPS=${MPS-1} run_case two 60 --ops allreduce,allgather,sendrecv --min 1024 --max 67108864 --step 16 $it
   run_case split 60 --ops allreduce,allgather --min 1024 --max 67108864 --step 16 $it
   run_case big 60 --ops allreduce --min 1073741824 --max 1073741824 --iters 2
   run_case kill 45
@@ -189,11 +214,20 @@ case "$case_name" in
            NCCL_NET_PLUGIN=crystal NCCL_NET=crystal RANK=0 NRANKS=64 timeout 60 "$P" "$@"
          echo "nohost: rc=$? after $(( ($(date +%s%N) - t0) / 1000000 )) ms" ;;
   split) emulate "$(config 0)" block:8 -- env RANK=0 NRANKS=64 "$P" --split 8 "$@" ;;
-  two)   emulate "$(config 0,1)" "" -- bash -c "
-           RANK=0 NRANKS=64 ID_ROOT=1 REAL_PEER=1 $P $* > $OUT/two-rank0.txt 2>&1 & a=\$!
-           RANK=1 NRANKS=64 ID_ROOT=0 REAL_PEER=0 $P $* > $OUT/two-rank1.txt 2>&1 & b=\$!
+  two)   # TWO_PEER (default 1): the second real rank; MPS=1: both processes share one CUDA
+         # context through NVIDIA MPS (mps_start), so their kernels run at once instead of
+         # taking turns in the driver's time slices.
+         q=${TWO_PEER:-1} mps=0
+         if [ "${MPS:-0}" = 1 ]; then
+           if mps_start; then mps=1; else echo "MPS unavailable: the two processes take turns on the GPU"; fi
+         fi
+         emulate "$(config 0,$q)" "" -- bash -c "
+           RANK=0 NRANKS=64 ID_ROOT=1 REAL_PEER=$q $P $* > $OUT/two-rank0.txt 2>&1 & a=\$!
+           RANK=$q NRANKS=64 ID_ROOT=0 REAL_PEER=0 $P $* > $OUT/two-rank$q.txt 2>&1 & b=\$!
            wait \$a; ra=\$?; wait \$b; rb=\$?; exit \$((ra|rb))"
-         rc=$?; tail -n 30 "$OUT/two-rank0.txt" "$OUT/two-rank1.txt"; exit $rc ;;
+         rc=$?; tail -n 30 "$OUT/two-rank0.txt" "$OUT/two-rank$q.txt"
+         [ $mps = 1 ] && mps_stop
+         exit $rc ;;
   kill)  # allreduce 64 MiB for a long time; the host dies after the first results
          cfg=$(config 0); log=$OUT/kill-rank0.txt; rm -f "$log"
          CRYSTAL_TIMEOUT=${CRYSTAL_TIMEOUT:-30}  # emulation.timeout_s of hybrid64.yaml
