@@ -38,7 +38,7 @@ void RealSendComm::registered(const MemRegion& region) {
       std::snprintf(body.name, sizeof body.name, "%s", shm->name().c_str());
       control_.append(reinterpret_cast<const char*>(&h), sizeof h);
       control_.append(reinterpret_cast<const char*>(&body), sizeof body);
-      segments_.push_back(Segment{region.base, region.size, std::move(shm)});
+      segments_.push_back(Segment{std::move(shm)});
       return;
     }
     CRYSTAL_INFO("send to {}: no shared memory for a {}-byte buffer ({}); its bytes go over TCP",
@@ -69,11 +69,13 @@ void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live
 }
 
 RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
-  const auto* p = static_cast<const std::byte*>(data);
-  for (Segment& s : segments_) {
-    const auto* base = static_cast<const std::byte*>(s.base);
-    if (p >= base && p < base + s.size) return &s;
-  }
+  // The segment that is the staging twin of data's region, so the frame names the bytes the
+  // staging copy wrote (a region registered again at the same address keeps its first twin).
+  const MemRegion* region = regionOf(data);
+  if (!region || region->type != nccl::NCCL_PTR_CUDA || segments_.empty()) return nullptr;
+  const std::byte* twin = gpu_->twin(region->base, region->size);
+  for (Segment& s : segments_)
+    if (s.shm->data() == twin) return &s;
   return nullptr;
 }
 
@@ -149,8 +151,9 @@ void RealSendComm::progress() {
       hdr_.due_ns = r.due;
       if (seg && seg->state == Segment::State::Accepted) {
         // The bytes are there already: the staging copy went into the segment, its twin.
-        const auto off = static_cast<std::size_t>(static_cast<const std::byte*>(r.data[0]) -
-                                                  static_cast<const std::byte*>(seg->base));
+        const auto off =
+            static_cast<std::size_t>(static_cast<const std::byte*>(r.data[0]) -
+                                     static_cast<const std::byte*>(regionOf(r.data[0])->base));
         hdr_.kind = FrameKind::ShmData;
         hdr_.segment = static_cast<std::uint32_t>(seg - segments_.data());
         hdr_.offset = off;

@@ -97,8 +97,6 @@ class RealSendComm final : public DataComm {
  private:
   // A GPU region's shared-memory twin and what the receiver said of it.
   struct Segment {
-    const void* base = nullptr;
-    std::size_t size = 0;
     std::unique_ptr<ShmSegment> shm;
     enum class State { Offered, Accepted, Refused } state = State::Offered;
   };

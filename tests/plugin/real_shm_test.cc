@@ -294,6 +294,33 @@ TEST_F(RealShm, StepsInFlightAtTheirOffsetsAreBitExact) {
   EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 1u) << "the receiver's TCP twin, at regMr";
 }
 
+// A buffer registered again at the same address, larger: its sends name the segment their
+// staging copy wrote (the new twin), never the first registration's.
+TEST_F(RealShm, RegionRegisteredAgainLargerUsesItsOwnSegment) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(16384), dst(16384);
+  src.fill(23);
+  void* first = nullptr;
+  ASSERT_EQ(net::regMr(s, src.p.get(), 4096, nccl::NCCL_PTR_CUDA, &first), ncclSuccess);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  mh_[s] = first;
+  void* rreq = recvPost(r, dst.at(0), 4096);
+  void* sreq = sendPost(s, src.at(0), 4096);
+  ASSERT_EQ(progressAll({sreq, rreq}), 2u);
+  ASSERT_EQ(net::deregMr(s, first), ncclSuccess);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);  // the whole 16 KiB
+  src.fill(29);
+  std::memset(dst.p.get(), 0, dst.size);
+  std::vector<void*> reqs;
+  for (std::size_t off : {std::size_t{0}, std::size_t{8192}}) {
+    reqs.push_back(recvPost(r, dst.at(off), 8192));
+    reqs.push_back(sendPost(s, src.at(off), 8192));
+  }
+  ASSERT_EQ(progressAll(reqs), reqs.size());
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 16384), 0);
+}
+
 // Host send buffers (GDR off, LL) stay on TCP: no segment, no offer, no driver call.
 TEST_F(RealShm, HostBuffersStayOnTcp) {
   void *s = nullptr, *r = nullptr;
