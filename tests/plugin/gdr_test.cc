@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "call_stats.h"
+#include "captured_log.h"
 #include "comm.h"
 #include "crystal/live/handle.h"
 #include "fake_cuda_driver.h"
@@ -35,34 +36,10 @@ namespace {
 namespace net = plugin::net;
 using nccl::ncclSuccess;
 
-std::mutex g_log_mu;
-std::string g_log;
-void captureLog(nccl::ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::lock_guard lock(g_log_mu);
-  g_log += buf;
-  g_log += '\n';
-}
-
 const unsigned char kFakeKernelImage[16] = {};  // the fake driver "loads" any image
 
 // Protocol buffers of one connection as NCCL registers them (LL, LL128, Simple), small.
 constexpr std::size_t kLLStep = 1024, kLL128Step = 1280, kSimpleStep = 4096;
-
-struct Buffer {
-  std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
-  std::size_t size = 0;
-  explicit Buffer(std::size_t n)
-      : p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)), &std::free),
-        size(n) {
-    std::memset(p.get(), 0xA5, n);  // "device" memory is not zeroed
-  }
-  [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
-};
 
 // A connection's LL, LL128 and Simple buffers (8 steps each), registered in NCCL's order.
 struct Protocols {
@@ -110,8 +87,8 @@ class Gdr : public ::testing::Test {
  protected:
   void SetUp() override {
     {
-      std::lock_guard lock(g_log_mu);
-      g_log.clear();
+      std::lock_guard lock(captured_log_mu);
+      captured_log.clear();
     }
     gpu_ = &installFakeDriver();
     // The flag writer loads whatever image the fake is given (a build without nvcc has none).
@@ -121,8 +98,8 @@ class Gdr : public ::testing::Test {
   }
   void TearDown() override {
     if (HasFailure()) {
-      std::lock_guard lock(g_log_mu);
-      std::fprintf(stderr, "plugin log:\n%s", g_log.c_str());
+      std::lock_guard lock(captured_log_mu);
+      std::fprintf(stderr, "plugin log:\n%s", captured_log.c_str());
     }
     for (void* c : sends_) EXPECT_EQ(net::closeSend(c), ncclSuccess);
     for (void* c : recvs_) EXPECT_EQ(net::closeRecv(c), ncclSuccess);
@@ -438,15 +415,15 @@ TEST_F(Gdr, CloseLogsTheTimeDataCallsSpentInThePluginAndInCuda) {
   for (int i = 0; i < 1000; ++i)
     waitDone(recvPost(r, 0, ll.at(static_cast<std::size_t>(i % 8) * kLLStep), kLLStep));
   {
-    std::lock_guard lock(g_log_mu);
-    g_log.clear();
+    std::lock_guard lock(captured_log_mu);
+    captured_log.clear();
   }
   EXPECT_EQ(net::closeRecv(r), ncclSuccess);
   recvs_.erase(std::find(recvs_.begin(), recvs_.end(), r));
   std::string log;
   {
-    std::lock_guard lock(g_log_mu);
-    log = g_log;
+    std::lock_guard lock(captured_log_mu);
+    log = captured_log;
   }
   EXPECT_NE(log.find("data calls on thread"), std::string::npos) << log;
   EXPECT_NE(log.find("of which 1000 CUDA driver calls"), std::string::npos) << log;
@@ -499,9 +476,9 @@ TEST_F(Gdr, FlagWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
   {
-    std::lock_guard lock(g_log_mu);
-    EXPECT_NE(g_log.find("did not finish within 2 s"), std::string::npos) << g_log;
-    EXPECT_NE(g_log.find("is left allocated"), std::string::npos) << g_log;
+    std::lock_guard lock(captured_log_mu);
+    EXPECT_NE(captured_log.find("did not finish within 2 s"), std::string::npos) << captured_log;
+    EXPECT_NE(captured_log.find("is left allocated"), std::string::npos) << captured_log;
   }
   EXPECT_EQ(freeLeftHostAllocs(), 1u) << "the ring, left allocated on purpose";
   // The next connection does not try again (each would wait 2 s more).
@@ -541,13 +518,13 @@ TEST_F(Gdr, FlagWriterWatchdogWarnsOnceWithItsState) {
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));
   waitDone(recvPost(r, 0, ll.at(kLLStep), kLLStep));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::lock_guard lock(g_log_mu);
-  const auto at = g_log.find("flag writer: a command has waited");
-  ASSERT_NE(at, std::string::npos) << g_log;
-  EXPECT_NE(g_log.find("2 commands posted, 0 run by the kernel, 2 kernel launches", at),
+  std::lock_guard lock(captured_log_mu);
+  const auto at = captured_log.find("flag writer: a command has waited");
+  ASSERT_NE(at, std::string::npos) << captured_log;
+  EXPECT_NE(captured_log.find("2 commands posted, 0 run by the kernel, 2 kernel launches", at),
             std::string::npos)
-      << g_log;
-  EXPECT_EQ(g_log.find("flag writer: a command has waited", at + 1), std::string::npos)
+      << captured_log;
+  EXPECT_EQ(captured_log.find("flag writer: a command has waited", at + 1), std::string::npos)
       << "once";
 }
 
@@ -576,10 +553,10 @@ TEST_F(Gdr, FlagWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
-  std::lock_guard lock(g_log_mu);
-  EXPECT_NE(g_log.find("GPU flag writer not used: its kernel does not load on this GPU"),
+  std::lock_guard lock(captured_log_mu);
+  EXPECT_NE(captured_log.find("GPU flag writer not used: its kernel does not load on this GPU"),
             std::string::npos)
-      << g_log;
+      << captured_log;
 }
 
 // No CUDA driver in the process: registering a GPU buffer still succeeds (the writer is an
@@ -591,10 +568,11 @@ TEST_F(Gdr, NoDriverLeavesTheFlagWriterOutWithoutFailingRegistration) {
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   waitDone(recvPost(r, 2, simple.at(0), kSimpleStep));
   {
-    std::lock_guard lock(g_log_mu);
-    EXPECT_NE(g_log.find("GPU flag writer not used: cannot load libcuda-crystal-absent.so.1"),
-              std::string::npos)
-        << g_log;
+    std::lock_guard lock(captured_log_mu);
+    EXPECT_NE(
+        captured_log.find("GPU flag writer not used: cannot load libcuda-crystal-absent.so.1"),
+        std::string::npos)
+        << captured_log;
   }
   installFakeDriver();  // for the fixture's close checks
 }
@@ -662,8 +640,8 @@ TEST_F(Gdr, PendingReceiveWarnsOnceWhatItWaitsFor) {
   stillPendingFor(req, 120);
   std::string log;
   {
-    std::lock_guard lock(g_log_mu);
-    log = g_log;
+    std::lock_guard lock(captured_log_mu);
+    log = captured_log;
   }
   EXPECT_NE(log.find("has waited"), std::string::npos) << log;
   EXPECT_NE(log.find("its GPU writes"), std::string::npos) << log;
@@ -945,8 +923,8 @@ TEST_F(Gdr, RealReceiveWaitingPastTheTimeoutWarnsOnceAndStillCompletes) {
   stillPendingFor(rreq, 150);  // nothing sent: past the 50 ms timeout, then some more
   std::string log;
   {
-    std::lock_guard lock(g_log_mu);
-    log = g_log;
+    std::lock_guard lock(captured_log_mu);
+    log = captured_log;
   }
   const auto first = log.find("has waited");
   ASSERT_NE(first, std::string::npos) << log;
@@ -978,9 +956,10 @@ TEST_F(Gdr, RealReceiveWaitingForItsGpuCopyPastTheTimeoutSaysSo) {
   waitDone(sreq);
   stillPendingFor(rreq, 150);
   {
-    std::lock_guard lock(g_log_mu);
-    EXPECT_NE(g_log.find("for the host-to-device copy of its staged bytes"), std::string::npos)
-        << g_log;
+    std::lock_guard lock(captured_log_mu);
+    EXPECT_NE(captured_log.find("for the host-to-device copy of its staged bytes"),
+              std::string::npos)
+        << captured_log;
   }
   gpu_->complete = true;
   waitDone(rreq);
@@ -998,9 +977,9 @@ TEST_F(Gdr, DriverThatCannotBeLoadedIsASystemErrorNamingLibcuda) {
   for (int i = 0; i < 1'000'000 && rc == ncclSuccess && !done; ++i)
     rc = net::test(req, &done, nullptr);
   EXPECT_EQ(rc, nccl::ncclSystemError);
-  std::lock_guard lock(g_log_mu);
-  EXPECT_NE(g_log.find("libcuda-crystal-absent.so.1"), std::string::npos) << g_log;
-  EXPECT_NE(g_log.find("CRYSTAL_GDR=0"), std::string::npos);
+  std::lock_guard lock(captured_log_mu);
+  EXPECT_NE(captured_log.find("libcuda-crystal-absent.so.1"), std::string::npos) << captured_log;
+  EXPECT_NE(captured_log.find("CRYSTAL_GDR=0"), std::string::npos);
 }
 
 TEST_F(Gdr, NoContextOnTheCallingThreadIsASystemError) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "captured_log.h"
 #include "crystal/live/handle.h"
 #include "fake_cuda_driver.h"
 #include "net_api.h"
@@ -39,39 +40,7 @@ namespace net = plugin::net;
 using nccl::ncclSuccess;
 using Clock = std::chrono::steady_clock;
 
-std::mutex g_log_mu;
-std::string g_log;
-void captureLog(nccl::ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::lock_guard lock(g_log_mu);
-  g_log += buf;
-  g_log += '\n';
-}
-std::string logText() {
-  std::lock_guard lock(g_log_mu);
-  return g_log;
-}
-
-struct Buffer {
-  std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
-  std::size_t size = 0;
-  explicit Buffer(std::size_t n)
-      : p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)), &std::free),
-        size(n) {
-    std::memset(p.get(), 0xA5, n);
-  }
-  [[nodiscard]] std::byte* at(std::size_t off) const { return p.get() + off; }
-  void fill(std::uint32_t seed) {
-    for (std::size_t i = 0; i < size; ++i) {
-      seed = seed * 1664525u + 1013904223u;
-      p.get()[i] = std::byte(seed >> 24);
-    }
-  }
-};
+std::string logText() { return capturedLog(); }
 
 // A TCP socket of the test playing the other real rank (connect to a plugin listen, or
 // accept the plugin's connect).
@@ -96,10 +65,7 @@ struct RawPeer {
 class RealShm : public ::testing::Test {
  protected:
   void SetUp() override {
-    {
-      std::lock_guard lock(g_log_mu);
-      g_log.clear();
-    }
+    clearCapturedLog();
     gpu_ = &installFakeDriver();
     ::unsetenv("CRYSTAL_SHM");
     ::unsetenv("CRYSTAL_DATA");
