@@ -2,6 +2,7 @@
 """Emulated times (hybrid_nccl's table) beside `crystal simulate --sweep`'s prediction.
 
 usage: compare.py CASE HYBRID_OUTPUT COMM=MODEL_JSON [COMM=MODEL_JSON ...]
+       (COMM=run:OTHER_HYBRID_OUTPUT: that run's rows of COMM are the reference instead)
 Prints markdown rows:
   | case | comm | op | bytes | emulated us | model us | model pick | diff % | host us | note |
 for every line of HYBRID_OUTPUT ("comm op bytes avg_us algbw [host_us]") whose comm has a model file,
@@ -29,7 +30,18 @@ def host_cells(us, host):
     return f"{host:.1f} | {note}"
 
 
-def load_model(path):
+def load_model(comm, path):
+    """A model file's rows, or with "run:PATH" another hybrid_nccl output's rows of `comm` (e.g.
+    two real ranks against one: the reference column is that run's time)."""
+    if path.startswith("run:"):
+        rows = []
+        with open(path[4:], errors="replace") as f:
+            for line in f:
+                m = LINE.match(line.strip())
+                if m and m.group(1) == comm:
+                    rows.append({"op": m.group(2), "size": int(m.group(3)),
+                                 "time": float(m.group(4)), "pick": "run " + path[4:].split("/")[-1]})
+        return rows
     with open(path) as f:
         return json.load(f)["results"]
 
@@ -54,7 +66,7 @@ def main(argv):
     for spec in argv[3:]:
         comm, _, path = spec.partition("=")
         try:
-            models[comm] = load_model(path)
+            models[comm] = load_model(comm, path)
         except (OSError, ValueError, KeyError) as e:
             print(f"| {case} | {comm} | model file {path} unreadable: {e} | | | | | | | |")
     try:
@@ -78,7 +90,7 @@ def main(argv):
                   f"{host_cells(us, host)} |")
             continue
         diff = 100.0 * (us - r["time"]) / r["time"] if r["time"] > 0 else float("nan")
-        pick = f"{r.get('algo', '?')}/{r.get('proto', '?')}/{r.get('channels', '?')}"
+        pick = r.get("pick") or f"{r.get('algo', '?')}/{r.get('proto', '?')}/{r.get('channels', '?')}"
         print(f"| {case} | {comm} | {op} | {size} | {us:.1f} | {r['time']:.1f} | {pick} | "
               f"{diff:+.1f} | {host_cells(us, host)} |")
     if rows == 0:

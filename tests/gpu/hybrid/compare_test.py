@@ -3,7 +3,8 @@
 
 Rows keep the model's time and pick and the exact difference; host_us goes into its own column
 and a row whose host_us is at least 0.9 of the emulated time is marked host-bound; a size
-without a model row, a line without host_us and a comm without a model file are handled."""
+without a model row, a line without host_us and a comm without a model file are handled; another
+run's table can stand in for the model (two real ranks against one)."""
 import json
 import os
 import subprocess
@@ -61,7 +62,23 @@ split  allreduce           4194304         80.5      52.10      11.2
             not got[0].endswith("hybrid.txt | | | | | | | |")):
         print("compare.py without a matching comm printed: " + repr(got))
         return 1
-    print("compare.py: host-bound rows marked, the rest exact")
+    # Another run as the reference (two real ranks against one): its rows of the same comm.
+    with tempfile.TemporaryDirectory() as d:
+        one = os.path.join(d, "one.txt")
+        with open(one, "w") as f:
+            f.write("world  allreduce          4194304        346.4      12.11      23.6\n"
+                    "split  allreduce          4194304         80.0      52.10      11.2\n")
+        two = os.path.join(d, "two.txt")
+        with open(two, "w") as f:
+            f.write("world  allreduce          4194304        383.8      10.93      22.7\n")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "compare.py"), "two-vs-one", two,
+                            "world=run:" + one], capture_output=True, text=True, check=True)
+        want = ["| two-vs-one | world | allreduce | 4194304 | 383.8 | 346.4 | run one.txt | "
+                "+10.8 | 22.7 |  |"]
+        if p.stdout.splitlines() != want:
+            print("compare.py against a run printed: " + repr(p.stdout.splitlines()))
+            return 1
+    print("compare.py: host-bound rows marked, the rest exact, another run as the reference")
     return 0
 
 

@@ -174,6 +174,8 @@ run_all() {
     python3 tests/gpu/hybrid/compare.py one "$OUT/one.txt" world="$OUT/model-64.json"
     python3 tests/gpu/hybrid/compare.py rank5 "$OUT/rank5.txt" world="$OUT/model-64-r5.json"
     python3 tests/gpu/hybrid/compare.py two "$OUT/two-rank0.txt" world="$OUT/model-64.json"
+    # The same rows against one real rank's (`one`, same target, same peer of send/recv).
+    python3 tests/gpu/hybrid/compare.py two-vs-one "$OUT/two-rank0.txt" world="run:$OUT/one.txt"
     python3 tests/gpu/hybrid/compare.py split "$OUT/split.txt" world="$OUT/model-64.json" split="$OUT/model-8.json"
     python3 tests/gpu/hybrid/compare.py big "$OUT/big.txt" world="$OUT/model-8192.json"
     echo
