@@ -86,8 +86,13 @@ std::unique_ptr<ShmSegment> ShmSegment::create(std::size_t bytes, std::string* w
 
 std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes,
                                              std::string* why) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos) {
-    *why = fmt::format("'{}' is not a shared-memory name", name);
+  // Only names create() makes: open() unlinks what it maps, and a corrupt or hostile peer
+  // must not make this process map or remove another program's segment.
+  int pid = 0, end = 0;
+  char hex[17] = {};
+  if (std::sscanf(name.c_str(), "/crystal-%d-%16[0-9a-f]%n", &pid, hex, &end) != 2 || pid <= 0 ||
+      std::strlen(hex) != 16 || static_cast<std::size_t>(end) != name.size()) {
+    *why = fmt::format("'{}' is not a crystal shared-memory name", name);
     return nullptr;
   }
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);

@@ -23,6 +23,7 @@ class ShmSegment {
   // ENOSPC instead of as SIGBUS on first touch inside the training job.
   [[nodiscard]] static std::unique_ptr<ShmSegment> create(std::size_t bytes, std::string* why);
   // Maps the segment `name` another process created (at least `bytes` long) and unlinks it.
+  // Only names of create()'s form are opened (a peer's offer is input).
   [[nodiscard]] static std::unique_ptr<ShmSegment> open(const std::string& name, std::size_t bytes,
                                                         std::string* why);
 

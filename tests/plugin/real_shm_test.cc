@@ -416,7 +416,12 @@ TEST(ShmSegment, OpenMapsTheSameBytesAndUnlinksTheName) {
   std::memcpy(a->data(), "crystal", 8);
   EXPECT_STREQ(reinterpret_cast<const char*>(b->data()), "crystal");
   EXPECT_LT(::shm_open(a->name().c_str(), O_RDWR, 0), 0) << "name still in /dev/shm";
-  EXPECT_FALSE(plugin::ShmSegment::open("not/a/name", 1, &why));
+  for (const char* other :
+       {"not/a/name", "/other-program", "/crystal-12-0123", "/crystal-0-0123456789abcdef",
+        "/crystal-12-0123456789abcdef0", "/crystal-12-0123456789abcdeX"}) {
+    EXPECT_FALSE(plugin::ShmSegment::open(other, 1, &why)) << other;
+    EXPECT_NE(why.find("is not a crystal shared-memory name"), std::string::npos) << other << why;
+  }
 }
 
 // ---- a malformed peer (raw socket): a clear ncclRemoteError, never a crash or a hang ----
