@@ -133,7 +133,7 @@ bool RealSendComm::flushControl() {
 }
 
 void RealSendComm::progress() {
-  readReplies();
+  if (!segments_.empty()) readReplies();  // replies answer offers: none on a TCP-only stream
   for (;;) {
     const bool between_frames = hdr_done_ == 0 && body_done_ == 0;
     if (between_frames && !flushControl()) return;  // offers never split a data frame
