@@ -14,12 +14,6 @@
 
 namespace crystal::plugin {
 
-namespace {
-// The receiver page-locks the sender's segment on its first copy from it (then the copy
-// engines read it directly); false: it copies each frame into its pinned twin first.
-constexpr bool kRegisterPeerSegments = true;
-}  // namespace
-
 void RealSendComm::registered(const MemRegion& region) {
   if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
   if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
@@ -399,8 +393,9 @@ void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
   r.due = std::max({r.due, due, now});
 }
 
+// Page-locks the sender's segment on the first copy from it, so the copy engines read it
+// directly; where the driver refuses, each frame is copied into the pinned twin first.
 bool RealRecvComm::registerPeerSegment(PeerSegment& seg) {
-  if (!kRegisterPeerSegments) return false;
   if (!seg.register_tried) {
     seg.register_tried = true;
     std::string why;

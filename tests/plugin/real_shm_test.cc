@@ -424,6 +424,31 @@ TEST(ShmSegment, OpenMapsTheSameBytesAndUnlinksTheName) {
   }
 }
 
+// A receiver whose driver will not register the sender's segment copies each frame into its
+// pinned twin first (then host-to-device from there) and says so once; bytes stay exact.
+TEST_F(RealShm, ReceiverThatCannotRegisterCopiesThroughItsTwin) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  Buffer src(32768), dst(32768);
+  src.fill(31);
+  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  gpu_->register_ok = false;  // from the receiver's first copy on
+  std::vector<void*> reqs;
+  for (std::size_t off : {std::size_t{0}, std::size_t{16384}}) {
+    reqs.push_back(recvPost(r, dst.at(off), 16384));
+    reqs.push_back(sendPost(s, src.at(off), 16384));
+  }
+  ASSERT_EQ(progressAll(reqs), reqs.size());
+  EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 32768), 0);
+  const auto twin = gpu_->named("cuMemHostAlloc");
+  ASSERT_EQ(twin.size(), 1u) << "the receiver's twin";
+  for (const FakeCall& c : gpu_->named("cuMemcpyHtoDAsync"))
+    EXPECT_EQ(c.src - twin[0].dst, c.dst - reinterpret_cast<std::uintptr_t>(dst.at(0)))
+        << "copied from the twin at the buffer's offset";
+  EXPECT_NE(logText().find("copied through the pinned twin"), std::string::npos) << logText();
+}
+
 // ---- a malformed peer (raw socket): a clear ncclRemoteError, never a crash or a hang ----
 
 class RealShmBadPeer : public RealShm {
