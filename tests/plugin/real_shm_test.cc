@@ -139,6 +139,23 @@ class RealShm : public ::testing::Test {
     EXPECT_NE(req, nullptr);
     return req;
   }
+  // `src` registered on the send comm and `dst` on the receive comm, both as `type`.
+  void regBoth(void* s, void* r, Buffer& src, Buffer& dst, int type) {
+    (void)reg(s, src, type);
+    (void)reg(r, dst, type);
+  }
+  // `steps` receives of `step` bytes at dst + k * step and sends of `size` (default: `step`)
+  // from src + k * step, all in flight, progressed together; returns how many of the
+  // 2 * steps requests completed.
+  std::size_t exchangeSteps(void* s, void* r, Buffer& src, Buffer& dst, std::size_t steps,
+                            std::size_t step, std::size_t size = 0) {
+    std::vector<void*> reqs;
+    for (std::size_t k = 0; k < steps; ++k) {
+      reqs.push_back(recvPost(r, dst.at(k * step), step));
+      reqs.push_back(sendPost(s, src.at(k * step), size ? size : step));
+    }
+    return progressAll(reqs);
+  }
   // test() every request in turn (as NCCL's proxies do, each side on its own) until all are
   // done or `ms` passed; returns how many are done.
   static std::size_t progressAll(const std::vector<void*>& reqs, long ms = 2000) {
@@ -183,8 +200,7 @@ TEST_F(RealShm, GpuBytesGoFromTheSendersSegmentStraightToTheReceiver) {
   constexpr std::size_t kBytes = 3 * 65536 + 13;
   Buffer src(kBytes), dst(kBytes);
   src.fill(7);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   const auto regs = gpu_->named("cuMemHostRegister");
   ASSERT_EQ(regs.size(), 1u) << "the sender's segment, at regMr";
   EXPECT_GE(regs[0].bytes, kBytes);
@@ -219,8 +235,7 @@ TEST_F(RealShm, LastReceiveAcknowledgesItsCopyBeforeItReportsDone) {
   realPair(&s, &r);
   Buffer src(8192), dst(8192);
   src.fill(17);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   gpu_->complete = false;
   void* rreq = recvPost(r, dst.at(0), 8192);
   void* sreq = sendPost(s, src.at(0), 8192);
@@ -240,18 +255,12 @@ TEST_F(RealShm, StepsInFlightAtTheirOffsetsAreBitExact) {
   realPair(&s, &r);
   constexpr std::size_t kRegion = 1 << 20, kSteps = 8, kStep = kRegion / kSteps;
   Buffer src(kRegion), dst(kRegion);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   std::uint32_t seed = 3;
   for (std::size_t size : {std::size_t{1}, std::size_t{4096}, kStep / 3, kStep}) {
     src.fill(seed++);
     std::memset(dst.p.get(), 0xA5, kRegion);
-    std::vector<void*> reqs;
-    for (std::size_t k = 0; k < kSteps; ++k) {
-      reqs.push_back(recvPost(r, dst.at(k * kStep), kStep));
-      reqs.push_back(sendPost(s, src.at(k * kStep), size));
-    }
-    ASSERT_EQ(progressAll(reqs), reqs.size()) << size << " bytes";
+    ASSERT_EQ(exchangeSteps(s, r, src, dst, kSteps, kStep, size), 2 * kSteps) << size << " bytes";
     for (std::size_t k = 0; k < kSteps; ++k)
       EXPECT_EQ(std::memcmp(src.at(k * kStep), dst.at(k * kStep), size), 0)
           << "step " << k << " of " << size << " bytes";
@@ -278,12 +287,7 @@ TEST_F(RealShm, RegionRegisteredAgainLargerUsesItsOwnSegment) {
   (void)reg(s, src, nccl::NCCL_PTR_CUDA);  // the whole 16 KiB
   src.fill(29);
   std::memset(dst.p.get(), 0, dst.size);
-  std::vector<void*> reqs;
-  for (std::size_t off : {std::size_t{0}, std::size_t{8192}}) {
-    reqs.push_back(recvPost(r, dst.at(off), 8192));
-    reqs.push_back(sendPost(s, src.at(off), 8192));
-  }
-  ASSERT_EQ(progressAll(reqs), reqs.size());
+  ASSERT_EQ(exchangeSteps(s, r, src, dst, 2, 8192), 4u);
   EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 16384), 0);
 }
 
@@ -293,8 +297,7 @@ TEST_F(RealShm, HostBuffersStayOnTcp) {
   realPair(&s, &r);
   Buffer src(65536), dst(65536);
   src.fill(21);
-  (void)reg(s, src, nccl::NCCL_PTR_HOST);
-  (void)reg(r, dst, nccl::NCCL_PTR_HOST);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_HOST);
   void* rreq = recvPost(r, dst.at(0), 65536);
   void* sreq = sendPost(s, src.at(0), 65536);
   EXPECT_EQ(progressAll({sreq}, 50), 1u) << "a TCP send completes once written";
@@ -310,8 +313,7 @@ TEST_F(RealShm, SendCompletesOnlyOnceTheReceiverCopiedItOut) {
   realPair(&s, &r);
   Buffer src(8192), dst(8192);
   src.fill(11);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   void* sreq = sendPost(s, src.at(0), 8192);
   EXPECT_EQ(progressAll({sreq}, 50), 0u) << "completed with no receiver";
   void* rreq = recvPost(r, dst.at(0), 8192);
@@ -326,15 +328,9 @@ TEST_F(RealShm, RefusedOfferFallsBackToTcp) {
   realPair(&s, &r);
   Buffer src(65536), dst(65536);
   src.fill(5);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   ::setenv("CRYSTAL_SHM", "0", 1);  // read by the receiver when the offer arrives
-  std::vector<void*> reqs;
-  for (std::size_t k = 0; k < 4; ++k) {
-    reqs.push_back(recvPost(r, dst.at(k * 16384), 16384));
-    reqs.push_back(sendPost(s, src.at(k * 16384), 16384));
-  }
-  ASSERT_EQ(progressAll(reqs), reqs.size());
+  ASSERT_EQ(exchangeSteps(s, r, src, dst, 4, 16384), 8u);
   EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 65536), 0);
   EXPECT_EQ(gpu_->count("cuMemHostRegister"), 1u) << "the sender's segment only";
   const std::string log = logText();
@@ -350,8 +346,7 @@ TEST_F(RealShm, OffSendsNoOffer) {
   realPair(&s, &r);
   Buffer src(4096), dst(4096);
   src.fill(9);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   EXPECT_EQ(gpu_->count("cuMemHostRegister"), 0u);
   EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 2u);
   void* rreq = recvPost(r, dst.at(0), 4096);
@@ -368,8 +363,7 @@ TEST_F(RealShm, SegmentTheDriverWillNotRegisterStaysOnTcp) {
   gpu_->register_ok = false;
   Buffer src(4096), dst(4096);
   src.fill(13);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   EXPECT_EQ(gpu_->count("cuMemHostAlloc"), 2u);
   void* rreq = recvPost(r, dst.at(0), 4096);
   void* sreq = sendPost(s, src.at(0), 4096);
@@ -431,15 +425,9 @@ TEST_F(RealShm, ReceiverThatCannotRegisterCopiesThroughItsTwin) {
   realPair(&s, &r);
   Buffer src(32768), dst(32768);
   src.fill(31);
-  (void)reg(s, src, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  regBoth(s, r, src, dst, nccl::NCCL_PTR_CUDA);
   gpu_->register_ok = false;  // from the receiver's first copy on
-  std::vector<void*> reqs;
-  for (std::size_t off : {std::size_t{0}, std::size_t{16384}}) {
-    reqs.push_back(recvPost(r, dst.at(off), 16384));
-    reqs.push_back(sendPost(s, src.at(off), 16384));
-  }
-  ASSERT_EQ(progressAll(reqs), reqs.size());
+  ASSERT_EQ(exchangeSteps(s, r, src, dst, 2, 16384), 4u);
   EXPECT_EQ(std::memcmp(src.p.get(), dst.p.get(), 32768), 0);
   const auto twin = gpu_->named("cuMemHostAlloc");
   ASSERT_EQ(twin.size(), 1u) << "the receiver's twin";
