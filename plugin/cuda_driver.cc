@@ -72,6 +72,17 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.streamIsCapturing, "cuStreamIsCapturing");
   get(api.memHostRegister, "cuMemHostRegister_v2");
   get(api.memHostUnregister, "cuMemHostUnregister");
+  get(api.ctxGetDevice, "cuCtxGetDevice");
+  get(api.memGetAddressRange, "cuMemGetAddressRange_v2");
+  get(api.memRetainAllocationHandle, "cuMemRetainAllocationHandle");
+  get(api.memExportToShareableHandle, "cuMemExportToShareableHandle");
+  get(api.memImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  get(api.memAddressReserve, "cuMemAddressReserve");
+  get(api.memAddressFree, "cuMemAddressFree");
+  get(api.memMap, "cuMemMap");
+  get(api.memUnmap, "cuMemUnmap");
+  get(api.memSetAccess, "cuMemSetAccess");
+  get(api.memRelease, "cuMemRelease");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
   return {};

@@ -33,6 +33,18 @@ inline constexpr unsigned kMemoryTypeDevice = 2;    // CU_MEMORYTYPE_DEVICE
 inline constexpr unsigned kHostAllocPortable = 1;   // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kHostAllocDeviceMap = 2;  // CU_MEMHOSTALLOC_DEVICEMAP
 inline constexpr unsigned kHostRegisterPortable = 1;  // CU_MEMHOSTREGISTER_PORTABLE
+inline constexpr int kHandleTypePosixFd = 1;          // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+inline constexpr int kLocationDevice = 1;             // CU_MEM_LOCATION_TYPE_DEVICE
+inline constexpr int kAccessReadWrite = 3;            // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+using AllocationHandle = unsigned long long;          // CUmemGenericAllocationHandle
+
+// CUmemAccessDesc (cuda.h): a CUmemLocation {type, id} and the access flags.
+struct AccessDesc {
+  int location_type = kLocationDevice;
+  int location_id = 0;
+  int flags = kAccessReadWrite;
+};
+static_assert(sizeof(AccessDesc) == 12);
 
 // CUDA_MEMCPY2D (cuda.h, the _v2 layout that cuMemcpy2DAsync_v2 takes).
 struct Memcpy2D {
@@ -88,6 +100,26 @@ struct DriverApi {
   Result (*memHostRegister)(void*, std::size_t, unsigned);  // cuMemHostRegister_v2
   // Waits for running kernels (measured: tests/gpu/hybrid/host_register_probe.cu): close only.
   Result (*memHostUnregister)(void*);  // cuMemHostUnregister
+  // Sharing a cuMem allocation (NCCL's buffers) with another process of this machine.
+  Result (*ctxGetDevice)(int*);                                       // cuCtxGetDevice
+  Result (*memGetAddressRange)(DevicePtr*, std::size_t*, DevicePtr);  // cuMemGetAddressRange_v2
+  Result (*memRetainAllocationHandle)(AllocationHandle*, void*);      // cuMemRetainAllocationHandle
+  // shareable handle out (an int fd for kHandleTypePosixFd), handle, type, flags.
+  Result (*memExportToShareableHandle)(void*, AllocationHandle, int,
+                                       unsigned long long);  // cuMemExportToShareableHandle
+  // handle out, the OS handle (an fd, cast to a pointer), type.
+  Result (*memImportFromShareableHandle)(AllocationHandle*, void*,
+                                         int);  // cuMemImportFromShareableHandle
+  // address out, size, alignment, fixed address (0: any), flags.
+  Result (*memAddressReserve)(DevicePtr*, std::size_t, std::size_t, DevicePtr,
+                              unsigned long long);   // cuMemAddressReserve
+  Result (*memAddressFree)(DevicePtr, std::size_t);  // cuMemAddressFree
+  // address, size, offset into the allocation, handle, flags.
+  Result (*memMap)(DevicePtr, std::size_t, std::size_t, AllocationHandle,
+                   unsigned long long);                                            // cuMemMap
+  Result (*memUnmap)(DevicePtr, std::size_t);                                      // cuMemUnmap
+  Result (*memSetAccess)(DevicePtr, std::size_t, const AccessDesc*, std::size_t);  // cuMemSetAccess
+  Result (*memRelease)(AllocationHandle);                                          // cuMemRelease
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

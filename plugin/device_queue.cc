@@ -73,6 +73,11 @@ DeviceQueue::~DeviceQueue() {
     if (s.p) (void)d_->memFreeHost(s.p);
   for (std::byte* p : retired_) (void)d_->memFreeHost(p);
   for (std::byte* p : registered_) (void)d_->memHostUnregister(p);
+  for (const Imported& m : imported_) {
+    (void)d_->memUnmap(m.va, m.size);
+    (void)d_->memAddressFree(m.va, m.size);
+    (void)d_->memRelease(m.handle);
+  }
   for (const Twin& t : twins_)
     if (std::find(registered_.begin(), registered_.end(), t.p) == registered_.end())
       (void)d_->memFreeHost(t.p);
@@ -193,6 +198,83 @@ bool DeviceQueue::adoptTwin(const void* base, std::size_t bytes, std::byte* host
   if (!registerHost(host, bytes, why)) return false;
   twins_.push_back(Twin{base, bytes, host});
   return true;
+}
+
+namespace {
+
+// "<call>: CUDA error <rc> (<text>)" for the reasons export/import give instead of throwing.
+std::string cudaWhy(const cuda::DriverApi& d, const char* call, cuda::Result rc) {
+  const char* text = nullptr;
+  if (d.getErrorString) (void)d.getErrorString(rc, &text);
+  return fmt::format("{}: CUDA error {} ({})", call, rc, text ? text : "no text");
+}
+
+}  // namespace
+
+bool DeviceQueue::exportAllocation(const void* p, Exported* out, std::string* why) {
+  enter();
+  cuda::DevicePtr base = 0;
+  std::size_t size = 0;
+  cuda::Result rc = d_->memGetAddressRange(&base, &size, dptr(p));
+  if (rc != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemGetAddressRange", rc);
+    return false;
+  }
+  // Retained on the allocation's base, as NCCL does for its own IPC registrations.
+  cuda::AllocationHandle h = 0;
+  rc =
+      d_->memRetainAllocationHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)));
+  if (rc != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemRetainAllocationHandle (not a cuMem allocation?)", rc);
+    return false;
+  }
+  int fd = -1;
+  rc = d_->memExportToShareableHandle(&fd, h, cuda::kHandleTypePosixFd, 0);
+  (void)d_->memRelease(h);  // the retain's reference; NCCL's own mapping keeps it alive
+  if (rc != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemExportToShareableHandle (POSIX fd)", rc);
+    return false;
+  }
+  out->fd = fd;
+  out->size = size;
+  out->offset = static_cast<std::size_t>(dptr(p) - base);
+  return true;
+}
+
+std::byte* DeviceQueue::importAllocation(int fd, std::size_t bytes, std::string* why) {
+  enter();
+  Imported m;
+  m.size = bytes;
+  cuda::Result rc = d_->memImportFromShareableHandle(
+      &m.handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)), cuda::kHandleTypePosixFd);
+  if (rc != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemImportFromShareableHandle", rc);
+    return nullptr;
+  }
+  const char* call = "cuMemAddressReserve";
+  rc = d_->memAddressReserve(&m.va, bytes, 0, 0, 0);
+  if (rc == cuda::kSuccess) {
+    call = "cuMemMap";
+    rc = d_->memMap(m.va, bytes, 0, m.handle, 0);
+    if (rc == cuda::kSuccess) {
+      cuda::AccessDesc access;
+      call = "cuCtxGetDevice";
+      rc = d_->ctxGetDevice(&access.location_id);
+      if (rc == cuda::kSuccess) {
+        call = "cuMemSetAccess";
+        rc = d_->memSetAccess(m.va, bytes, &access, 1);
+      }
+      if (rc != cuda::kSuccess) (void)d_->memUnmap(m.va, bytes);
+    }
+    if (rc != cuda::kSuccess) (void)d_->memAddressFree(m.va, bytes);
+  }
+  if (rc != cuda::kSuccess) {
+    (void)d_->memRelease(m.handle);
+    *why = cudaWhy(*d_, call, rc);
+    return nullptr;
+  }
+  imported_.push_back(m);
+  return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(m.va));
 }
 
 void DeviceQueue::mark(int slot) {

@@ -57,8 +57,20 @@ class DeviceQueue {
   [[nodiscard]] bool adoptTwin(const void* base, std::size_t bytes, std::byte* host,
                                std::string* why);
   [[nodiscard]] bool registerHost(std::byte* host, std::size_t bytes, std::string* why);
-  // The work enqueued so far completes slot `slot`'s request.  // The work enqueued so far
-  // completes slot `slot`'s request.
+  // The cuMem allocation that holds GPU address `p` (NCCL 2.28.9 makes its buffers with
+  // cuMemCreate and POSIX file descriptor handles), exported as a new fd another process can
+  // map (importAllocation), with its size and p's offset in it. False, with the driver's
+  // reason, for memory that is no such allocation (cudaMalloc'ed, NCCL_CUMEM_ENABLE=0).
+  struct Exported {
+    int fd = -1;  // the caller's to close
+    std::size_t size = 0, offset = 0;
+  };
+  [[nodiscard]] bool exportAllocation(const void* p, Exported* out, std::string* why);
+  // Maps another process's exported allocation (fd, `bytes` long) into this context,
+  // readable and writable by this GPU, until close; nullptr with the driver's reason when it
+  // refuses. The caller keeps (and closes) fd.
+  [[nodiscard]] std::byte* importAllocation(int fd, std::size_t bytes, std::string* why);
+  // The work enqueued so far completes slot `slot`'s request.
   void mark(int slot);
   // Records `e` (created on first use) after the work enqueued so far: another object (the
   // mirror channel) waits on it without touching this queue's slots.
@@ -87,6 +99,12 @@ class DeviceQueue {
   std::vector<Twin> twins_;  // few: NCCL registers LL, LL128, Simple (and a shared pool)
   std::vector<std::byte*>
       registered_;  // cuMemHostRegister'ed (twins among them are not ours to free)
+  struct Imported {
+    cuda::DevicePtr va = 0;
+    std::size_t size = 0;
+    cuda::AllocationHandle handle = 0;
+  };
+  std::vector<Imported> imported_;  // unmapped at close
   std::shared_ptr<FlagWriter> writer_;
 };
 

@@ -1,9 +1,16 @@
 #include "fake_cuda_driver.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -159,6 +166,124 @@ Result hostUnregister(void* p) {
   FAKE_LOCK;
   --g.live_host_registers;
   record({"cuMemHostUnregister", addr(p), 0, 0});
+  return 0;
+}
+
+// cuMem allocations (fakeCuMemAlloc) are memfd-backed shared mappings, so an exported
+// "handle" is a dup of the memfd and an import maps the same file elsewhere: two views of one
+// buffer, as two processes' mappings of one GPU allocation are.
+struct FakeAllocation {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  int memfd = -1;
+  bool own = true;  // fakeCuMemAlloc'ed (else a cuMemMap of an imported handle)
+};
+std::vector<FakeAllocation> g_allocs;
+struct FakeHandle {
+  int memfd = -1;  // dup: the handle keeps the file alive
+  std::size_t size = 0;
+};
+std::map<plugin::cuda::AllocationHandle, FakeHandle> g_handles;
+plugin::cuda::AllocationHandle g_next_handle = 1;
+
+const FakeAllocation* allocationAt(std::uintptr_t p) {
+  for (const FakeAllocation& a : g_allocs)
+    if (p >= a.base && p < a.base + a.size) return &a;
+  return nullptr;
+}
+plugin::cuda::AllocationHandle newHandle(int fd, std::size_t size) {
+  ++g.live_mem_handles;
+  g_handles[g_next_handle] = FakeHandle{::dup(fd), size};
+  return g_next_handle++;
+}
+Result ctxGetDevice(int* d) {
+  *d = 0;
+  return 0;
+}
+Result addressRange(DevicePtr* base, std::size_t* size, DevicePtr p) {
+  FAKE_LOCK;
+  const FakeAllocation* a = allocationAt(static_cast<std::uintptr_t>(p));
+  if (!a) return 1;  // CUDA_ERROR_INVALID_VALUE
+  *base = a->base;
+  *size = a->size;
+  return 0;
+}
+Result retainHandle(plugin::cuda::AllocationHandle* h, void* p) {
+  FAKE_LOCK;
+  const FakeAllocation* a = allocationAt(addr(p));
+  if (!a) return 1;  // not a cuMem allocation (cudaMalloc, host memory)
+  *h = newHandle(a->memfd, a->size);
+  record({"cuMemRetainAllocationHandle", addr(p), 0, a->size});
+  return 0;
+}
+Result exportHandle(void* out, plugin::cuda::AllocationHandle h, int type, unsigned long long) {
+  FAKE_LOCK;
+  auto it = g_handles.find(h);
+  if (it == g_handles.end() || type != plugin::cuda::kHandleTypePosixFd) return 1;
+  if (!g.export_ok) return 801;  // CUDA_ERROR_NOT_SUPPORTED
+  *static_cast<int*>(out) = ::dup(it->second.memfd);
+  record({"cuMemExportToShareableHandle", 0, 0, it->second.size});
+  return 0;
+}
+Result importHandle(plugin::cuda::AllocationHandle* h, void* os, int type) {
+  FAKE_LOCK;
+  if (!g.import_ok || type != plugin::cuda::kHandleTypePosixFd) return 801;
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 1;
+  *h = newHandle(fd, static_cast<std::size_t>(st.st_size));
+  record({"cuMemImportFromShareableHandle", 0, 0, static_cast<std::size_t>(st.st_size)});
+  return 0;
+}
+Result addressReserve(DevicePtr* p, std::size_t n, std::size_t, DevicePtr, unsigned long long) {
+  FAKE_LOCK;
+  void* m = ::mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2;
+  ++g.live_reservations;
+  *p = static_cast<DevicePtr>(addr(m));
+  return 0;
+}
+Result addressFree(DevicePtr p, std::size_t n) {
+  FAKE_LOCK;
+  --g.live_reservations;
+  return ::munmap(ptr(p), n) == 0 ? 0 : 1;
+}
+Result memMap(DevicePtr p, std::size_t n, std::size_t off, plugin::cuda::AllocationHandle h,
+              unsigned long long) {
+  FAKE_LOCK;
+  auto it = g_handles.find(h);
+  if (it == g_handles.end() || off + n > it->second.size) return 1;
+  if (::mmap(ptr(p), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, it->second.memfd,
+             static_cast<off_t>(off)) == MAP_FAILED)
+    return 2;
+  ++g.live_mappings;
+  g_allocs.push_back({static_cast<std::uintptr_t>(p), n, it->second.memfd, false});
+  record({"cuMemMap", static_cast<std::uintptr_t>(p), 0, n});
+  return 0;
+}
+Result memUnmap(DevicePtr p, std::size_t n) {
+  FAKE_LOCK;
+  std::erase_if(g_allocs, [&](const FakeAllocation& a) { return !a.own && a.base == p; });
+  --g.live_mappings;
+  record({"cuMemUnmap", static_cast<std::uintptr_t>(p), 0, n});
+  return ::mmap(ptr(p), n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED
+             ? 2
+             : 0;
+}
+Result setAccess(DevicePtr p, std::size_t n, const plugin::cuda::AccessDesc* d, std::size_t count) {
+  FAKE_LOCK;
+  const FakeAllocation* a = allocationAt(static_cast<std::uintptr_t>(p));
+  if (!a || count != 1 || d->flags != plugin::cuda::kAccessReadWrite) return 1;
+  record({"cuMemSetAccess", static_cast<std::uintptr_t>(p), 0, n});
+  return 0;
+}
+Result memRelease(plugin::cuda::AllocationHandle h) {
+  FAKE_LOCK;
+  auto it = g_handles.find(h);
+  if (it == g_handles.end()) return 1;
+  ::close(it->second.memfd);
+  g_handles.erase(it);
+  --g.live_mem_handles;
   return 0;
 }
 
@@ -337,7 +462,18 @@ const plugin::cuda::DriverApi kFake{getErrorString,
                                     streamCreatePriority,
                                     streamIsCapturing,
                                     hostRegister,
-                                    hostUnregister};
+                                    hostUnregister,
+                                    ctxGetDevice,
+                                    addressRange,
+                                    retainHandle,
+                                    exportHandle,
+                                    importHandle,
+                                    addressReserve,
+                                    addressFree,
+                                    memMap,
+                                    memUnmap,
+                                    setAccess,
+                                    memRelease};
 
 }  // namespace
 
@@ -436,6 +572,7 @@ FakeGpu& installFakeDriver() {
   g.module_loads = true;
   g.capturing = false;
   g.register_ok = true;
+  g.export_ok = g.import_ok = true;
   g.done_after_queries = 0;
   g.done_through = 0;
   g_records = 0;
@@ -446,5 +583,25 @@ FakeGpu& installFakeDriver() {
 }
 
 void uninstallFakeDriver() { plugin::cuda::setDriverForTesting(nullptr); }
+
+std::byte* fakeCuMemAlloc(std::size_t bytes) {
+  FAKE_LOCK;
+  const int fd = ::memfd_create("crystal-fake-cumem", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) std::abort();
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) std::abort();
+  g_allocs.push_back({addr(m), bytes, fd, true});
+  return static_cast<std::byte*>(m);
+}
+
+void fakeCuMemFree(std::byte* p) {
+  FAKE_LOCK;
+  auto it = std::find_if(g_allocs.begin(), g_allocs.end(),
+                         [&](const FakeAllocation& a) { return a.own && a.base == addr(p); });
+  if (it == g_allocs.end()) return;
+  ::munmap(p, it->size);
+  ::close(it->memfd);
+  g_allocs.erase(it);
+}
 
 }  // namespace crystal::test

@@ -39,12 +39,14 @@ struct FakeGpu {
   bool module_loads = true;  // cuModuleLoadData succeeds
   bool capturing = false;    // cuStreamIsCapturing says the stream is under graph capture
   bool register_ok = true;   // cuMemHostRegister succeeds
+  bool export_ok = true;     // cuMemExportToShareableHandle succeeds
+  bool import_ok = true;     // cuMemImportFromShareableHandle succeeds
   // cuLaunchKernel of the P2P agent (plugin/p2p_agent_abi.h) is recorded as
   // "cuLaunchKernel:crystal_p2p_agent"; the "kernel" then runs while the table's `want` is 1
   // (p2pAgentPass) and leaves at once otherwise. The thread that launched it last:
   std::thread::id agent_launcher;
   int live_events = 0, live_streams = 0, live_host_allocs = 0, live_device_allocs = 0,
-      live_host_registers = 0;
+      live_host_registers = 0, live_mem_handles = 0, live_reservations = 0, live_mappings = 0;
   [[nodiscard]] std::vector<FakeCall> named(const std::string& name) const;
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
 };
@@ -62,6 +64,13 @@ bool p2pAgentPass();
 // Frees pinned host allocations the plugin left on purpose (a flag-writer ring whose kernel
 // may still run); returns how many.
 std::size_t freeLeftHostAllocs();
+
+// A "cuMem allocation" of `bytes` (as NCCL makes its buffers with cuMemCreate): host memory the
+// fake driver can export and map again elsewhere (an import is a second view of the same
+// bytes). Free with fakeCuMemFree; other device buffers of tests stay plain host memory, which
+// cuMemRetainAllocationHandle refuses, as it refuses cudaMalloc'ed memory.
+std::byte* fakeCuMemAlloc(std::size_t bytes);
+void fakeCuMemFree(std::byte* p);
 
 // The process-wide fake: reset, installed with setDriverForTesting, removed by uninstall().
 FakeGpu& installFakeDriver();
