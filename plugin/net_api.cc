@@ -228,9 +228,9 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
-    auto rc =
-        std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(), nic.out,
-                                       std::move(peer), stallNs(st), paramBool("CRYSTAL_SHM"));
+    auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(),
+                                             nic.out, std::move(peer), stallNs(st),
+                                             paramBool("CRYSTAL_SHM"), paramBool("CRYSTAL_IPC"));
     traceReal(*rc, 's');
     *sendComm = table.insert(std::move(rc));
   });

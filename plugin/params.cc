@@ -36,6 +36,11 @@ constexpr Param kParams[] = {
      "shared memory; a receiver on the same machine maps it, and the bytes move by the GPUs' "
      "copy engines (no TCP body, no CPU copy of GPU buffers); a peer that cannot map it "
      "refuses and the bytes go over TCP. 0: TCP only."},
+    {"CRYSTAL_IPC", "1",
+     "1: a real rank's sends to another real rank of the same machine also offer each "
+     "registered GPU buffer's allocation itself (a CUDA POSIX-fd export); a receiver that maps "
+     "it copies the bytes GPU to GPU, one copy a step, and the shared-memory twin is left "
+     "idle. 0: off (shared memory or TCP as CRYSTAL_SHM says). Either side's 0 turns it off."},
     {"CRYSTAL_MIRROR_RESULTS", "1",
      "1: under data mirror with one real rank, the interposer writes the exact result of N "
      "copies of the real rank's input after each all-reduce, reduce-scatter and reduce to it "

@@ -1,6 +1,7 @@
 #include "real_comm.h"
 
 #include <fmt/core.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "fd_passing.h"
 #include "params.h"
 #include "proto_lines.h"
 #include "virtual_data.h"
@@ -17,6 +19,8 @@ namespace crystal::plugin {
 void RealSendComm::registered(const MemRegion& region) {
   if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
   if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
+  const auto k = static_cast<std::uint32_t>(segments_.size());
+  Segment seg;
   // Host buffers stay on TCP: a memcpy into a segment and one out of it cost what TCP's two
   // copies do (bench/plugin/real_pair_bench.cc); GPU buffers skip TCP's copies altogether.
   if (offer_shm_) {
@@ -27,18 +31,89 @@ void RealSendComm::registered(const MemRegion& region) {
       FrameHeader h;
       h.kind = FrameKind::ShmOffer;
       h.size = shm->size();
-      h.segment = static_cast<std::uint32_t>(segments_.size());
+      h.segment = k;
       ShmOfferBody body;
       std::snprintf(body.name, sizeof body.name, "%s", shm->name().c_str());
       control_.append(reinterpret_cast<const char*>(&h), sizeof h);
       control_.append(reinterpret_cast<const char*>(&body), sizeof body);
-      segments_.push_back(Segment{std::move(shm)});
-      return;
+      seg.shm = std::move(shm);
+      seg.state = Segment::State::Offered;
+    } else {
+      CRYSTAL_INFO("send to {}: no shared memory for a {}-byte buffer ({}); its bytes go over TCP",
+                   peer_, region.size, why);
     }
-    CRYSTAL_INFO("send to {}: no shared memory for a {}-byte buffer ({}); its bytes go over TCP",
-                 peer_, region.size, why);
   }
-  (void)gpu_->twin(region.base, region.size);
+  if (!seg.shm) (void)gpu_->twin(region.base, region.size);
+  if (offer_ipc_) offerAllocation(region, seg, k);
+  if (seg.state != Segment::State::None || seg.ipc != Segment::State::None)
+    segments_.push_back(std::move(seg));
+}
+
+void RealSendComm::offerAllocation(const MemRegion& region, Segment& seg, std::uint32_t k) {
+  const auto* base = static_cast<const std::byte*>(region.base);
+  for (const Segment& s : segments_)  // one offer an allocation (NCCL puts LL128 and Simple in one)
+    if (s.ipc != Segment::State::Refused && base >= s.alloc_base &&
+        base < s.alloc_base + s.alloc_size)
+      return;
+  DeviceQueue::Exported ex;
+  std::string why;
+  if (!gpu_->exportAllocation(region.base, &ex, &why)) {
+    CRYSTAL_INFO(
+        "send to {}: cannot export the allocation of a {}-byte GPU buffer ({}); no GPU "
+        "to GPU copies from it",
+        peer_, region.size, why);
+    return;
+  }
+  if (ipc_key_base_ == 0)
+    while (ipc_key_base_ == 0)
+      if (::getrandom(&ipc_key_base_, sizeof ipc_key_base_, 0) != sizeof ipc_key_base_) break;
+  seg.ipc_fd = Fd(ex.fd);
+  seg.alloc_base = base - ex.offset;
+  seg.alloc_size = ex.size;
+  seg.ipc = Segment::State::Offered;
+  FrameHeader h;
+  h.kind = FrameKind::IpcOffer;
+  h.size = ex.size;
+  h.offset = ex.offset;
+  h.segment = k;
+  IpcOfferBody body;
+  body.key = ipc_key_base_ + k;
+  body.region_size = region.size;
+  control_.append(reinterpret_cast<const char*>(&h), sizeof h);
+  control_.append(reinterpret_cast<const char*>(&body), sizeof body);
+}
+
+// Fds the receiver asked for (IpcWant) go to its inbox; IpcFd on the stream says which did.
+void RealSendComm::sendIpcFds() {
+  for (std::size_t k = 0; k < segments_.size(); ++k) {
+    Segment& seg = segments_[k];
+    if (seg.ipc != Segment::State::Offered || seg.ipc_token == 0 || seg.ipc_fd_sent) continue;
+    std::string why;
+    const FdSend sent = sendFd(seg.ipc_token, ipc_key_base_ + k, seg.ipc_fd.get(), &why);
+    if (sent == FdSend::Again) return;  // its inbox is full: next progress
+    FrameHeader h;
+    h.kind = FrameKind::IpcFd;
+    h.segment = static_cast<std::uint32_t>(k);
+    h.size = sent == FdSend::Sent ? 1 : 0;
+    control_.append(reinterpret_cast<const char*>(&h), sizeof h);
+    seg.ipc_fd = Fd{};  // the receiver holds its own copy now (or never will)
+    seg.ipc_fd_sent = sent == FdSend::Sent;
+    if (sent == FdSend::Failed) {
+      seg.ipc = Segment::State::Refused;
+      CRYSTAL_INFO("send to {}: cannot hand over GPU allocation {} ({}); its bytes go as before",
+                   peer_, k, why);
+    }
+    --ipc_fds_due_;
+  }
+}
+
+RealSendComm::Segment* RealSendComm::ipcSegmentOf(const void* data, std::size_t size) {
+  const auto* p = static_cast<const std::byte*>(data);
+  for (Segment& s : segments_)
+    if (s.ipc == Segment::State::Accepted && p >= s.alloc_base && p < s.alloc_base + s.alloc_size &&
+        size <= s.alloc_size - static_cast<std::size_t>(p - s.alloc_base))
+      return &s;
+  return nullptr;
 }
 
 void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) {
@@ -51,7 +126,8 @@ void RealSendComm::isend(Request& r, void* data, std::size_t size, int tag, live
   r.step = steps_++;
   r.due = port_->reserve(now, link_.occupancy(size)) + link_.latency_ns;
   const MemRegion* region = size > 0 ? regionOf(data) : nullptr;
-  if (region && region->type == nccl::NCCL_PTR_CUDA) {
+  // GPU to GPU (IpcData): the receiver copies out of the buffer itself, nothing to stage.
+  if (region && region->type == nccl::NCCL_PTR_CUDA && !ipcSegmentOf(data, size)) {
     if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
     const int s = slotOf(r);
     gpu_->deviceToHost(stagingOf(data, size), data, size);
@@ -69,7 +145,7 @@ RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
   if (!region || region->type != nccl::NCCL_PTR_CUDA || segments_.empty()) return nullptr;
   const std::byte* twin = gpu_->twin(region->base, region->size);
   for (Segment& s : segments_)
-    if (s.shm->data() == twin) return &s;
+    if (s.shm && s.shm->data() == twin) return &s;
   return nullptr;
 }
 
@@ -92,9 +168,14 @@ void RealSendComm::readReplies() {
       shm_acked_ = reply_.value;
       continue;
     }
+    if (reply_.kind == ReplyKind::IpcWant || reply_.kind == ReplyKind::IpcAccepted ||
+        reply_.kind == ReplyKind::IpcRefused) {
+      takeIpcReply();
+      continue;
+    }
     if ((reply_.kind != ReplyKind::ShmAccepted && reply_.kind != ReplyKind::ShmRefused) ||
         reply_.value >= segments_.size() ||
-        segments_[reply_.value].state != Segment::State::Offered)
+        segments_[reply_.value].state != Segment::State::Offered || !segments_[reply_.value].shm)
       throw PluginError(
           Errc::Remote,
           fmt::format("real peer answered an offer of shared memory segment {} "
@@ -114,6 +195,34 @@ void RealSendComm::readReplies() {
   }
 }
 
+void RealSendComm::takeIpcReply() {
+  Segment* seg = reply_.value < segments_.size() ? &segments_[reply_.value] : nullptr;
+  const bool pending = seg && seg->ipc == Segment::State::Offered;
+  const bool fits =
+      pending && (reply_.kind == ReplyKind::IpcWant       ? seg->ipc_token == 0 && reply_.extra != 0
+                  : reply_.kind == ReplyKind::IpcAccepted ? seg->ipc_fd_sent
+                                                          : true);
+  if (!fits)
+    throw PluginError(
+        Errc::Remote,
+        fmt::format("real peer answered an offer of GPU allocation {} that is not "
+                    "pending (kind {}, {} offered)",
+                    reply_.value, static_cast<unsigned>(reply_.kind), segments_.size()));
+  if (reply_.kind == ReplyKind::IpcWant) {
+    seg->ipc_token = reply_.extra;
+    ++ipc_fds_due_;
+    sendIpcFds();
+  } else if (reply_.kind == ReplyKind::IpcAccepted) {
+    seg->ipc = Segment::State::Accepted;
+  } else {
+    if (seg->ipc_token != 0 && !seg->ipc_fd_sent) --ipc_fds_due_;
+    seg->ipc = Segment::State::Refused;
+    seg->ipc_fd = Fd{};
+    CRYSTAL_INFO("send to {}: the peer cannot map GPU allocation {}; its bytes go as before", peer_,
+                 reply_.value);
+  }
+}
+
 bool RealSendComm::flushControl() {
   while (control_done_ < control_.size()) {
     const std::size_t n =
@@ -128,6 +237,7 @@ bool RealSendComm::flushControl() {
 
 void RealSendComm::progress() {
   if (!segments_.empty()) readReplies();  // replies answer offers: none on a TCP-only stream
+  if (ipc_fds_due_ > 0) sendIpcFds();
   for (;;) {
     const bool between_frames = hdr_done_ == 0 && body_done_ == 0;
     if (between_frames && !flushControl()) return;  // offers never split a data frame
@@ -137,7 +247,8 @@ void RealSendComm::progress() {
     // A GPU buffer: its bytes leave from the staging copy once that copy is done.
     if (r.staged && !gpu_->done(s)) return;
     if (between_frames) {
-      Segment* seg = r.sizes[0] > 0 ? segmentOf(r.data[0]) : nullptr;
+      Segment* ipc = !r.staged && r.sizes[0] > 0 ? ipcSegmentOf(r.data[0], r.sizes[0]) : nullptr;
+      Segment* seg = r.staged && r.sizes[0] > 0 ? segmentOf(r.data[0]) : nullptr;
       if (seg && seg->state == Segment::State::Offered) return;  // the answer picks the route
       hdr_ = FrameHeader{};
       hdr_.tag = r.tags[0];
@@ -151,6 +262,13 @@ void RealSendComm::progress() {
         hdr_.kind = FrameKind::ShmData;
         hdr_.segment = static_cast<std::uint32_t>(seg - segments_.data());
         hdr_.offset = off;
+        r.shm_frame = ++shm_sent_;
+      } else if (ipc) {
+        // Not staged: the receiver copies straight out of the buffer, at its allocation offset.
+        hdr_.kind = FrameKind::IpcData;
+        hdr_.segment = static_cast<std::uint32_t>(ipc - segments_.data());
+        hdr_.offset =
+            static_cast<std::uint64_t>(static_cast<const std::byte*>(r.data[0]) - ipc->alloc_base);
         r.shm_frame = ++shm_sent_;
       }
     }
@@ -202,16 +320,19 @@ void RealSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
           : "its modelled delivery time";
   std::string shm;
   if (!segments_.empty()) {
-    std::size_t offered = 0, accepted = 0;
+    std::size_t offered = 0, accepted = 0, ipc_offered = 0, ipc_accepted = 0;
     for (const Segment& s : segments_) {
       offered += s.state == Segment::State::Offered;
       accepted += s.state == Segment::State::Accepted;
+      ipc_offered += s.ipc == Segment::State::Offered;
+      ipc_accepted += s.ipc == Segment::State::Accepted;
     }
     shm = fmt::format(
-        "; shared memory: {} segments ({} accepted, {} unanswered), {} frames sent, {} "
+        "; shared memory: {} segments ({} accepted, {} unanswered); GPU allocations: {} mapped "
+        "by the peer, {} pending ({} fds waiting for room in its inbox); {} frames sent, {} "
         "acknowledged, {} offer bytes unsent, {} sends queued",
-        segments_.size(), accepted, offered, shm_sent_, shm_acked_, control_.size() - control_done_,
-        queue_.size());
+        segments_.size(), accepted, offered, ipc_accepted, ipc_offered, ipc_fds_due_, shm_sent_,
+        shm_acked_, control_.size() - control_done_, queue_.size());
   }
   CRYSTAL_WARN(
       "send to {} (net dev {}): step {} ({} bytes, tag {}) has waited {:.1f} s (> the "
@@ -290,7 +411,24 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
     hdr_done_ = body_done_ = 0;
     return true;
   }
-  if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData)
+  if (hdr_.kind == FrameKind::IpcOffer) {
+    while (body_done_ < sizeof ipc_offer_) {
+      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&ipc_offer_) + body_done_,
+                                     sizeof ipc_offer_ - body_done_);
+      if (n == 0) return false;
+      body_done_ += n;
+    }
+    takeIpcOffer();
+    hdr_done_ = body_done_ = 0;
+    return true;
+  }
+  if (hdr_.kind == FrameKind::IpcFd) {
+    takeIpcFd();
+    hdr_done_ = 0;
+    return true;
+  }
+  if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData &&
+      hdr_.kind != FrameKind::IpcData)
     throw PluginError(Errc::Remote, fmt::format("real peer sent a frame of unknown kind {}",
                                                 static_cast<unsigned>(hdr_.kind)));
   if (target_slot_ < 0) {
@@ -319,11 +457,22 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   return true;
 }
 
-void RealRecvComm::takeOffer() {
-  if (hdr_.segment != segments_.size())
+RealRecvComm::PeerSegment& RealRecvComm::offeredSegment(bool ipc) {
+  // A region's offers share its number: a new number is the next one, a second offer (the
+  // other kind) names the last.
+  const std::uint32_t k = hdr_.segment;
+  if (k == segments_.size()) segments_.emplace_back();
+  PeerSegment* seg = k + 1 == segments_.size() ? &segments_.back() : nullptr;
+  if (!seg || (ipc ? seg->ipc_offered : seg->shm_offered))
     throw PluginError(Errc::Remote,
-                      fmt::format("real peer offered shared memory segment {} where {} was next",
-                                  hdr_.segment, segments_.size()));
+                      fmt::format("real peer offered {} segment {} where {} was next",
+                                  ipc ? "GPU allocation" : "shared memory", k, segments_.size()));
+  (ipc ? seg->ipc_offered : seg->shm_offered) = true;
+  return *seg;
+}
+
+void RealRecvComm::takeOffer() {
+  PeerSegment& seg = offeredSegment(false);
   offer_.name[sizeof offer_.name - 1] = '\0';
   std::string why = "CRYSTAL_SHM=0 on this side";
   auto shm = paramBool("CRYSTAL_SHM") ? ShmSegment::open(offer_.name, hdr_.size, &why) : nullptr;
@@ -333,13 +482,80 @@ void RealRecvComm::takeOffer() {
         "come over TCP",
         peer_, offer_.name, why);
   queueReply(shm ? ReplyKind::ShmAccepted : ReplyKind::ShmRefused, hdr_.segment);
-  segments_.push_back(PeerSegment{std::move(shm)});
+  seg.shm = std::move(shm);
+}
+
+void RealRecvComm::takeIpcOffer() {
+  PeerSegment& seg = offeredSegment(true);
+  if (hdr_.offset > hdr_.size || ipc_offer_.region_size > hdr_.size - hdr_.offset)
+    throw PluginError(Errc::Remote,
+                      fmt::format("real peer offered a {}-byte GPU region at offset {} of a "
+                                  "{}-byte allocation",
+                                  ipc_offer_.region_size, hdr_.offset, hdr_.size));
+  seg.ipc_key = ipc_offer_.key;
+  seg.ipc_size = hdr_.size;
+  std::string why = "CRYSTAL_IPC=0 on this side";
+  std::uint64_t token = 0;
+  if (paramBool("CRYSTAL_IPC")) {
+    try {
+      token = FdInbox::get().token();
+    } catch (const PluginError& e) {
+      why = e.what();
+    }
+  }
+  if (token != 0) {
+    queueReply(ReplyKind::IpcWant, hdr_.segment, token);
+    return;
+  }
+  CRYSTAL_INFO("receive from {}: no GPU to GPU copies from the sender's allocation {} ({})", peer_,
+               hdr_.segment, why);
+  queueReply(ReplyKind::IpcRefused, hdr_.segment);
+}
+
+void RealRecvComm::takeIpcFd() {
+  PeerSegment* seg = hdr_.segment < segments_.size() ? &segments_[hdr_.segment] : nullptr;
+  if (!seg || !seg->ipc_offered || seg->ipc_fd_seen)
+    throw PluginError(Errc::Remote,
+                      fmt::format("real peer handed over GPU allocation {}, which it did not "
+                                  "offer or handed over before",
+                                  hdr_.segment));
+  seg->ipc_fd_seen = true;
+  if (hdr_.size == 0) return;  // the sender could not reach this process's inbox: it gave up
+  std::string why = "its fd did not arrive in this process's inbox";
+  try {
+    Fd fd = FdInbox::get().take(seg->ipc_key);
+    if (fd.valid()) seg->ipc = gpu().importAllocation(fd.get(), seg->ipc_size, &why);
+  } catch (const PluginError& e) {
+    why = e.what();
+  }
+  if (!seg->ipc)
+    CRYSTAL_INFO(
+        "receive from {}: cannot map the sender's GPU allocation {} ({}); its bytes "
+        "come as before",
+        peer_, hdr_.segment, why);
+  queueReply(seg->ipc ? ReplyKind::IpcAccepted : ReplyKind::IpcRefused, hdr_.segment);
 }
 
 void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
   const int e = target_entry_;
   const bool staged = r.on_device[e];
-  if (hdr_.kind == FrameKind::ShmData) {
+  if (hdr_.kind == FrameKind::IpcData) {
+    const PeerSegment* seg = hdr_.segment < segments_.size() ? &segments_[hdr_.segment] : nullptr;
+    if (!seg || !seg->ipc)
+      throw PluginError(Errc::Remote,
+                        fmt::format("real peer sent bytes from GPU allocation {}, which it did "
+                                    "not offer or this side could not map",
+                                    hdr_.segment));
+    if (hdr_.offset > seg->ipc_size || hdr_.size > seg->ipc_size - hdr_.offset)
+      throw PluginError(Errc::Remote,
+                        fmt::format("real peer sent {} bytes at offset {} of a {}-byte GPU "
+                                    "allocation",
+                                    hdr_.size, hdr_.offset, seg->ipc_size));
+    copyPeerGpu(r, e, seg->ipc + hdr_.offset, hdr_.size);
+    gpu().mark(target_slot_ * kMaxGroup);
+    r.staged = true;
+    owed_.push_back({++shm_got_, target_slot_ * kMaxGroup});
+  } else if (hdr_.kind == FrameKind::ShmData) {
     PeerSegment* seg = hdr_.segment < segments_.size() ? &segments_[hdr_.segment] : nullptr;
     if (!seg || !seg->shm)
       throw PluginError(Errc::Remote,
@@ -407,10 +623,11 @@ bool RealRecvComm::registerPeerSegment(PeerSegment& seg) {
   return seg.registered;
 }
 
-void RealRecvComm::queueReply(ReplyKind kind, std::uint64_t value) {
+void RealRecvComm::queueReply(ReplyKind kind, std::uint64_t value, std::uint64_t extra) {
   Reply reply;
   reply.kind = kind;
   reply.value = value;
+  reply.extra = extra;
   replies_.append(reinterpret_cast<const char*>(&reply), sizeof reply);
 }
 
@@ -506,6 +723,31 @@ void RealRecvComm::copyToDevice(const Request& r, int entry, char* staged, std::
   gpu().fill32(d + kFlag, proto::kLL128Line, static_cast<std::uint32_t>(flag), lines);
 }
 
+// GPU to GPU out of the sender's mapped allocation, on the comm's queue. LL128 lines: a copy
+// engine need not write a line in order, so the data words go first and the flag words
+// after, in stream order (the flag words keep an older step's flag until then).
+void RealRecvComm::copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes) {
+  void* dst = r.data[entry];
+  if (bytes == 0) return;
+  if (!r.on_device[entry]) {
+    gpu().deviceToHost(dst, src, bytes);
+    return;
+  }
+  const MemRegion* region = regionOf(dst);
+  constexpr std::size_t kLine = proto::kLL128Line, kFlag = proto::kLL128FlagWord * 8;
+  const std::size_t lines = bytes / kLine;
+  if (!region || protoOfRegion(region->ordinal, protocol_buffers_) != proto::Proto::LL128 ||
+      lines == 0 || bytes % kLine != 0) {
+    gpu().deviceToDevice(dst, src, bytes);
+    return;
+  }
+  auto* d = static_cast<std::byte*>(dst);
+  gpu().deviceToDevice2D(d, src, kLine, kFlag, lines);
+  if (kFlag + 8 < kLine)
+    gpu().deviceToDevice2D(d + kFlag + 8, src + kFlag + 8, kLine, kLine - kFlag - 8, lines);
+  gpu().deviceToDevice2D(d + kFlag, src + kFlag, kLine, 8, lines);
+}
+
 void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {
   if (stall_warned_ || now - r.posted < stall_ns_) return;
   stall_warned_ = true;  // once per comm: the log must stay readable in a long stall
@@ -525,12 +767,15 @@ void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char*
     stream = fmt::format("; {} of {} body bytes of the frame with tag {} arrived", body_done_,
                          hdr_.size, hdr_.tag);
   if (!segments_.empty()) {
-    std::size_t mapped = 0;
-    for (const PeerSegment& s : segments_) mapped += s.shm != nullptr;
+    std::size_t mapped = 0, ipc = 0;
+    for (const PeerSegment& s : segments_) {
+      mapped += s.shm != nullptr;
+      ipc += s.ipc != nullptr;
+    }
     stream += fmt::format(
-        "; shared memory: {} of {} offered segments mapped, {} frames copied out, {} "
-        "acknowledged, {} reply bytes unsent",
-        mapped, segments_.size(), shm_got_, acked_, replies_.size() - replies_done_);
+        "; shared memory: {} of {} offered segments mapped, {} GPU allocations mapped, {} "
+        "frames copied out, {} acknowledged, {} reply bytes unsent",
+        mapped, segments_.size(), ipc, shm_got_, acked_, replies_.size() - replies_done_);
   }
   CRYSTAL_WARN(
       "receive from {} (net dev {}): step {} ({} entries{}{}) has waited {:.1f} s (> the "

@@ -23,6 +23,18 @@
 // completes only then, as NCCL may reuse the buffer (and so the twin) after that. Until a
 // region's offer is answered its sends wait; a refused region's go over TCP as before.
 //
+// GPU to GPU (CRYSTAL_IPC, default on). Where both real ranks use one GPU (or GPUs of one
+// machine), the shared-memory route still makes two copies a step, through host memory. NCCL
+// 2.28.9 allocates its buffers with cuMemCreate and POSIX fd handles, so the sender also offers
+// each GPU region's allocation itself (IpcOffer). A receiver that can take it answers IpcWant
+// with its process's fd inbox (plugin/fd_passing.h); the sender exports the allocation as an
+// fd, hands it over through that inbox and says so on the stream (IpcFd); the receiver maps it
+// and answers IpcAccepted. From then on a send from that allocation is an IpcData frame naming
+// (segment, offset in the allocation): no staging copy on the sender, and the receiver copies
+// GPU to GPU (LL128 lines: data words first, flags after, in stream order). Acks and the
+// sender's completion work as for ShmData. Until the answer, sends go by shared memory (or
+// TCP); a refusal at any point leaves them there.
+//
 // A request that waits on the real peer longer than the emulation's timeout is logged once
 // per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
 // Waiting is legit while the peer is idle, so it is a warning and the wait goes on.
@@ -49,7 +61,19 @@ namespace crystal::plugin {
 
 // Sender to receiver. Data: `size` body bytes follow. ShmData: `size` bytes at `offset` of the
 // sender's segment `segment`. ShmOffer: a ShmOfferBody follows; `size` is the segment's length.
-enum class FrameKind : std::uint32_t { Data = 0, ShmData = 1, ShmOffer = 2 };
+// Segments are the sender's registered GPU regions, numbered in offer order; a region may get
+// a ShmOffer, an IpcOffer or both (shm first), with the same number. IpcOffer: an
+// IpcOfferBody follows; `size` is the allocation's length, `offset` the region's offset in it.
+// IpcFd: the fd of `segment` went to the receiver's inbox (size 1) or could not (size 0).
+// IpcData: `size` bytes at `offset` of segment's allocation.
+enum class FrameKind : std::uint32_t {
+  Data = 0,
+  ShmData = 1,
+  ShmOffer = 2,
+  IpcOffer = 3,
+  IpcFd = 4,
+  IpcData = 5
+};
 
 struct FrameHeader {
   std::uint32_t magic = 0x4652594Bu;  // "KYRF"
@@ -66,42 +90,69 @@ struct ShmOfferBody {
   char name[64] = {};  // shm_open name, NUL-terminated
 };
 
-// Receiver to sender, on the same stream. value: the segment (ShmAccepted, ShmRefused), or
-// the number of ShmData frames whose bytes the receiver has copied out (Ack, cumulative).
-enum class ReplyKind : std::uint32_t { ShmAccepted = 1, ShmRefused = 2, Ack = 3 };
+struct IpcOfferBody {
+  std::uint64_t key = 0;  // the fd's note key in the receiver's inbox (fd_passing.h)
+  std::uint64_t region_size = 0;
+};
+
+// Receiver to sender, on the same stream. value: the segment (ShmAccepted, ShmRefused,
+// IpcWant, IpcAccepted, IpcRefused), or the number of ShmData and IpcData frames whose bytes
+// the receiver has copied out (Ack, cumulative). extra: IpcWant's inbox token.
+enum class ReplyKind : std::uint32_t {
+  ShmAccepted = 1,
+  ShmRefused = 2,
+  Ack = 3,
+  IpcWant = 4,
+  IpcAccepted = 5,
+  IpcRefused = 6
+};
 
 struct Reply {
   std::uint32_t magic = 0x5950524Bu;  // "KRPY"
   ReplyKind kind = ReplyKind::Ack;
   std::uint64_t value = 0;
+  std::uint64_t extra = 0;
 };
-static_assert(sizeof(Reply) == 16);
+static_assert(sizeof(Reply) == 24);
 
 class RealSendComm final : public DataComm {
  public:
   // `peer` names the connection in warnings; `stall_ns`: wait before the stall warning.
   RealSendComm(NetContext* ctx, int dev, int max_requests, Fd fd, live::LinkParams link,
                std::shared_ptr<live::PortQueue> port, std::string peer, live::TimeNs stall_ns,
-               bool offer_shm)
+               bool offer_shm, bool offer_ipc = false)
       : DataComm(CommKind::Send, ctx, dev, max_requests),
         fd_(std::move(fd)),
         link_(link),
         port_(std::move(port)),
         peer_(std::move(peer)),
         stall_ns_(stall_ns),
-        offer_shm_(offer_shm) {}
+        offer_shm_(offer_shm),
+        offer_ipc_(offer_ipc) {}
   void registered(const MemRegion& region) override;
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
 
  private:
-  // A GPU region's shared-memory twin and what the receiver said of it.
+  // A registered GPU region offered to the receiver: its shared-memory twin (if any) and its
+  // allocation (if exportable), and what the receiver said of each.
   struct Segment {
     std::unique_ptr<ShmSegment> shm;
-    enum class State { Offered, Accepted, Refused } state = State::Offered;
+    enum class State { None, Offered, Accepted, Refused };
+    State state = State::None;    // of shm
+    State ipc = State::None;      // of the allocation (Offered until IpcAccepted/IpcRefused)
+    Fd ipc_fd;                    // exported, until it went to the receiver's inbox
+    std::uint64_t ipc_token = 0;  // the receiver's inbox, once it asked (IpcWant)
+    bool ipc_fd_sent = false;
+    const std::byte* alloc_base = nullptr;  // the allocation, in this process
+    std::size_t alloc_size = 0;
   };
+  void offerAllocation(const MemRegion& region, Segment& seg, std::uint32_t k);
+  void sendIpcFds();
+  [[nodiscard]] Segment* ipcSegmentOf(const void* data, std::size_t size);
   void progress();
   void readReplies();
+  void takeIpcReply();
   [[nodiscard]] bool flushControl();  // offers; false while the socket is full
   [[nodiscard]] Segment* segmentOf(const void* data);
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
@@ -112,6 +163,9 @@ class RealSendComm final : public DataComm {
   std::string peer_;
   live::TimeNs stall_ns_;
   bool offer_shm_;
+  bool offer_ipc_;
+  std::uint64_t ipc_key_base_ = 0;  // random per comm: notes in a shared inbox stay apart
+  int ipc_fds_due_ = 0;             // asked for (IpcWant), not yet handed over
   bool stall_warned_ = false;
   std::uint64_t steps_ = 0;
   std::vector<Segment> segments_;  // before gpu_: its close unregisters them, then they unmap
@@ -124,7 +178,7 @@ class RealSendComm final : public DataComm {
   std::size_t control_done_ = 0;
   Reply reply_;
   std::size_t reply_got_ = 0;
-  std::uint64_t shm_sent_ = 0, shm_acked_ = 0;  // ShmData frames written / acknowledged
+  std::uint64_t shm_sent_ = 0, shm_acked_ = 0;  // ShmData + IpcData frames written / acknowledged
 };
 
 class RealRecvComm final : public DataComm {
@@ -146,8 +200,11 @@ class RealRecvComm final : public DataComm {
   void progress(live::TimeNs now);
   [[nodiscard]] bool readFrame(live::TimeNs now);  // false: nothing more to read now
   void takeOffer();
+  void takeIpcOffer();
+  void takeIpcFd();
   void takeBody(Request& r, live::TimeNs now);
-  void queueReply(ReplyKind kind, std::uint64_t value);
+  void copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes);
+  void queueReply(ReplyKind kind, std::uint64_t value, std::uint64_t extra = 0);
   void flushAcks();  // acks for copies out of shared memory that are done, then the replies
   DeviceQueue& gpu();
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
@@ -165,7 +222,12 @@ class RealRecvComm final : public DataComm {
   struct PeerSegment {
     std::unique_ptr<ShmSegment> shm;
     bool register_tried = false, registered = false;  // cuMemHostRegister of the mapping
+    bool shm_offered = false, ipc_offered = false, ipc_fd_seen = false;
+    std::uint64_t ipc_key = 0;  // IpcOffer's
+    std::size_t ipc_size = 0;   // the allocation's length
+    std::byte* ipc = nullptr;   // mapped (device address) once the fd came
   };
+  [[nodiscard]] PeerSegment& offeredSegment(bool ipc);
   [[nodiscard]] bool registerPeerSegment(PeerSegment& seg);
   std::vector<PeerSegment> segments_;
   // GPU receive buffers: twins of their regions; a request's completion event is that of
@@ -176,7 +238,8 @@ class RealRecvComm final : public DataComm {
   std::size_t hdr_done_ = 0, body_done_ = 0;
   int target_slot_ = -1, target_entry_ = -1;
   ShmOfferBody offer_;
-  // ShmData frames copied out (or being copied: the event of their request), in order.
+  IpcOfferBody ipc_offer_;
+  // ShmData and IpcData frames copied out (or being copied: their request's event), in order.
   struct OwedAck {
     std::uint64_t frame = 0;
     int event = -1;  // -1: copied by the CPU already

@@ -1,10 +1,11 @@
 // libFuzzer: the byte stream a real peer writes into a receive comm (frames: data, shared-
-// memory offers, shared-memory data; plugin/real_comm.h), with two receives of host buffers
-// posted, and the same bytes as the replies a send comm reads (offer answers,
-// acknowledgements). Any input must fill receives or raise PluginError: never crash, never
-// touch memory outside the buffers, never block (the stream ends after the input; test() is
-// called a bounded number of times). Offers name segments that do not exist (or are refused
-// by their form), so shared-memory data fails with a clear error.
+// memory offers and data, GPU allocation offers, fd notices and data; plugin/real_comm.h),
+// with two receives of host buffers posted, and the same bytes as the replies a send comm
+// reads (offer answers, acknowledgements). Any input must fill receives or raise PluginError:
+// never crash, never touch memory outside the buffers, never block (the stream ends after the
+// input; test() is called a bounded number of times). Offers name segments that do not exist
+// (or are refused by their form), and no fd ever reaches the process's inbox, so shared-memory
+// and GPU-to-GPU data fail with a clear error.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>

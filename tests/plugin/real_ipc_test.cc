@@ -1,0 +1,308 @@
+// Real<->real bytes GPU to GPU (plugin/real_comm.h "GPU to GPU"), on the CPU: the sender's GPU
+// buffer is a fake cuMem allocation (fake_cuda_driver.h: memfd-backed, so an "import" is a
+// second mapping of the same bytes, as two processes' mappings of one GPU allocation are). The
+// sender offers the allocation, hands its fd over through the process's fd inbox
+// (plugin/fd_passing.h) once the receiver asks, and from then on the receiver copies device to
+// device out of its own mapping: no staging copy on the sender, one copy a step. Refusals on
+// either side leave the bytes on shared memory; malformed offers and frames are errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fd_passing.h"
+#include "real_pair_fixture.h"
+
+namespace crystal::test {
+namespace {
+
+using RealIpc = RealPairTest;
+using RealIpcBadPeer = RealPairBadPeer;
+
+// A fake cuMem allocation (what NCCL's buffers are), freed with the test.
+struct CuMemBuffer {
+  std::byte* p;
+  std::size_t size;
+  explicit CuMemBuffer(std::size_t n) : p(fakeCuMemAlloc(n)), size(n) {}
+  ~CuMemBuffer() { fakeCuMemFree(p); }
+  CuMemBuffer(const CuMemBuffer&) = delete;
+  CuMemBuffer& operator=(const CuMemBuffer&) = delete;
+  void fill(std::uint32_t seed) {
+    for (std::size_t i = 0; i < size; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      p[i] = std::byte(seed >> 24);
+    }
+  }
+};
+
+// Calls of `name` since call number `from` of the fake's record.
+std::vector<FakeCall> callsSince(const FakeGpu& g, std::size_t from, const std::string& name) {
+  std::vector<FakeCall> out;
+  for (std::size_t i = from; i < g.calls.size(); ++i)
+    if (g.calls[i].name == name) out.push_back(g.calls[i]);
+  return out;
+}
+
+TEST_F(RealIpc, GpuBytesGoDeviceToDeviceOutOfTheReceiversMapping) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kAlloc = 1 << 20, kOffset = 64 << 10, kRegion = 512 << 10;
+  constexpr std::size_t kStep = 32 << 10, kSteps = 8;
+  CuMemBuffer alloc(kAlloc);
+  alloc.fill(11);
+  std::byte* region = alloc.p + kOffset;
+  Buffer dst(kRegion);
+  (void)reg(s, region, kRegion, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+
+  // Until the receiver mapped the allocation, steps go through shared memory.
+  bool mapped = false;
+  for (int round = 0; round < 20 && !mapped; ++round) {
+    const std::size_t before = gpu_->calls.size();
+    std::vector<void*> reqs{recvPost(r, dst.at(0), kStep), sendPost(s, region, kStep)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+    mapped = !callsSince(*gpu_, before, "cuMemcpyDtoDAsync").empty();
+  }
+  ASSERT_TRUE(mapped) << logText();
+  ASSERT_EQ(gpu_->named("cuMemImportFromShareableHandle").size(), 1u);
+  ASSERT_EQ(gpu_->named("cuMemMap").size(), 1u);
+  const std::uintptr_t view = gpu_->named("cuMemMap")[0].dst;
+  EXPECT_EQ(gpu_->named("cuMemMap")[0].bytes, kAlloc) << "the whole allocation is mapped";
+
+  // Eight steps in flight at their offsets: one device-to-device copy each, from the
+  // receiver's view of the allocation (not the sender's address), and nothing staged.
+  std::memset(dst.at(0), 0, kRegion);
+  const std::size_t before = gpu_->calls.size();
+  std::vector<void*> reqs;
+  for (std::size_t k = 0; k < kSteps; ++k) {
+    reqs.push_back(recvPost(r, dst.at(k * kStep), kStep));
+    reqs.push_back(sendPost(s, region + k * kStep, kStep));
+  }
+  ASSERT_EQ(progressAll(reqs), 2 * kSteps);
+  const auto copies = callsSince(*gpu_, before, "cuMemcpyDtoDAsync");
+  ASSERT_EQ(copies.size(), kSteps);
+  for (std::size_t k = 0; k < kSteps; ++k) {
+    EXPECT_EQ(copies[k].src, view + kOffset + k * kStep) << k;
+    EXPECT_EQ(copies[k].dst, reinterpret_cast<std::uintptr_t>(dst.at(k * kStep))) << k;
+    EXPECT_EQ(copies[k].bytes, kStep);
+  }
+  EXPECT_TRUE(callsSince(*gpu_, before, "cuMemcpyDtoHAsync").empty()) << "no staging copy";
+  EXPECT_TRUE(callsSince(*gpu_, before, "cuMemcpyHtoDAsync").empty());
+  EXPECT_EQ(std::memcmp(dst.at(0), region, kSteps * kStep), 0);
+  EXPECT_EQ(logText().find("cannot"), std::string::npos) << logText();
+}
+
+// The send completes only once the receiver's copy out of the allocation is done: NCCL may
+// overwrite the buffer as soon as the send is done.
+TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  Buffer dst(65536);
+  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  for (int round = 0; round < 20 && gpu_->named("cuMemMap").empty(); ++round) {
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  // One more round trip for the accept to reach the sender.
+  {
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  gpu_->complete = false;  // copies enqueued from now on have not run
+  const std::size_t records = gpu_->count("cuEventRecord");
+  void* rreq = recvPost(r, dst.at(0), 4096);
+  void* sreq = sendPost(s, alloc.p + 4096, 4096);
+  int done = 0;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(net::test(rreq, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(done, 0);
+    ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(done, 0) << "completed before the receiver's copy ran";
+  }
+  ASSERT_GT(gpu_->count("cuEventRecord"), records);
+  ASSERT_FALSE(gpu_->named("cuMemcpyDtoDAsync").empty());
+  gpu_->complete = true;
+  EXPECT_EQ(progressAll({rreq, sreq}), 2u);
+}
+
+// LL128 lines into the receiver's LL128 buffer: the data words of every line first, then the
+// flag words, each as one 2D copy out of the mapping (a copy engine need not write a line in
+// order; the GPU reads a line once its flag is there).
+TEST_F(RealIpc, LL128LinesGoDataFirstThenFlags) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kLines = 10, kBytes = kLines * 128;
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(5);
+  Buffer ll(8192), ll128(8 * kBytes), simple(65536);
+  (void)reg(s, alloc.p, 8 * kBytes, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, ll, nccl::NCCL_PTR_CUDA);
+  void* ll128_mh = reg(r, ll128, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, simple, nccl::NCCL_PTR_CUDA);
+  auto post = [&](std::size_t step) {
+    void* data = ll128.at(step * kBytes);
+    std::size_t size = kBytes;
+    int tag = 1;
+    void* req = nullptr;
+    EXPECT_EQ(net::irecv(r, 1, &data, &size, &tag, &ll128_mh, nullptr, &req), ncclSuccess);
+    return req;
+  };
+  for (int round = 0; round < 20 && gpu_->named("cuMemcpy2DAsync").empty(); ++round) {
+    std::vector<void*> reqs{post(0), sendPost(s, alloc.p, kBytes)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  // The flag is a line's last word (proto_lines.h): one copy of the 120 data bytes of every
+  // line, then one of the flags.
+  static_assert(plugin::proto::kLL128FlagWord * 8 + 8 == 128);
+  const auto copies = gpu_->named("cuMemcpy2DAsync");
+  ASSERT_EQ(copies.size(), 2u) << logText();
+  const std::uintptr_t dst = reinterpret_cast<std::uintptr_t>(ll128.at(0));
+  EXPECT_EQ(copies[0].dst, dst);
+  EXPECT_EQ(copies[0].bytes, 120u);
+  EXPECT_EQ(copies[1].dst, dst + 120) << "flags last";
+  EXPECT_EQ(copies[1].bytes, 8u);
+  for (const FakeCall& c : copies) {
+    EXPECT_EQ(c.pitch, 128u);
+    EXPECT_EQ(c.rows, kLines);
+  }
+  EXPECT_EQ(std::memcmp(ll128.at(0), alloc.p, kBytes), 0);
+}
+
+// Memory that is no cuMem allocation (cudaMalloc'ed, NCCL_CUMEM_ENABLE=0), or a driver that
+// will not export it: no offer, shared memory as before.
+TEST_F(RealIpc, BufferTheDriverWillNotExportStaysOnSharedMemory) {
+  gpu_->export_ok = false;
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(3);
+  Buffer dst(65536);
+  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 8192), sendPost(s, alloc.p, 8192)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  EXPECT_TRUE(gpu_->named("cuMemcpyDtoDAsync").empty());
+  EXPECT_EQ(gpu_->named("cuMemcpyHtoDAsync").size(), 4u) << "shared memory: one copy a step";
+  EXPECT_EQ(std::memcmp(dst.at(0), alloc.p, 8192), 0);
+  EXPECT_NE(logText().find("cannot export the allocation of a 65536-byte GPU buffer"),
+            std::string::npos)
+      << logText();
+}
+
+// A receiver whose driver will not import it, or with CRYSTAL_IPC=0: refused, shared memory
+// as before, and the sender says why.
+TEST_F(RealIpc, ReceiverThatCannotMapItRefuses) {
+  for (const bool off : {false, true}) {
+    SCOPED_TRACE(off ? "CRYSTAL_IPC=0 on the receiver" : "import fails");
+    gpu_->import_ok = off;
+    clearCapturedLog();
+    void *s = nullptr, *r = nullptr;
+    realPair(&s, &r);  // both comms exist: the variable now only reaches the receiver
+    if (off) ::setenv("CRYSTAL_IPC", "0", 1);
+    CuMemBuffer alloc(1 << 20);
+    alloc.fill(9);
+    Buffer dst(65536);
+    (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+    (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+    const std::size_t before = gpu_->calls.size();
+    for (int round = 0; round < 6; ++round) {
+      std::vector<void*> reqs{recvPost(r, dst.at(0), 8192), sendPost(s, alloc.p, 8192)};
+      ASSERT_EQ(progressAll(reqs), 2u);
+    }
+    EXPECT_TRUE(callsSince(*gpu_, before, "cuMemcpyDtoDAsync").empty());
+    EXPECT_EQ(callsSince(*gpu_, before, "cuMemcpyHtoDAsync").size(), 6u);
+    EXPECT_EQ(std::memcmp(dst.at(0), alloc.p, 8192), 0);
+    EXPECT_NE(logText().find(off ? "CRYSTAL_IPC=0 on this side"
+                                 : "cannot map the sender's GPU allocation 0"),
+              std::string::npos)
+        << logText();
+    EXPECT_NE(logText().find("the peer cannot map GPU allocation 0"), std::string::npos);
+    ::unsetenv("CRYSTAL_IPC");
+  }
+}
+
+// The fd inbox: notes arrive by key whatever their order; a note for another key waits for
+// its taker; an unknown inbox is a failure, not a hang.
+TEST(FdInbox, NotesArriveByKeyAndUnknownInboxesFail) {
+  plugin::FdInbox& inbox = plugin::FdInbox::get();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::string why;
+  ASSERT_EQ(plugin::sendFd(inbox.token(), 41, pipe_fds[0], &why), plugin::FdSend::Sent) << why;
+  ASSERT_EQ(plugin::sendFd(inbox.token(), 42, pipe_fds[1], &why), plugin::FdSend::Sent) << why;
+  EXPECT_FALSE(inbox.take(7).valid());
+  plugin::Fd w = inbox.take(42);  // read past 41, which stays for its taker
+  plugin::Fd r = inbox.take(41);
+  ASSERT_TRUE(w.valid() && r.valid());
+  EXPECT_FALSE(inbox.take(41).valid()) << "delivered once";
+  // The received fds are the pipe's ends: a byte written through one comes out of the other.
+  ASSERT_EQ(::write(w.get(), "k", 1), 1);
+  char c = 0;
+  ASSERT_EQ(::read(r.get(), &c, 1), 1);
+  EXPECT_EQ(c, 'k');
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  EXPECT_EQ(plugin::sendFd(inbox.token() ^ 1, 1, 0, &why), plugin::FdSend::Failed);
+  EXPECT_NE(why.find("crystal-fd-"), std::string::npos) << why;
+}
+
+// ---- a malformed peer: a clear ncclRemoteError, never a crash or a hang ----
+
+void ipcOffer(RawPeer& peer, std::uint32_t segment, std::uint64_t alloc, std::uint64_t offset,
+              std::uint64_t region) {
+  plugin::FrameHeader h;
+  h.kind = plugin::FrameKind::IpcOffer;
+  h.segment = segment;
+  h.size = alloc;
+  h.offset = offset;
+  plugin::IpcOfferBody body;
+  body.key = 99;
+  body.region_size = region;
+  peer.writeAll(&h, sizeof h);
+  peer.writeAll(&body, sizeof body);
+}
+
+TEST_F(RealIpcBadPeer, RegionPastTheAllocationsEnd) {
+  connectRawSender();
+  ipcOffer(peer_, 0, 1 << 20, 1 << 20, 4096);
+  expectRemoteError(
+      "offered a 4096-byte GPU region at offset 1048576 of a 1048576-byte allocation");
+}
+
+TEST_F(RealIpcBadPeer, FdOfAnAllocationNeverOffered) {
+  connectRawSender();
+  plugin::FrameHeader h;
+  h.kind = plugin::FrameKind::IpcFd;
+  h.segment = 2;
+  h.size = 1;
+  peer_.writeAll(&h, sizeof h);
+  expectRemoteError("handed over GPU allocation 2, which it did not offer");
+}
+
+TEST_F(RealIpcBadPeer, BytesFromAnAllocationNeverMapped) {
+  connectRawSender();
+  ipcOffer(peer_, 0, 1 << 20, 0, 4096);  // offered, but its fd never comes
+  plugin::FrameHeader h;
+  h.kind = plugin::FrameKind::IpcData;
+  h.tag = 1;
+  h.segment = 0;
+  h.size = 16;
+  peer_.writeAll(&h, sizeof h);
+  expectRemoteError(
+      "bytes from GPU allocation 0, which it did not offer or this side could not map");
+}
+
+TEST_F(RealIpcBadPeer, SecondOfferOfTheSameKindForOneSegment) {
+  connectRawSender();
+  ipcOffer(peer_, 0, 1 << 20, 0, 4096);
+  ipcOffer(peer_, 0, 1 << 20, 0, 4096);
+  expectRemoteError("offered GPU allocation segment 0 where 1 was next");
+}
+
+}  // namespace
+}  // namespace crystal::test
