@@ -1,9 +1,11 @@
-// Real<->real bytes between two real ranks of one machine: shared memory (CRYSTAL_SHM=1, the
-// default) against TCP over loopback (CRYSTAL_SHM=0), in one run, interleaved. Both pairs live
-// in this process and move GPU buffers through the tests' fake CUDA driver, which performs each
-// copy at once on the CPU: what the proxies' threads spend per byte. Shared memory: the
-// staging copy into the segment and the copy out of it; TCP: the same two copies plus the
-// socket's two. On a GPU those copies are the copy engines' and only TCP's stay on the CPU.
+// Real<->real bytes between two real ranks of one machine, three routes in one run,
+// interleaved: GPU to GPU (CRYSTAL_IPC=1, the default: the receiver maps the sender's cuMem
+// allocation), shared memory (CRYSTAL_SHM=1, CRYSTAL_IPC=0) and TCP over loopback (both 0).
+// All pairs live in this process and move GPU buffers through the tests' fake CUDA driver,
+// which performs each copy at once on the CPU: what the proxies' threads spend per byte. GPU
+// to GPU: one copy out of the mapping; shared memory: the staging copy into the segment and
+// the copy out of it; TCP: the same two copies plus the socket's two. On a GPU those copies
+// are the copy engines' and only TCP's stay on the CPU.
 // NCCL's pattern: 8 steps of 128 KiB in flight per connection, every request tested in turn
 // as the two proxies do. Reported: GB/s a direction for each route and their ratio. The
 // modelled delivery times are those of the plugin's default link (50 GB/s).
@@ -20,6 +22,9 @@
 #include "fake_cuda_driver.h"
 #include "net_api.h"
 
+// The plugin's three routes for real peers' GPU bytes.
+enum class Route { Tcp, Shm, Ipc };
+
 namespace {
 
 using namespace crystal;
@@ -31,10 +36,13 @@ struct RealPair {
   void* ctx = nullptr;
   void *listen = nullptr, *send = nullptr, *recv = nullptr;
   void *send_mr = nullptr, *recv_mr = nullptr;
-  std::vector<char> src = std::vector<char>(kRegion, 1), dst = std::vector<char>(kRegion, 0);
+  // The sender's buffer: a (fake) cuMem allocation, as NCCL's are; only Ipc exports it.
+  std::byte* src = crystal::test::fakeCuMemAlloc(kRegion);
+  std::vector<char> dst = std::vector<char>(kRegion, 0);
 
-  explicit RealPair(bool shm) {
-    ::setenv("CRYSTAL_SHM", shm ? "1" : "0", 1);
+  explicit RealPair(Route route) {
+    ::setenv("CRYSTAL_SHM", route == Route::Tcp ? "0" : "1", 1);
+    ::setenv("CRYSTAL_IPC", route == Route::Ipc ? "1" : "0", 1);
     if (net::init(&ctx, 7, nullptr, nullptr, nullptr) != nccl::ncclSuccess) std::abort();
     char handle[live::kNcclHandleSize] = {};
     if (net::listen(ctx, 0, handle, &listen) != nccl::ncclSuccess) std::abort();
@@ -43,7 +51,7 @@ struct RealPair {
       if (!recv && net::accept(listen, &recv, nullptr) != nccl::ncclSuccess) std::abort();
     }
     if (!send || !recv) std::abort();
-    if (net::regMr(send, src.data(), src.size(), nccl::NCCL_PTR_CUDA, &send_mr) !=
+    if (net::regMr(send, src, kRegion, nccl::NCCL_PTR_CUDA, &send_mr) !=
             nccl::ncclSuccess ||
         net::regMr(recv, dst.data(), dst.size(), nccl::NCCL_PTR_CUDA, &recv_mr) !=
             nccl::ncclSuccess)
@@ -54,6 +62,7 @@ struct RealPair {
     (void)net::closeRecv(recv);
     (void)net::closeListen(listen);
     (void)net::finalize(ctx);
+    crystal::test::fakeCuMemFree(src);
   }
   // `steps` steps through the 8-slot window; returns the seconds it took.
   double move(std::size_t steps) {
@@ -68,7 +77,7 @@ struct RealPair {
           int tag = 0;
           if (net::irecv(recv, 1, reinterpret_cast<void**>(&d), &size, &tag, &recv_mr, nullptr,
                          &rreq[k]) != nccl::ncclSuccess ||
-              net::isend(send, src.data() + k * kStep, kStep, 0, send_mr, nullptr, &sreq[k]) !=
+              net::isend(send, src + k * kStep, kStep, 0, send_mr, nullptr, &sreq[k]) !=
                   nccl::ncclSuccess)
             std::abort();
           ++posted;
@@ -87,24 +96,31 @@ struct RealPair {
   }
 };
 
-void BM_RealPairShmVsTcp(benchmark::State& state) {
+void BM_RealPairRoutes(benchmark::State& state) {
   const std::size_t steps = 256;  // 32 MiB a round
-  double shm_s = 0, tcp_s = 0;
+  double ipc_s = 0, shm_s = 0, tcp_s = 0;
   test::installFakeDriver();
   {
-    RealPair shm(true), tcp(false);
+    RealPair tcp(Route::Tcp), shm(Route::Shm), ipc(Route::Ipc);
+    // The receivers read CRYSTAL_IPC when an offer comes: only the Ipc pair's sender offered.
+    ::setenv("CRYSTAL_IPC", "1", 1);
+    for (RealPair* p : {&tcp, &shm, &ipc}) (void)p->move(64);  // offers answered, routes settled
     for (auto _ : state) {
+      ipc_s += ipc.move(steps);
       shm_s += shm.move(steps);
       tcp_s += tcp.move(steps);
     }
   }
   ::unsetenv("CRYSTAL_SHM");
+  ::unsetenv("CRYSTAL_IPC");
   test::uninstallFakeDriver();
   const double bytes = static_cast<double>(steps * kStep) * static_cast<double>(state.iterations());
+  state.counters["ipc_GBps"] = bytes / ipc_s / 1e9;
   state.counters["shm_GBps"] = bytes / shm_s / 1e9;
   state.counters["tcp_GBps"] = bytes / tcp_s / 1e9;
+  state.counters["ipc_over_shm"] = shm_s / ipc_s;
   state.counters["shm_over_tcp"] = tcp_s / shm_s;
 }
-BENCHMARK(BM_RealPairShmVsTcp)->Iterations(20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RealPairRoutes)->Iterations(20)->Unit(benchmark::kMillisecond);
 
 }  // namespace
