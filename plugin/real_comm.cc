@@ -400,33 +400,23 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   }
   if (hdr_.magic != FrameHeader{}.magic)
     throw PluginError(Errc::Remote, "real peer sent a corrupt frame header");
-  if (hdr_.kind == FrameKind::ShmOffer) {
-    while (body_done_ < sizeof offer_) {
-      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&offer_) + body_done_,
-                                     sizeof offer_ - body_done_);
+  // Control frames: an offer's body, then its handler; a fd notice has none.
+  const auto control = [&](void* body, std::size_t size, void (RealRecvComm::*take)()) {
+    while (body_done_ < size) {
+      const std::size_t n =
+          recvSome(fd_.get(), static_cast<char*>(body) + body_done_, size - body_done_);
       if (n == 0) return false;
       body_done_ += n;
     }
-    takeOffer();
+    (this->*take)();
     hdr_done_ = body_done_ = 0;
     return true;
-  }
-  if (hdr_.kind == FrameKind::IpcOffer) {
-    while (body_done_ < sizeof ipc_offer_) {
-      const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&ipc_offer_) + body_done_,
-                                     sizeof ipc_offer_ - body_done_);
-      if (n == 0) return false;
-      body_done_ += n;
-    }
-    takeIpcOffer();
-    hdr_done_ = body_done_ = 0;
-    return true;
-  }
-  if (hdr_.kind == FrameKind::IpcFd) {
-    takeIpcFd();
-    hdr_done_ = 0;
-    return true;
-  }
+  };
+  if (hdr_.kind == FrameKind::ShmOffer)
+    return control(&offer_, sizeof offer_, &RealRecvComm::takeOffer);
+  if (hdr_.kind == FrameKind::IpcOffer)
+    return control(&ipc_offer_, sizeof ipc_offer_, &RealRecvComm::takeIpcOffer);
+  if (hdr_.kind == FrameKind::IpcFd) return control(nullptr, 0, &RealRecvComm::takeIpcFd);
   if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData &&
       hdr_.kind != FrameKind::IpcData)
     throw PluginError(Errc::Remote, fmt::format("real peer sent a frame of unknown kind {}",
