@@ -6,6 +6,9 @@
 // device out of its own mapping: no staging copy on the sender, one copy a step. Refusals on
 // either side leave the bytes on shared memory; malformed offers and frames are errors.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -249,6 +252,30 @@ TEST(FdInbox, NotesArriveByKeyAndUnknownInboxesFail) {
   ::close(pipe_fds[1]);
   EXPECT_EQ(plugin::sendFd(inbox.token() ^ 1, 1, 0, &why), plugin::FdSend::Failed);
   EXPECT_NE(why.find("crystal-fd-"), std::string::npos) << why;
+}
+
+// Across processes, as between two real ranks: a child hands over a memfd; the parent maps
+// what the child wrote into it.
+TEST(FdInbox, FdFromAnotherProcessMapsTheSameBytes) {
+  plugin::FdInbox& inbox = plugin::FdInbox::get();
+  const std::uint64_t token = inbox.token();
+  const pid_t child = ::fork();
+  if (child == 0) {  // only async-signal-safe work and sendFd (no plugin state) in the child
+    const int fd = ::memfd_create("crystal-test", 0);
+    if (fd < 0 || ::ftruncate(fd, 4096) != 0 || ::pwrite(fd, "from the child", 14, 100) != 14)
+      ::_exit(2);
+    std::string why;
+    ::_exit(plugin::sendFd(token, 0xC41D, fd, &why) == plugin::FdSend::Sent ? 0 : 3);
+  }
+  ASSERT_GT(child, 0);
+  int status = -1;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  plugin::Fd fd = inbox.take(0xC41D);
+  ASSERT_TRUE(fd.valid());
+  char got[14] = {};
+  ASSERT_EQ(::pread(fd.get(), got, sizeof got, 100), 14);
+  EXPECT_EQ(std::string(got, sizeof got), "from the child");
 }
 
 // ---- a malformed peer: a clear ncclRemoteError, never a crash or a hang ----
