@@ -151,8 +151,10 @@ RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
 
 void RealSendComm::readReplies() {
   for (;;) {
+    if (bell_ && !bell_->worthReading()) return;  // the receiver has written nothing new
     const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&reply_) + reply_got_,
                                    sizeof reply_ - reply_got_);
+    if (bell_) bell_->read(n);
     if (n == 0) return;
     reply_got_ += n;
     if (reply_got_ < sizeof reply_) continue;
@@ -214,6 +216,9 @@ void RealSendComm::takeIpcReply() {
     sendIpcFds();
   } else if (reply_.kind == ReplyKind::IpcAccepted) {
     seg->ipc = Segment::State::Accepted;
+    CRYSTAL_INFO("send to {}: the peer mapped GPU allocation {} ({} bytes); sends from it go GPU "
+                 "to GPU",
+                 peer_, reply_.value, seg->alloc_size);
   } else {
     if (seg->ipc_token != 0 && !seg->ipc_fd_sent) --ipc_fds_due_;
     seg->ipc = Segment::State::Refused;
@@ -223,10 +228,29 @@ void RealSendComm::takeIpcReply() {
   }
 }
 
+void RealSendComm::openDoorbell() {
+  if (!offer_shm_) return;
+  std::string why;
+  bell_ = Doorbell::create(&why);
+  if (!bell_) return;  // the first GPU region's offer will say why shared memory is missing
+  FrameHeader h;
+  h.kind = FrameKind::Doorbells;
+  ShmOfferBody body;
+  std::snprintf(body.name, sizeof body.name, "%s", bell_->name().c_str());
+  control_.append(reinterpret_cast<const char*>(&h), sizeof h);
+  control_.append(reinterpret_cast<const char*>(&body), sizeof body);
+}
+
+std::size_t RealSendComm::sendCounted(const void* p, std::size_t n) {
+  const std::size_t k = sendSome(fd_.get(), p, n);
+  if (bell_ && k > 0) bell_->wrote(k);
+  return k;
+}
+
 bool RealSendComm::flushControl() {
   while (control_done_ < control_.size()) {
     const std::size_t n =
-        sendSome(fd_.get(), control_.data() + control_done_, control_.size() - control_done_);
+        sendCounted(control_.data() + control_done_, control_.size() - control_done_);
     if (n == 0) return false;
     control_done_ += n;
   }
@@ -273,8 +297,8 @@ void RealSendComm::progress() {
       }
     }
     while (hdr_done_ < sizeof hdr_) {
-      const std::size_t n = sendSome(fd_.get(), reinterpret_cast<const char*>(&hdr_) + hdr_done_,
-                                     sizeof hdr_ - hdr_done_);
+      const std::size_t n =
+          sendCounted(reinterpret_cast<const char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
       if (n == 0) return;
       hdr_done_ += n;
     }
@@ -282,7 +306,7 @@ void RealSendComm::progress() {
       const char* body = r.staged ? reinterpret_cast<const char*>(stagingOf(r.data[0], r.sizes[0]))
                                   : static_cast<const char*>(r.data[0]);
       while (body_done_ < r.sizes[0]) {
-        const std::size_t n = sendSome(fd_.get(), body + body_done_, r.sizes[0] - body_done_);
+        const std::size_t n = sendCounted(body + body_done_, r.sizes[0] - body_done_);
         if (n == 0) return;
         body_done_ += n;
       }
@@ -394,7 +418,7 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   }
   while (hdr_done_ < sizeof hdr_) {
     const std::size_t n =
-        recvSome(fd_.get(), reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+        recvCounted(reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
     if (n == 0) return false;
     hdr_done_ += n;
   }
@@ -403,8 +427,7 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   // Control frames: an offer's body, then its handler; a fd notice has none.
   const auto control = [&](void* body, std::size_t size, void (RealRecvComm::*take)()) {
     while (body_done_ < size) {
-      const std::size_t n =
-          recvSome(fd_.get(), static_cast<char*>(body) + body_done_, size - body_done_);
+      const std::size_t n = recvCounted(static_cast<char*>(body) + body_done_, size - body_done_);
       if (n == 0) return false;
       body_done_ += n;
     }
@@ -417,6 +440,8 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   if (hdr_.kind == FrameKind::IpcOffer)
     return control(&ipc_offer_, sizeof ipc_offer_, &RealRecvComm::takeIpcOffer);
   if (hdr_.kind == FrameKind::IpcFd) return control(nullptr, 0, &RealRecvComm::takeIpcFd);
+  if (hdr_.kind == FrameKind::Doorbells)
+    return control(&offer_, sizeof offer_, &RealRecvComm::takeDoorbells);
   if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData &&
       hdr_.kind != FrameKind::IpcData)
     throw PluginError(Errc::Remote, fmt::format("real peer sent a frame of unknown kind {}",
@@ -473,6 +498,26 @@ void RealRecvComm::takeOffer() {
         peer_, offer_.name, why);
   queueReply(shm ? ReplyKind::ShmAccepted : ReplyKind::ShmRefused, hdr_.segment);
   seg.shm = std::move(shm);
+}
+
+void RealRecvComm::takeDoorbells() {
+  if (bell_) throw PluginError(Errc::Remote, "real peer sent a second doorbell page");
+  offer_.name[sizeof offer_.name - 1] = '\0';
+  std::string why = "CRYSTAL_SHM=0 on this side";
+  if (paramBool("CRYSTAL_SHM")) bell_ = Doorbell::open(offer_.name, got_bytes_, sent_bytes_, &why);
+  if (!bell_)
+    CRYSTAL_INFO(
+        "receive from {}: cannot map the sender's doorbell page {} ({}); every test() "
+        "asks the socket",
+        peer_, offer_.name, why);
+}
+
+std::size_t RealRecvComm::recvCounted(void* p, std::size_t n) {
+  if (bell_ && !bell_->worthReading()) return 0;  // the sender has written nothing new
+  const std::size_t k = recvSome(fd_.get(), p, n);
+  got_bytes_ += k;
+  if (bell_) bell_->read(k);
+  return k;
 }
 
 void RealRecvComm::takeIpcOffer() {
@@ -580,7 +625,7 @@ void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
     char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size))
                        : static_cast<char*>(r.data[e]);
     while (body_done_ < hdr_.size) {
-      const std::size_t n = recvSome(fd_.get(), dst + body_done_, hdr_.size - body_done_);
+      const std::size_t n = recvCounted(dst + body_done_, hdr_.size - body_done_);
       if (n == 0) return;
       body_done_ += n;
     }
@@ -634,6 +679,8 @@ void RealRecvComm::flushAcks() {
   while (replies_done_ < replies_.size()) {
     const std::size_t n =
         sendSome(fd_.get(), replies_.data() + replies_done_, replies_.size() - replies_done_);
+    sent_bytes_ += n;
+    if (bell_ && n > 0) bell_->wrote(n);
     if (n == 0) return;
     replies_done_ += n;
   }
