@@ -477,7 +477,8 @@ RealRecvComm::PeerSegment& RealRecvComm::offeredSegment(bool ipc) {
   // other kind) names the last.
   const std::uint32_t k = hdr_.segment;
   if (k == segments_.size()) segments_.emplace_back();
-  PeerSegment* seg = k + 1 == segments_.size() ? &segments_.back() : nullptr;
+  // (in size_t: a peer's 0xffffffff must not wrap to 0 and name an empty table's last entry)
+  PeerSegment* seg = std::size_t{k} + 1 == segments_.size() ? &segments_.back() : nullptr;
   if (!seg || (ipc ? seg->ipc_offered : seg->shm_offered))
     throw PluginError(Errc::Remote,
                       fmt::format("real peer offered {} segment {} where {} was next",

@@ -324,6 +324,14 @@ TEST_F(RealIpcBadPeer, BytesFromAnAllocationNeverMapped) {
       "bytes from GPU allocation 0, which it did not offer or this side could not map");
 }
 
+// Found by plugin_real_stream_fuzz: segment 2^32 - 1 wrapped to "the last entry" of an empty
+// table.
+TEST_F(RealIpcBadPeer, OfferOfTheLastSegmentNumberIntoAnEmptyTable) {
+  connectRawSender();
+  ipcOffer(peer_, 0xffffffffu, 1 << 20, 0, 4096);
+  expectRemoteError("offered GPU allocation segment 4294967295 where 0 was next");
+}
+
 TEST_F(RealIpcBadPeer, SecondOfferOfTheSameKindForOneSegment) {
   connectRawSender();
   ipcOffer(peer_, 0, 1 << 20, 0, 4096);
