@@ -229,7 +229,7 @@ void RealSendComm::takeIpcReply() {
 }
 
 void RealSendComm::openDoorbell() {
-  if (!offer_shm_) return;
+  if (!offer_shm_ || !paramBool("CRYSTAL_DOORBELL")) return;
   std::string why;
   bell_ = Doorbell::create(&why);
   if (!bell_) return;  // the first GPU region's offer will say why shared memory is missing
