@@ -284,6 +284,7 @@ void DeviceQueue::mark(int slot) {
   if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
   check(d_->eventRecord(e, stream_), "cuEventRecord");
   marked_[static_cast<std::size_t>(slot)] = true;
+  mark_seq_[static_cast<std::size_t>(slot)] = ++marks_;
 }
 
 void DeviceQueue::record(cuda::Event& e) {
@@ -302,6 +303,14 @@ bool DeviceQueue::done(int slot) {
   check(rc, "cuEventQuery");
   marked_[i] = false;
   return true;
+}
+
+bool DeviceQueue::doneInPoll(int slot) {
+  const auto i = static_cast<std::size_t>(slot);
+  if (marked_.at(i) && mark_seq_[i] >= not_ready_from_) return false;
+  if (done(slot)) return true;
+  not_ready_from_ = std::min(not_ready_from_, mark_seq_[i]);
+  return false;
 }
 
 }  // namespace crystal::plugin

@@ -77,6 +77,11 @@ class DeviceQueue {
   void record(cuda::Event& e);
   // Whether slot's work is done (true if nothing was marked). Throws on a CUDA error.
   [[nodiscard]] bool done(int slot);
+  // done() within one poll (a test() call): the queue's work runs in stream order, so once a
+  // slot's event was not ready, a slot marked after it is not either, without asking the
+  // driver again (each cuEventQuery cost ~0.9 us under MPS). newPoll() forgets that answer.
+  [[nodiscard]] bool doneInPoll(int slot);
+  void newPoll() noexcept { not_ready_from_ = UINT64_MAX; }
 
  private:
   void enter();  // driver loaded, context current, stream created
@@ -89,6 +94,9 @@ class DeviceQueue {
   cuda::Stream stream_ = nullptr;
   std::vector<cuda::Event> events_;
   std::vector<bool> marked_ = std::vector<bool>(events_.size());
+  std::vector<std::uint64_t> mark_seq_ = std::vector<std::uint64_t>(events_.size());
+  std::uint64_t marks_ = 0;
+  std::uint64_t not_ready_from_ = UINT64_MAX;  // this poll's oldest mark found not ready
   std::vector<Staging> staging_;
   std::vector<std::byte*> retired_;  // outgrown staging, freed at close (see staging())
   struct Twin {

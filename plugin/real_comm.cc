@@ -394,6 +394,7 @@ void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* size
   r.posted = now;
   r.due = 0;
   r.step = steps_++;
+  if (gpu_) gpu_->newPoll();
   if (protocol_buffers_ < 0) protocol_buffers_ = std::min(3, registrations());
   posted_.push_back(slotOf(r));
   progress(now);
@@ -669,7 +670,7 @@ void RealRecvComm::queueReply(ReplyKind kind, std::uint64_t value, std::uint64_t
 
 void RealRecvComm::flushAcks() {
   std::uint64_t last = acked_;
-  while (!owed_.empty() && (owed_.front().event < 0 || gpu().done(owed_.front().event))) {
+  while (!owed_.empty() && (owed_.front().event < 0 || gpu().doneInPoll(owed_.front().event))) {
     last = owed_.front().frame;
     owed_.pop_front();
   }
@@ -690,6 +691,7 @@ void RealRecvComm::flushAcks() {
 }
 
 bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
+  if (gpu_) gpu_->newPoll();
   if (!owed_.empty() || !replies_.empty()) flushAcks();
   const bool all = [&] {
     for (int i = 0; i < r.n; ++i)
@@ -704,7 +706,7 @@ bool RealRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
         return false;
       }
   }
-  if (r.staged && !gpu_->done(slotOf(r) * kMaxGroup)) {
+  if (r.staged && !gpu_->doneInPoll(slotOf(r) * kMaxGroup)) {
     warnIfStalled(r, now, "the host-to-device copy of its staged bytes (the GPU has not run it)");
     return false;
   }

@@ -90,6 +90,7 @@ Result eventRecord(void* e, void*) {
 Result eventQuery(void* e) {
   FAKE_LOCK;
   auto* ev = static_cast<FakeEvent*>(e);
+  ++g.event_queries;
   if (g.done_after_queries > 0 && --g.done_after_queries == 0) g.complete = true;
   if (g.complete || ev->number <= std::atomic_ref(g.done_through).load()) ev->done = true;
   return ev->done ? 0 : 600;
@@ -574,6 +575,7 @@ FakeGpu& installFakeDriver() {
   g.register_ok = true;
   g.export_ok = g.import_ok = true;
   g.done_after_queries = 0;
+  g.event_queries = 0;
   g.done_through = 0;
   g_records = 0;
   g_ring = nullptr;

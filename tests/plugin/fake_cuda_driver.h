@@ -29,6 +29,7 @@ struct FakeGpu {
   std::atomic<bool> complete{true};
   std::uint64_t done_through = 0;  // and so do those of the first N records (cuEventRecord)
   int done_after_queries = 0;      // N > 0: the N-th cuEventQuery from now sets `complete`
+  std::atomic<std::uint64_t> event_queries{0};  // cuEventQuery calls since install
   bool has_context = true;  // cuCtxGetCurrent returns a context
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
   // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
