@@ -35,7 +35,6 @@ std::unique_ptr<Doorbell> Doorbell::open(const std::string& name, std::uint64_t 
   }
   std::unique_ptr<Doorbell> d(new Doorbell(std::move(shm), false));
   d->read_ = read;
-  d->written_ = 0;
   d->wrote(written);
   d->page_->attached.store(1, std::memory_order_release);
   return d;

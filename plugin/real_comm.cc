@@ -64,9 +64,9 @@ void RealSendComm::offerAllocation(const MemRegion& region, Segment& seg, std::u
         peer_, region.size, why);
     return;
   }
-  if (ipc_key_base_ == 0)
-    while (ipc_key_base_ == 0)
-      if (::getrandom(&ipc_key_base_, sizeof ipc_key_base_, 0) != sizeof ipc_key_base_) break;
+  // Random per comm, so notes of this process's comms in one inbox stay apart (a failed
+  // getrandom leaves 0: keys are then the segment numbers, still unique within this comm).
+  if (ipc_key_base_ == 0) (void)::getrandom(&ipc_key_base_, sizeof ipc_key_base_, 0);
   seg.ipc_fd = Fd(ex.fd);
   seg.alloc_base = base - ex.offset;
   seg.alloc_size = ex.size;
