@@ -36,11 +36,11 @@ constexpr Param kParams[] = {
      "shared memory; a receiver on the same machine maps it, and the bytes move by the GPUs' "
      "copy engines (no TCP body, no CPU copy of GPU buffers); a peer that cannot map it "
      "refuses and the bytes go over TCP. 0: TCP only."},
-    {"CRYSTAL_DOORBELL", "1",
-     "1 (with CRYSTAL_SHM): a real rank's send to another real rank of the same machine opens "
-     "its stream with a shared page of byte counters, so both proxies skip recv() while "
-     "nothing is waiting (plugin/doorbell.h). 0: every test() asks the socket (for "
-     "comparison)."},
+    {"CRYSTAL_SHM_STREAM", "1",
+     "1 (with CRYSTAL_SHM): a real rank's send to another real rank of the same machine moves "
+     "its stream of frames and acknowledgements from TCP into a shared page of two byte "
+     "rings once the receiver maps it: no system call a step (plugin/shm_stream.h). 0 (on the "
+     "sender): TCP for them (for comparison)."},
     {"CRYSTAL_IPC", "1",
      "1: a real rank's sends to another real rank of the same machine also offer each "
      "registered GPU buffer's allocation itself (a CUDA POSIX-fd export); a receiver that maps "

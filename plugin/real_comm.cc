@@ -151,10 +151,10 @@ RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
 
 void RealSendComm::readReplies() {
   for (;;) {
-    if (bell_ && !bell_->worthReading()) return;  // the receiver has written nothing new
-    const std::size_t n = recvSome(fd_.get(), reinterpret_cast<char*>(&reply_) + reply_got_,
-                                   sizeof reply_ - reply_got_);
-    if (bell_) bell_->read(n);
+    char* p = reinterpret_cast<char*>(&reply_) + reply_got_;
+    const std::size_t want = sizeof reply_ - reply_got_;
+    const std::size_t n =
+        stream_ ? stream_->read(fd_.get(), p, want) : recvSome(fd_.get(), p, want);
     if (n == 0) return;
     reply_got_ += n;
     if (reply_got_ < sizeof reply_) continue;
@@ -228,23 +228,21 @@ void RealSendComm::takeIpcReply() {
   }
 }
 
-void RealSendComm::openDoorbell() {
-  if (!offer_shm_ || !paramBool("CRYSTAL_DOORBELL")) return;
+void RealSendComm::openStream() {
+  if (!offer_shm_ || !paramBool("CRYSTAL_SHM_STREAM")) return;
   std::string why;
-  bell_ = Doorbell::create(&why);
-  if (!bell_) return;  // the first GPU region's offer will say why shared memory is missing
+  stream_ = ShmStream::create(&why);
+  if (!stream_) return;  // the first GPU region's offer will say why shared memory is missing
   FrameHeader h;
-  h.kind = FrameKind::Doorbells;
+  h.kind = FrameKind::StreamPage;
   ShmOfferBody body;
-  std::snprintf(body.name, sizeof body.name, "%s", bell_->name().c_str());
+  std::snprintf(body.name, sizeof body.name, "%s", stream_->name().c_str());
   control_.append(reinterpret_cast<const char*>(&h), sizeof h);
   control_.append(reinterpret_cast<const char*>(&body), sizeof body);
 }
 
 std::size_t RealSendComm::sendCounted(const void* p, std::size_t n) {
-  const std::size_t k = sendSome(fd_.get(), p, n);
-  if (bell_ && k > 0) bell_->wrote(k);
-  return k;
+  return stream_ ? stream_->write(fd_.get(), p, n) : sendSome(fd_.get(), p, n);
 }
 
 bool RealSendComm::flushControl() {
@@ -441,8 +439,8 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   if (hdr_.kind == FrameKind::IpcOffer)
     return control(&ipc_offer_, sizeof ipc_offer_, &RealRecvComm::takeIpcOffer);
   if (hdr_.kind == FrameKind::IpcFd) return control(nullptr, 0, &RealRecvComm::takeIpcFd);
-  if (hdr_.kind == FrameKind::Doorbells)
-    return control(&offer_, sizeof offer_, &RealRecvComm::takeDoorbells);
+  if (hdr_.kind == FrameKind::StreamPage)
+    return control(&offer_, sizeof offer_, &RealRecvComm::takeStreamPage);
   if (hdr_.kind != FrameKind::Data && hdr_.kind != FrameKind::ShmData &&
       hdr_.kind != FrameKind::IpcData)
     throw PluginError(Errc::Remote, fmt::format("real peer sent a frame of unknown kind {}",
@@ -502,23 +500,22 @@ void RealRecvComm::takeOffer() {
   seg.shm = std::move(shm);
 }
 
-void RealRecvComm::takeDoorbells() {
-  if (bell_) throw PluginError(Errc::Remote, "real peer sent a second doorbell page");
+void RealRecvComm::takeStreamPage() {
+  if (stream_) throw PluginError(Errc::Remote, "real peer sent a second stream page");
   offer_.name[sizeof offer_.name - 1] = '\0';
   std::string why = "CRYSTAL_SHM=0 on this side";
-  if (paramBool("CRYSTAL_SHM")) bell_ = Doorbell::open(offer_.name, got_bytes_, sent_bytes_, &why);
-  if (!bell_)
+  if (paramBool("CRYSTAL_SHM"))
+    stream_ = ShmStream::open(offer_.name, got_bytes_, sent_bytes_, &why);
+  if (!stream_)
     CRYSTAL_INFO(
-        "receive from {}: cannot map the sender's doorbell page {} ({}); every test() "
-        "asks the socket",
+        "receive from {}: cannot map the sender's stream page {} ({}); frames and replies "
+        "stay on TCP",
         peer_, offer_.name, why);
 }
 
 std::size_t RealRecvComm::recvCounted(void* p, std::size_t n) {
-  if (bell_ && !bell_->worthReading()) return 0;  // the sender has written nothing new
-  const std::size_t k = recvSome(fd_.get(), p, n);
+  const std::size_t k = stream_ ? stream_->read(fd_.get(), p, n) : recvSome(fd_.get(), p, n);
   got_bytes_ += k;
-  if (bell_) bell_->read(k);
   return k;
 }
 
@@ -679,10 +676,11 @@ void RealRecvComm::flushAcks() {
     queueReply(ReplyKind::Ack, last);
   }
   while (replies_done_ < replies_.size()) {
+    const char* p = replies_.data() + replies_done_;
+    const std::size_t want = replies_.size() - replies_done_;
     const std::size_t n =
-        sendSome(fd_.get(), replies_.data() + replies_done_, replies_.size() - replies_done_);
+        stream_ ? stream_->write(fd_.get(), p, want) : sendSome(fd_.get(), p, want);
     sent_bytes_ += n;
-    if (bell_ && n > 0) bell_->wrote(n);
     if (n == 0) return;
     replies_done_ += n;
   }

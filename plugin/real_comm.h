@@ -54,16 +54,17 @@
 #include "comm.h"
 #include "crystal/live/link_timing.h"
 #include "device_queue.h"
-#include "doorbell.h"
 #include "shm_segment.h"
+#include "shm_stream.h"
 #include "socket.h"
 
 namespace crystal::plugin {
 
-// Doorbells (CRYSTAL_SHM): a sender that can create shared memory opens its stream with a
-// Doorbells frame naming a page of byte counters (plugin/doorbell.h); a receiver that maps it
-// counts what it reads and writes there too, and from then on each side calls recv() only when
-// the other's count says bytes are waiting (or once a millisecond, to notice a dead peer).
+// Shared-memory stream (CRYSTAL_SHM_STREAM, with CRYSTAL_SHM): a sender that can create shared
+// memory opens its stream with a StreamPage frame naming a page with two byte rings
+// (plugin/shm_stream.h); a receiver that maps it moves its replies there, the sender its frames
+// once it sees that, and from then on frames and replies pass with no system call (the socket
+// is still asked once a millisecond, to notice a dead peer).
 //
 // Sender to receiver. Data: `size` body bytes follow. ShmData: `size` bytes at `offset` of the
 // sender's segment `segment`. ShmOffer: a ShmOfferBody follows; `size` is the segment's length.
@@ -79,7 +80,7 @@ enum class FrameKind : std::uint32_t {
   IpcOffer = 3,
   IpcFd = 4,
   IpcData = 5,
-  Doorbells = 6  // a ShmOfferBody follows, naming the page
+  StreamPage = 6  // a ShmOfferBody follows, naming the page (shm_stream.h)
 };
 
 struct FrameHeader {
@@ -136,7 +137,7 @@ class RealSendComm final : public DataComm {
         stall_ns_(stall_ns),
         offer_shm_(offer_shm),
         offer_ipc_(offer_ipc) {
-    openDoorbell();
+    openStream();
   }
   void registered(const MemRegion& region) override;
   void isend(Request& r, void* data, std::size_t size, int tag, live::TimeNs now) override;
@@ -163,7 +164,7 @@ class RealSendComm final : public DataComm {
   void readReplies();
   void takeIpcReply();
   [[nodiscard]] std::size_t sendCounted(const void* p, std::size_t n);
-  void openDoorbell();
+  void openStream();
   [[nodiscard]] bool flushControl();  // offers; false while the socket is full
   [[nodiscard]] Segment* segmentOf(const void* data);
   [[nodiscard]] std::byte* stagingOf(const void* data, std::size_t size);
@@ -177,7 +178,7 @@ class RealSendComm final : public DataComm {
   bool offer_ipc_;
   std::uint64_t ipc_key_base_ = 0;  // random per comm: notes in a shared inbox stay apart
   int ipc_fds_due_ = 0;             // asked for (IpcWant), not yet handed over
-  std::unique_ptr<Doorbell> bell_;  // this connection's page, created at construction
+  std::unique_ptr<ShmStream> stream_;  // this connection's page, created at construction
   bool stall_warned_ = false;
   std::uint64_t steps_ = 0;
   std::vector<Segment> segments_;  // before gpu_: its close unregisters them, then they unmap
@@ -212,7 +213,7 @@ class RealRecvComm final : public DataComm {
   void progress(live::TimeNs now);
   [[nodiscard]] bool readFrame(live::TimeNs now);  // false: nothing more to read now
   void takeOffer();
-  void takeDoorbells();
+  void takeStreamPage();
   [[nodiscard]] std::size_t recvCounted(void* p, std::size_t n);
   void takeIpcOffer();
   void takeIpcFd();
@@ -262,7 +263,7 @@ class RealRecvComm final : public DataComm {
   std::uint64_t shm_got_ = 0, acked_ = 0;
   std::string replies_;  // not yet written
   std::size_t replies_done_ = 0;
-  std::unique_ptr<Doorbell> bell_;                // the sender's page, once mapped
+  std::unique_ptr<ShmStream> stream_;             // the sender's page, once mapped
   std::uint64_t got_bytes_ = 0, sent_bytes_ = 0;  // of the stream, from its start
 };
 

@@ -21,6 +21,7 @@
 #include "crystal/live/handle.h"
 #include "fake_cuda_driver.h"
 #include "net_api.h"
+#include "state.h"
 
 // The plugin's three routes for real peers' GPU bytes.
 enum class Route { Tcp, Shm, Ipc };
@@ -94,6 +95,29 @@ struct RealPair {
     }
     return static_cast<double>(live::nowNs() - t0) * 1e-9;
   }
+  // `steps` small steps one at a time: post both sides, test until both are done. What one
+  // ring step of a small all-gather costs the two proxies' threads, the GPU aside.
+  double pingSteps(std::size_t steps, std::size_t bytes) {
+    const live::TimeNs t0 = live::nowNs();
+    for (std::size_t i = 0; i < steps; ++i) {
+      void *sreq = nullptr, *rreq = nullptr;
+      char* d = dst.data();
+      std::size_t size = bytes;
+      int tag = 0;
+      if (net::irecv(recv, 1, reinterpret_cast<void**>(&d), &size, &tag, &recv_mr, nullptr,
+                     &rreq) != nccl::ncclSuccess ||
+          net::isend(send, src, bytes, 0, send_mr, nullptr, &sreq) != nccl::ncclSuccess)
+        std::abort();
+      while (sreq || rreq) {
+        for (void** req : {&sreq, &rreq}) {
+          int done = 0;
+          if (*req && net::test(*req, &done, nullptr) != nccl::ncclSuccess) std::abort();
+          if (done) *req = nullptr;
+        }
+      }
+    }
+    return static_cast<double>(live::nowNs() - t0) * 1e-9;
+  }
 };
 
 void BM_RealPairRoutes(benchmark::State& state) {
@@ -122,5 +146,44 @@ void BM_RealPairRoutes(benchmark::State& state) {
   state.counters["shm_over_tcp"] = tcp_s / shm_s;
 }
 BENCHMARK(BM_RealPairRoutes)->Iterations(20)->Unit(benchmark::kMillisecond);
+
+// One small step at a time (1 KiB), the routes interleaved: the plugin's CPU time for a
+// real<->real hop, posted to done on both sides, on top of the modelled link latency
+// (`link_us`, the plugin's default link; a step cannot complete before it). GPU to GPU with the
+// stream of frames and acks in shared memory (the default, plugin/shm_stream.h) and on TCP
+// (CRYSTAL_SHM_STREAM=0, as before it), shared memory, TCP. On the GPU such a hop took ~25 us
+// through the two proxies (tests/gpu/hybrid/README.md, twenty-eighth session).
+void BM_RealPairSmallStep(benchmark::State& state) {
+  const std::size_t steps = 2000, bytes = 1024;
+  double ipc_s = 0, ipc_tcp_s = 0, shm_s = 0, tcp_s = 0;
+  test::installFakeDriver();
+  {
+    ::setenv("CRYSTAL_SHM_STREAM", "0", 1);
+    RealPair ipc_tcp(Route::Ipc);
+    ::unsetenv("CRYSTAL_SHM_STREAM");
+    RealPair tcp(Route::Tcp), shm(Route::Shm), ipc(Route::Ipc);
+    ::setenv("CRYSTAL_IPC", "1", 1);
+    for (RealPair* p : {&tcp, &shm, &ipc, &ipc_tcp}) (void)p->move(64);
+    for (auto _ : state) {
+      ipc_s += ipc.pingSteps(steps, bytes);
+      ipc_tcp_s += ipc_tcp.pingSteps(steps, bytes);
+      shm_s += shm.pingSteps(steps, bytes);
+      tcp_s += tcp.pingSteps(steps, bytes);
+    }
+  }
+  ::unsetenv("CRYSTAL_SHM");
+  ::unsetenv("CRYSTAL_IPC");
+  test::uninstallFakeDriver();
+  const double n = static_cast<double>(steps) * static_cast<double>(state.iterations());
+  const double link_us = static_cast<double>(plugin::PluginState::get().link().latency_ns) * 1e-3;
+  state.counters["link_us"] = link_us;
+  state.counters["ipc_us"] = ipc_s / n * 1e6;
+  state.counters["ipc_tcpstream_us"] = ipc_tcp_s / n * 1e6;
+  state.counters["shm_us"] = shm_s / n * 1e6;
+  state.counters["tcp_us"] = tcp_s / n * 1e6;
+  // Ours beyond the link: TCP stream over shared-memory stream.
+  state.counters["stream_gain"] = (ipc_tcp_s / n * 1e6 - link_us) / (ipc_s / n * 1e6 - link_us);
+}
+BENCHMARK(BM_RealPairSmallStep)->Iterations(10)->Unit(benchmark::kMillisecond);
 
 }  // namespace

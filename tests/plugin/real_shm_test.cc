@@ -354,9 +354,9 @@ TEST_F(RealShmBadPeer, AcknowledgementOfAFrameNeverSent) {
   void* sreq = sendPost(s, src.at(0), 4096);
   plugin::FrameHeader offer_hdr;
   plugin::ShmOfferBody body;
-  peer_.readAll(&offer_hdr, sizeof offer_hdr);  // the stream opens with the doorbell page
+  peer_.readAll(&offer_hdr, sizeof offer_hdr);  // the stream opens with its stream page
   peer_.readAll(&body, sizeof body);
-  EXPECT_EQ(offer_hdr.kind, plugin::FrameKind::Doorbells);
+  EXPECT_EQ(offer_hdr.kind, plugin::FrameKind::StreamPage);
   peer_.readAll(&offer_hdr, sizeof offer_hdr);
   peer_.readAll(&body, sizeof body);
   EXPECT_EQ(offer_hdr.kind, plugin::FrameKind::ShmOffer);
