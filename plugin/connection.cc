@@ -21,6 +21,10 @@ std::unique_ptr<ListenComm> makeListen(NetContext* ctx, int dev, live::NetHandle
   h.kind = live::HandleKind::RealListen;
   h.dev = static_cast<std::uint8_t>(dev);
   h.comm_id = ctx->comm_id;
+  // The listener's rank, so the connecting real rank times the link between the two.
+  const PluginState::CommRank self = st.commRank(ctx->comm_id);
+  h.rank = self.rank;
+  h.nranks = self.nranks;
   h.emulation = st.emulationId();
   h.listen_id = next_listen_id.fetch_add(1);
   h.pid = static_cast<std::uint32_t>(::getpid());

@@ -47,6 +47,27 @@ void traceVirtual(DataComm& c, const VirtualConn& id, const live::VirtualLink& l
 
 void traceReal(DataComm& c, char dir) { traceConn(c, {.dir = dir, .peer_kind = 'R'}); }
 
+// Which target link a real<->real connection is timed with: one INFO line a connection.
+void logRealLink(const std::string& peer, int self_rank, int peer_rank,
+                 const NetContext::RealLink& l) {
+  const double gbps = l.link.ns_per_byte > 0 ? 1.0 / l.link.ns_per_byte : 0.0;
+  if (l.nvlink)
+    CRYSTAL_INFO(
+        "{}: ranks {} and {} share a target node: timed as its NVLink ({:.1f} GB/s + "
+        "{} ns)",
+        peer, self_rank, peer_rank, gbps, l.link.latency_ns);
+  else if (self_rank < 0 || peer_rank < 0)
+    CRYSTAL_INFO(
+        "{}: ranks not known on both sides: timed as the target's NET link ({:.1f} "
+        "GB/s + {} ns)",
+        peer, gbps, l.link.latency_ns);
+  else
+    CRYSTAL_INFO(
+        "{}: ranks {} and {} on different target nodes: timed as the NET link "
+        "({:.1f} GB/s + {} ns)",
+        peer, self_rank, peer_rank, gbps, l.link.latency_ns);
+}
+
 template <typename T>
 T* need(T* p, const char* what) {
   if (!p) throw PluginError(Errc::BadArgument, fmt::format("{} is null", what));
@@ -170,7 +191,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     *sendComm = nullptr;
     if (sendDevComm) *sendDevComm = nullptr;
     NetContext* c = st.checkContext(ctx);
-    NicInfo& nic = st.nic(dev);
+    (void)st.nic(dev);  // validates the device
     live::NetHandle h = decodeOrThrow(handle);
     if (h.emulation != st.emulationId())
       throw PluginError(Errc::BadArgument,
@@ -206,6 +227,12 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       hello.peer = live::PeerKind::Real;
       hello.listen_id = h.listen_id;
       hello.comm_id = h.comm_id;
+      const PluginState::CommRank self = st.commRank(c->comm_id);
+      if (self.rank >= 0 && h.rank >= 0 && self.nranks == h.nranks) {
+        hello.sender_rank = self.rank;
+        hello.receiver_rank = h.rank;
+        hello.nranks = h.nranks;
+      }
       token = table.insert(std::make_unique<PendingConnect>(c, dev, connectTcp(to), hello));
       h.connect_token = reinterpret_cast<std::uintptr_t>(token);
       std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token),
@@ -228,8 +255,11 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
-    auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), st.link(),
-                                             nic.out, std::move(peer), stallNs(st),
+    const NetContext::RealLink link =
+        c->realLink(pc.hello.sender_rank, pc.hello.receiver_rank, pc.hello.nranks, dev, true);
+    logRealLink(peer, pc.hello.sender_rank, pc.hello.receiver_rank, link);
+    auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), link.link,
+                                             link.port, std::move(peer), stallNs(st),
                                              paramBool("CRYSTAL_SHM"), paramBool("CRYSTAL_IPC"));
     traceReal(*rc, 's');
     *sendComm = table.insert(std::move(rc));
@@ -285,10 +315,18 @@ ncclResult_t accept(void* listenComm, void** recvComm,
       *recvComm = HandleTable::instance().insert(std::move(vc));
       return;
     }
-    auto rc = std::make_unique<RealRecvComm>(
-        lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), st.link(), st.sharedClock(),
-        fmt::format("a real peer (comm {:#x}, listen {})", lc.hello.comm_id, lc.hello.listen_id),
-        stallNs(st));
+    // The sender's view of the two ranks, where it agrees with ours.
+    const PluginState::CommRank self = st.commRank(lc.ctx()->comm_id);
+    const bool known =
+        self.rank >= 0 && lc.hello.receiver_rank == self.rank && lc.hello.nranks == self.nranks;
+    const NetContext::RealLink link = lc.ctx()->realLink(
+        known ? self.rank : -1, known ? lc.hello.sender_rank : -1, self.nranks, lc.dev(), false);
+    std::string peer =
+        fmt::format("a real peer (comm {:#x}, listen {})", lc.hello.comm_id, lc.hello.listen_id);
+    logRealLink(peer, known ? self.rank : -1, known ? lc.hello.sender_rank : -1, link);
+    auto rc =
+        std::make_unique<RealRecvComm>(lc.ctx(), lc.dev(), kRecvCapacity, std::move(fd), link.link,
+                                       st.sharedClock(), std::move(peer), stallNs(st));
     traceReal(*rc, 'r');
     *recvComm = HandleTable::instance().insert(std::move(rc));
   });

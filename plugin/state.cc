@@ -151,6 +151,23 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
                                              c.send ? st.ownNicOut() : st.ownNicIn());
 }
 
+NetContext::RealLink NetContext::realLink(int self_rank, int peer_rank, int nranks, int dev,
+                                          bool send) {
+  PluginState& st = PluginState::get();
+  NicInfo& n = st.nic(dev);
+  RealLink out{st.link(), send ? n.out : n.in, false};
+  constexpr int kMaxRanks = 1 << 24;  // a peer's Hello is input
+  if (nranks < 2 || nranks > kMaxRanks || self_rank < 0 || peer_rank < 0 || self_rank >= nranks ||
+      peer_rank >= nranks || self_rank == peer_rank)
+    return out;
+  std::lock_guard lock(mu);
+  auto l = links_.find(nranks);
+  if (l == links_.end())
+    l = links_.emplace(nranks, live::commLinks(st.model(), st.config().cluster, nranks)).first;
+  if (!l->second.sameNode(self_rank, peer_rank)) return out;
+  return RealLink{l->second.nvl, send ? st.nvlOut() : st.nvlIn(), true};
+}
+
 std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
   std::lock_guard lock(mu);
   if (isRingConn(c)) {
@@ -392,6 +409,18 @@ void PluginState::setResultsRewritten(std::uint64_t comm, bool on) {
 bool PluginState::resultsRewritten(std::uint64_t comm) const {
   std::lock_guard lock(ops_mu_);
   return rewritten_.count(comm) != 0;
+}
+
+void PluginState::setCommRank(std::uint64_t comm, int rank, int nranks) {
+  if (comm == 0 || rank < 0 || nranks < 1 || rank >= nranks) return;
+  std::lock_guard lock(ops_mu_);
+  comm_ranks_[comm] = CommRank{rank, nranks};
+}
+
+PluginState::CommRank PluginState::commRank(std::uint64_t comm) const {
+  std::lock_guard lock(ops_mu_);
+  auto it = comm_ranks_.find(comm);
+  return it != comm_ranks_.end() ? it->second : CommRank{};
 }
 
 bool PluginState::foldRings(std::uint64_t comm) const {

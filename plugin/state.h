@@ -64,6 +64,16 @@ struct NetContext {
   std::mutex mu;
   // The timing of a new connection to a virtual peer on net device `dev`.
   [[nodiscard]] std::shared_ptr<live::VirtualLink> virtualLink(const VirtualConn& c, int dev);
+  // The timing of a real<->real connection of this context's comm between `self_rank` and
+  // `peer_rank` of `nranks`: the target's NVLink (and the real GPU's NVLink port) when the two
+  // share a target node, else the NET link of the world's NIC (also when a rank is unknown,
+  // -1: a peer of an older build, a comm the interposer did not see).
+  struct RealLink {
+    live::LinkParams link;
+    std::shared_ptr<live::PortQueue> port;
+    bool nvlink = false;
+  };
+  [[nodiscard]] RealLink realLink(int self_rank, int peer_rank, int nranks, int dev, bool send);
   // Data policy mirror (virtual_data.h): the MirrorChannel a connection shares with its
   // partner. A ring channel's receive (from prev) pairs with the same ring channel's send
   // (to next) by (comm, real rank, channel ordinal); a connection without identity (a host
@@ -209,13 +219,25 @@ class PluginState {
   void setResultsRewritten(std::uint64_t comm, bool on);
   [[nodiscard]] bool resultsRewritten(std::uint64_t comm) const;
 
+  // The real rank of this process in communicator `comm` (NCCL's commHash) and the comm's
+  // size, as the interposer learnt them before NCCL's init ran (a split child: once the split
+  // returned, before NCCL's runtime connections). Real<->real connections carry them, so each
+  // side times the link as the target's between those two ranks (NetContext::realLink).
+  struct CommRank {
+    int rank = -1;
+    int nranks = 0;
+  };
+  void setCommRank(std::uint64_t comm, int rank, int nranks);
+  [[nodiscard]] CommRank commRank(std::uint64_t comm) const;  // {-1, 0} when unknown
+
  private:
   PluginState() = default;
   void applyLocked(const Config& cfg);
 
   std::mutex mu_;
   mutable std::mutex ops_mu_;
-  std::set<std::uint64_t> rewritten_;  // under ops_mu_
+  std::set<std::uint64_t> rewritten_;             // under ops_mu_
+  std::map<std::uint64_t, CommRank> comm_ranks_;  // under ops_mu_
   std::map<std::tuple<std::uint64_t, int, int, bool>, std::weak_ptr<OpSegments>> op_segments_;
   // feedsProxyOps: the communicators newOpSegments saw (0: a free entry; written under ops_mu_),
   // and whether more came than fit.

@@ -20,6 +20,7 @@
 #include "plugin/interpose/p2p_pacing.h"
 #include "plugin/interpose/rank_map.h"
 #include "plugin/interpose/real_nccl.h"
+#include "plugin/state.h"
 
 using crystal::interpose::CommRecord;
 using crystal::interpose::NcclComm;
@@ -61,6 +62,8 @@ int initThroughHost(const char* name, const NcclUniqueId* id, int nranks, int ra
   std::uint64_t hash = 0;
   if (const int rc = ci::hostCommInit(*id, args.nranks, args.rank, n_ids, hash, name); rc != 0)
     return rc;
+  // Before NCCL's init: its net contexts (commId = hash) then know this rank (state.h).
+  crystal::plugin::PluginState::get().setCommRank(hash, args.rank, args.nranks);
   const int rc = forward(args.nranks, args.rank);
   rememberCreated(rc, comm, hash, args.nranks, args.rank);
   if (args.mapped && (rc == ci::kNcclSuccess || rc == ci::kNcclInProgress) && comm != nullptr)
@@ -148,6 +151,10 @@ CRYSTAL_EXPORT int ncclCommSplit(NcclComm comm, int color, int key, NcclComm* ne
         (void)count(*newcomm, &child.nranks);
     }
     ci::rememberComm(*newcomm, child);
+    // NCCL connects the child's rings and trees at its first collective (runtime connect):
+    // its real<->real connections then know this rank (state.h).
+    if (child.nranks > 0)
+      crystal::plugin::PluginState::get().setCommRank(child_hash, child.rank, child.nranks);
     if (rc == ci::kNcclSuccess && child.nranks > 0 && !ci::findMapped(comm))
       ci::mirrorCommCreated(child_hash);
     // CRYSTAL_P2P_POOL: a child made of whole target nodes has virtual GPUs on this rank's

@@ -43,8 +43,8 @@ struct NetHandle {
   std::uint8_t dev = 0;          // net device index the listen was made on
   std::uint64_t comm_id = 0;     // v11 commId (NCCL commHash) of the comm that listened
   std::uint64_t emulation = 0;   // emulation id (CRYSTAL_EMULATION_ID), 0 = none
-  std::int32_t rank = -1;        // VirtualPeer: the virtual receiver's rank in the comm
-  std::int32_t nranks = 0;       // VirtualPeer: communicator size
+  std::int32_t rank = -1;        // the receiver's rank in the comm (RealListen: -1 = unknown)
+  std::int32_t nranks = 0;       // communicator size (RealListen: 0 = unknown)
   std::uint32_t listen_id = 0;   // RealListen: per-process listen sequence number
   std::uint32_t pid = 0;         // RealListen: listening process
   std::uint32_t conn_seq = 0;    // VirtualPeer: k-th connection forged for (comm, rank)
@@ -84,6 +84,7 @@ struct Hello {
   std::int32_t sender_rank = -1; // rank of the sender in the comm if known (-1 = unknown)
   std::uint64_t comm_id = 0;     // echoes NetHandle::comm_id
   // Virtual: identity of the connection; sender_rank = receiver_rank - distance (mod nranks).
+  // Real: the ranks of both ends as the sender knows them (-1 / 0 = unknown).
   std::int32_t receiver_rank = -1;
   std::int32_t nranks = 0;
   std::int32_t distance = 0;
