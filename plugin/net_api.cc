@@ -248,16 +248,17 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
       pc.hello_sent += n;
     }
     Fd fd = std::move(pc.fd);
+    const live::Hello hello = pc.hello;  // pc goes with its table entry
     // Both sides name the connection by (comm, listen id): the two logs pair up.
     std::string peer =
-        fmt::format("a real peer (comm {:#x}, listen {})", pc.hello.comm_id, pc.hello.listen_id);
+        fmt::format("a real peer (comm {:#x}, listen {})", hello.comm_id, hello.listen_id);
     (void)table.remove(token);
     const std::uint64_t zero = 0;
     std::memcpy(static_cast<char*>(handle) + offsetof(live::NetHandle, connect_token), &zero,
                 sizeof zero);
     const NetContext::RealLink link =
-        c->realLink(pc.hello.sender_rank, pc.hello.receiver_rank, pc.hello.nranks, dev, true);
-    logRealLink(peer, pc.hello.sender_rank, pc.hello.receiver_rank, link);
+        c->realLink(hello.sender_rank, hello.receiver_rank, hello.nranks, dev, true);
+    logRealLink(peer, hello.sender_rank, hello.receiver_rank, link);
     auto rc = std::make_unique<RealSendComm>(c, dev, sendCapacity(), std::move(fd), link.link,
                                              link.port, std::move(peer), stallNs(st),
                                              paramBool("CRYSTAL_SHM"), paramBool("CRYSTAL_IPC"));
