@@ -85,6 +85,9 @@ std::string loadInto(const std::string& library, DriverApi& api) {
   get(api.memRelease, "cuMemRelease");
   if (!missing.empty())
     return fmt::format("{} has no symbol {} (driver too old?)", library, missing);
+  // Optional: DeviceQueue falls back to events without it.
+  api.streamWriteValue32 =
+      reinterpret_cast<decltype(api.streamWriteValue32)>(dlsym(dl, "cuStreamWriteValue32_v2"));
   return {};
 }
 

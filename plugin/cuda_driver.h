@@ -32,6 +32,7 @@ inline constexpr unsigned kMemoryTypeHost = 1;      // CU_MEMORYTYPE_HOST
 inline constexpr unsigned kMemoryTypeDevice = 2;    // CU_MEMORYTYPE_DEVICE
 inline constexpr unsigned kHostAllocPortable = 1;   // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kHostAllocDeviceMap = 2;  // CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr Result kNotSupported = 801;        // CUDA_ERROR_NOT_SUPPORTED
 inline constexpr unsigned kHostRegisterPortable = 1;  // CU_MEMHOSTREGISTER_PORTABLE
 inline constexpr int kHandleTypePosixFd = 1;          // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 inline constexpr int kLocationDevice = 1;             // CU_MEM_LOCATION_TYPE_DEVICE
@@ -120,6 +121,10 @@ struct DriverApi {
   Result (*memUnmap)(DevicePtr, std::size_t);                                      // cuMemUnmap
   Result (*memSetAccess)(DevicePtr, std::size_t, const AccessDesc*, std::size_t);  // cuMemSetAccess
   Result (*memRelease)(AllocationHandle);                                          // cuMemRelease
+  // Optional (nullptr where the driver lacks it): stream, address, value, flags (0: the
+  // write waits for the stream's earlier work and fences it).
+  Result (*streamWriteValue32)(Stream, DevicePtr, std::uint32_t,
+                               unsigned);  // cuStreamWriteValue32_v2
 };
 
 // The driver in use: the table a test installed, else libcuda.so.1 loaded (and every symbol

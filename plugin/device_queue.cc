@@ -3,11 +3,14 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
 #include "call_stats.h"
+#include "crystal/base/log.h"
 #include "errors.h"
+#include "params.h"
 
 namespace crystal::plugin {
 
@@ -71,6 +74,7 @@ DeviceQueue::~DeviceQueue() {
   if (stream_) releaseStream(*d_, ctx_);
   for (const Staging& s : staging_)
     if (s.p) (void)d_->memFreeHost(s.p);
+  if (done_word_) (void)d_->memFreeHost(done_word_);
   for (std::byte* p : retired_) (void)d_->memFreeHost(p);
   for (std::byte* p : registered_) (void)d_->memHostUnregister(p);
   for (const Imported& m : imported_) {
@@ -280,11 +284,57 @@ std::byte* DeviceQueue::importAllocation(int fd, std::size_t bytes, std::string*
 void DeviceQueue::mark(int slot) {
   const CudaCallTimer timed;
   enter();
-  cuda::Event& e = events_.at(static_cast<std::size_t>(slot));
-  if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
-  check(d_->eventRecord(e, stream_), "cuEventRecord");
-  marked_[static_cast<std::size_t>(slot)] = true;
-  mark_seq_[static_cast<std::size_t>(slot)] = ++marks_;
+  const auto i = static_cast<std::size_t>(slot);
+  (void)events_.at(i);
+  const std::uint64_t seq = marks_ + 1;
+  if (!markByWord(static_cast<std::uint32_t>(seq))) {
+    cuda::Event& e = events_[i];
+    if (!e) check(d_->eventCreate(&e, cuda::kEventDisableTiming), "cuEventCreate");
+    check(d_->eventRecord(e, stream_), "cuEventRecord");
+  }
+  marks_ = seq;
+  marked_[i] = true;
+  mark_seq_[i] = seq;
+}
+
+bool DeviceQueue::markByWord(std::uint32_t seq) {
+  if (marks_by_ == Marks::Events) return false;
+  std::string why;
+  if (marks_by_ == Marks::Undecided) {
+    if (!paramBool("CRYSTAL_COPY_FLAGS")) {
+      marks_by_ = Marks::Events;
+      return false;
+    }
+    void* p = nullptr;
+    if (!d_->streamWriteValue32) {
+      why = "the CUDA driver has no cuStreamWriteValue32_v2";
+    } else if (const cuda::Result rc =
+                   d_->memHostAlloc(&p, 64, cuda::kHostAllocPortable | cuda::kHostAllocDeviceMap);
+               rc != cuda::kSuccess || !p) {
+      why = fmt::format("cuMemHostAlloc of its host word failed (CUDA error {})", rc);
+    } else {
+      done_word_ = static_cast<std::uint32_t*>(p);
+      std::atomic_ref(*done_word_).store(0);
+      if (const cuda::Result got = d_->memHostGetDevicePointer(&done_word_dev_, p, 0);
+          got != cuda::kSuccess)
+        why = fmt::format("cuMemHostGetDevicePointer of its host word failed (CUDA error {})", got);
+    }
+  }
+  if (why.empty()) {
+    const cuda::Result rc = d_->streamWriteValue32(stream_, done_word_dev_, seq, 0);
+    if (rc == cuda::kSuccess) {
+      marks_by_ = Marks::Words;
+      return true;
+    }
+    if (marks_by_ == Marks::Words) check(rc, "cuStreamWriteValue32");  // it worked before
+    why = fmt::format("cuStreamWriteValue32 failed (CUDA error {})", rc);
+  }
+  marks_by_ = Marks::Events;
+  CRYSTAL_INFO(
+      "GPU copies of the plugin report completion by events ({}): a cuEventQuery per "
+      "test() of a request still copying",
+      why);
+  return false;
 }
 
 void DeviceQueue::record(cuda::Event& e) {
@@ -297,6 +347,14 @@ void DeviceQueue::record(cuda::Event& e) {
 bool DeviceQueue::done(int slot) {
   const auto i = static_cast<std::size_t>(slot);
   if (!marked_.at(i)) return true;
+  if (marks_by_ == Marks::Words) {
+    // The stream writes mark numbers in order; 32 bits wrap, and fewer than 2^31 marks are
+    // ever outstanding.
+    const std::uint32_t at = std::atomic_ref(*done_word_).load(std::memory_order_acquire);
+    if (static_cast<std::int32_t>(at - static_cast<std::uint32_t>(mark_seq_[i])) < 0) return false;
+    marked_[i] = false;
+    return true;
+  }
   const CudaCallTimer timed;
   const cuda::Result rc = d_->eventQuery(events_[i]);
   if (rc == cuda::kNotReady) return false;
@@ -306,6 +364,7 @@ bool DeviceQueue::done(int slot) {
 }
 
 bool DeviceQueue::doneInPoll(int slot) {
+  if (marks_by_ == Marks::Words) return done(slot);  // no driver call to save: the word now
   const auto i = static_cast<std::size_t>(slot);
   if (marked_.at(i) && mark_seq_[i] >= not_ready_from_) return false;
   if (done(slot)) return true;

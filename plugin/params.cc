@@ -41,6 +41,11 @@ constexpr Param kParams[] = {
      "its stream of frames and acknowledgements from TCP into a shared page of two byte "
      "rings once the receiver maps it: no system call a step (plugin/shm_stream.h). 0 (on the "
      "sender): TCP for them (for comparison)."},
+    {"CRYSTAL_COPY_FLAGS", "1",
+     "1: the plugin's GPU copies (staging, real peers' bytes, writes into GPU buffers) report "
+     "completion through a pinned host word the stream writes (cuStreamWriteValue32), so "
+     "test() makes no driver call for them; 0, or a driver without it: a CUDA event per "
+     "request and cuEventQuery (plugin/device_queue.h)."},
     {"CRYSTAL_IPC", "1",
      "1: a real rank's sends to another real rank of the same machine also offer each "
      "registered GPU buffer's allocation itself (a CUDA POSIX-fd export); a receiver that maps "

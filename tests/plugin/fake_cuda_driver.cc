@@ -308,6 +308,23 @@ Result hostDevicePointer(DevicePtr* d, void* p, unsigned) {
   *d = static_cast<DevicePtr>(addr(p));  // unified addressing: the same address
   return 0;
 }
+// Stream memory writes: done at once when the stream's work is (FakeGpu::complete), else held
+// until releaseFakeStreamWrites, in order.
+struct HeldWrite {
+  DevicePtr at;
+  std::uint32_t value;
+};
+std::vector<HeldWrite> g_held_writes;
+Result streamWriteValue32(void*, DevicePtr at, std::uint32_t value, unsigned flags) {
+  FAKE_LOCK;
+  record({"cuStreamWriteValue32", static_cast<std::uintptr_t>(at), 0, 4, 0, 0, value});
+  if (!g.write_value_ok || flags != 0) return plugin::cuda::kNotSupported;
+  if (g.complete && g_held_writes.empty())
+    std::atomic_ref(*static_cast<std::uint32_t*>(ptr(at))).store(value);
+  else
+    g_held_writes.push_back({at, value});
+  return 0;
+}
 int g_module = 0, g_function = 0, g_mirror_function = 0, g_p2p_function = 0;
 plugin::p2p_agent::Table* g_p2p = nullptr;  // the table of the latest P2P agent launch
 // The state of the "agent kernel" running now (p2p_agent_kernel.cu's per-connection
@@ -474,7 +491,14 @@ const plugin::cuda::DriverApi kFake{getErrorString,
                                     memMap,
                                     memUnmap,
                                     setAccess,
-                                    memRelease};
+                                    memRelease,
+                                    nullptr};
+// The same with stream memory writes (installFakeDriver(true)).
+const plugin::cuda::DriverApi kFakeMemOps = [] {
+  plugin::cuda::DriverApi d = kFake;
+  d.streamWriteValue32 = streamWriteValue32;
+  return d;
+}();
 
 }  // namespace
 
@@ -565,7 +589,16 @@ std::size_t freeLeftHostAllocs() {
 
 std::size_t drainFakeFlagRing() { return g_ring ? runRing(g_ring) : 0; }
 
-FakeGpu& installFakeDriver() {
+std::size_t releaseFakeStreamWrites() {
+  FAKE_LOCK;
+  for (const HeldWrite& w : g_held_writes)
+    std::atomic_ref(*static_cast<std::uint32_t*>(ptr(w.at))).store(w.value);
+  const std::size_t n = g_held_writes.size();
+  g_held_writes.clear();
+  return n;
+}
+
+FakeGpu& installFakeDriver(bool stream_mem_ops) {
   g.calls.clear();
   g.complete = true;
   g.has_context = true;
@@ -574,13 +607,15 @@ FakeGpu& installFakeDriver() {
   g.capturing = false;
   g.register_ok = true;
   g.export_ok = g.import_ok = true;
+  g.write_value_ok = true;
+  g_held_writes.clear();
   g.done_after_queries = 0;
   g.event_queries = 0;
   g.done_through = 0;
   g_records = 0;
   g_ring = nullptr;
   g_p2p = nullptr;
-  plugin::cuda::setDriverForTesting(&kFake);
+  plugin::cuda::setDriverForTesting(stream_mem_ops ? &kFakeMemOps : &kFake);
   return g;
 }
 

@@ -42,6 +42,7 @@ struct FakeGpu {
   bool register_ok = true;   // cuMemHostRegister succeeds
   bool export_ok = true;     // cuMemExportToShareableHandle succeeds
   bool import_ok = true;     // cuMemImportFromShareableHandle succeeds
+  bool write_value_ok = true;  // cuStreamWriteValue32 succeeds (with installFakeDriver(true))
   // cuLaunchKernel of the P2P agent (plugin/p2p_agent_abi.h) is recorded as
   // "cuLaunchKernel:crystal_p2p_agent"; the "kernel" then runs while the table's `want` is 1
   // (p2pAgentPass) and leaves at once otherwise. The thread that launched it last:
@@ -73,8 +74,15 @@ std::size_t freeLeftHostAllocs();
 std::byte* fakeCuMemAlloc(std::size_t bytes);
 void fakeCuMemFree(std::byte* p);
 
+// cuStreamWriteValue32 (installFakeDriver(true)) writes at once while `complete` is set and
+// nothing is held; otherwise the write is held: this performs the held ones, in order, as the
+// stream reaching them would. Returns how many.
+std::size_t releaseFakeStreamWrites();
+
 // The process-wide fake: reset, installed with setDriverForTesting, removed by uninstall().
-FakeGpu& installFakeDriver();
+// `stream_mem_ops`: the driver has cuStreamWriteValue32 (else that entry is nullptr, as in a
+// driver without it, and the plugin's queues use events).
+FakeGpu& installFakeDriver(bool stream_mem_ops = false);
 void uninstallFakeDriver();
 
 }  // namespace crystal::test

@@ -131,6 +131,47 @@ TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
   EXPECT_EQ(progressAll({rreq, sreq}), 2u);
 }
 
+// The same with the driver's stream memory writes (CRYSTAL_COPY_FLAGS, the default where the
+// driver has them): the copies report completion through a host word, and neither side makes
+// an event record or query for them.
+TEST_F(RealIpc, SendWaitsForTheReceiversCopyThroughTheStreamsHostWord) {
+  gpu_ = &installFakeDriver(/*stream_mem_ops=*/true);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(5);
+  Buffer dst(65536);
+  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  for (int round = 0; round < 20 && gpu_->named("cuMemMap").empty(); ++round) {
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  {
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+    ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  gpu_->complete = false;  // stream writes from now on are held until released
+  const std::size_t writes = gpu_->count("cuStreamWriteValue32");
+  void* rreq = recvPost(r, dst.at(0), 4096);
+  void* sreq = sendPost(s, alloc.p + 4096, 4096);
+  int done = 0;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(net::test(rreq, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(done, 0);
+    ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(done, 0) << "completed before the receiver's copy ran";
+  }
+  EXPECT_EQ(gpu_->count("cuStreamWriteValue32"), writes + 1) << "the receive's mark";
+  EXPECT_EQ(releaseFakeStreamWrites(), 1u);
+  gpu_->complete = true;
+  EXPECT_EQ(progressAll({rreq, sreq}), 2u);
+  EXPECT_EQ(std::memcmp(dst.at(0), alloc.p + 4096, 4096), 0);
+  EXPECT_EQ(gpu_->event_queries, 0u);
+  EXPECT_EQ(gpu_->count("cuEventRecord"), 0u);
+  EXPECT_EQ(logText().find("report completion by events"), std::string::npos) << logText();
+}
+
 // LL128 lines into the receiver's LL128 buffer: the data words of every line first, then the
 // flag words, each as one 2D copy out of the mapping (a copy engine need not write a line in
 // order; the GPU reads a line once its flag is there).
