@@ -20,7 +20,6 @@
 namespace crystal::test {
 namespace {
 
-using RealIpc = RealPairTest;
 using RealIpcBadPeer = RealPairBadPeer;
 
 // A fake cuMem allocation (what NCCL's buffers are), freed with the test.
@@ -36,6 +35,21 @@ struct CuMemBuffer {
       seed = seed * 1664525u + 1013904223u;
       p[i] = std::byte(seed >> 24);
     }
+  }
+};
+
+class RealIpc : public RealPairTest {
+ protected:
+  // 4 KiB steps from the start of `alloc` into `dst` until the receiver mapped the
+  // allocation, then one more for its accept to reach the sender: sends from it go GPU to GPU
+  // from here on.
+  void mapAllocation(void* s, void* r, const CuMemBuffer& alloc, const Buffer& dst) {
+    for (int round = 0; round < 20 && gpu_->named("cuMemMap").empty(); ++round) {
+      std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+      ASSERT_EQ(progressAll(reqs), 2u);
+    }
+    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
+    ASSERT_EQ(progressAll(reqs), 2u);
   }
 };
 
@@ -105,15 +119,7 @@ TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
   Buffer dst(65536);
   (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
   (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  for (int round = 0; round < 20 && gpu_->named("cuMemMap").empty(); ++round) {
-    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
-    ASSERT_EQ(progressAll(reqs), 2u);
-  }
-  // One more round trip for the accept to reach the sender.
-  {
-    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
-    ASSERT_EQ(progressAll(reqs), 2u);
-  }
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
   gpu_->complete = false;  // copies enqueued from now on have not run
   const std::size_t records = gpu_->count("cuEventRecord");
   void* rreq = recvPost(r, dst.at(0), 4096);
@@ -143,14 +149,7 @@ TEST_F(RealIpc, SendWaitsForTheReceiversCopyThroughTheStreamsHostWord) {
   Buffer dst(65536);
   (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
   (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  for (int round = 0; round < 20 && gpu_->named("cuMemMap").empty(); ++round) {
-    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
-    ASSERT_EQ(progressAll(reqs), 2u);
-  }
-  {
-    std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
-    ASSERT_EQ(progressAll(reqs), 2u);
-  }
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
   gpu_->complete = false;  // stream writes from now on are held until released
   const std::size_t writes = gpu_->count("cuStreamWriteValue32");
   void* rreq = recvPost(r, dst.at(0), 4096);

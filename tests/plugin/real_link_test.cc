@@ -14,6 +14,30 @@ using plugin::PluginState;
 class RealLinkTest : public RealPairTest {
  protected:
   NetContext* context(void* ctx) { return PluginState::get().checkContext(ctx); }
+  // A listen on `ctx_l` (its handle bytes edited by `edit`, the stale handle case) connected
+  // from `ctx_s`: *s and *r, kept for TearDown.
+  template <typename Edit>
+  void connectPair(void* ctx_s, void* ctx_l, void** s, void** r, Edit edit) {
+    void* l = nullptr;
+    char bytes[live::kNcclHandleSize] = {};
+    ASSERT_EQ(net::listen(ctx_l, 0, bytes, &l), ncclSuccess);
+    listens_.push_back(l);
+    live::NetHandle h;
+    ASSERT_TRUE(live::decodeHandle(bytes, h));
+    edit(h);
+    std::memcpy(bytes, &h, sizeof h);
+    for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
+      if (!*s) {
+        ASSERT_EQ(net::connect(ctx_s, 0, bytes, s, nullptr), ncclSuccess);
+      }
+      if (!*r) {
+        ASSERT_EQ(net::accept(l, r, nullptr), ncclSuccess);
+      }
+    }
+    ASSERT_TRUE(*s && *r);
+    sends_.push_back(*s);
+    recvs_.push_back(*r);
+  }
   static int count(const std::string& text, const std::string& what) {
     int n = 0;
     for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
@@ -61,29 +85,11 @@ TEST_F(RealLinkTest, RanksTravelInTheHandleAndTheHello) {
   ASSERT_EQ(net::init(&ctx_a, comm_a, nullptr, captureLog, nullptr), ncclSuccess);
   PluginState::get().setCommRank(comm_a, 2, 64);
   PluginState::get().setCommRank(comm_b, 3, 64);
-  auto pair = [&](void** s, void** r) {
-    void* l = nullptr;
-    char bytes[live::kNcclHandleSize] = {};
-    ASSERT_EQ(net::listen(ctx_b, 0, bytes, &l), ncclSuccess);
-    listens_.push_back(l);
-    live::NetHandle h;
-    ASSERT_TRUE(live::decodeHandle(bytes, h));
+  void *s = nullptr, *r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(connectPair(ctx_a, ctx_b, &s, &r, [](live::NetHandle& h) {
     EXPECT_EQ(h.rank, 3);
     EXPECT_EQ(h.nranks, 64);
-    for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
-      if (!*s) {
-        ASSERT_EQ(net::connect(ctx_a, 0, bytes, s, nullptr), ncclSuccess);
-      }
-      if (!*r) {
-        ASSERT_EQ(net::accept(l, r, nullptr), ncclSuccess);
-      }
-    }
-    ASSERT_TRUE(*s && *r);
-    sends_.push_back(*s);
-    recvs_.push_back(*r);
-  };
-  void *s = nullptr, *r = nullptr;
-  pair(&s, &r);
+  }));
   EXPECT_EQ(count(logText(), "ranks 2 and 3 share a target node: timed as its NVLink"), 1);
   EXPECT_EQ(count(logText(), "ranks 3 and 2 share a target node: timed as its NVLink"), 1);
   // Bytes still move (host buffers: TCP or the shared-memory stream).
@@ -98,27 +104,8 @@ TEST_F(RealLinkTest, RanksTravelInTheHandleAndTheHello) {
   PluginState::get().setCommRank(comm_b, 9, 64);
   clearCapturedLog();
   void *s2 = nullptr, *r2 = nullptr;
-  {
-    void* l = nullptr;
-    char bytes[live::kNcclHandleSize] = {};
-    ASSERT_EQ(net::listen(ctx_b, 0, bytes, &l), ncclSuccess);
-    listens_.push_back(l);
-    live::NetHandle h;
-    ASSERT_TRUE(live::decodeHandle(bytes, h));
-    h.rank = 3;  // a stale handle
-    std::memcpy(bytes, &h, sizeof h);
-    for (int i = 0; i < 1'000'000 && (!s2 || !r2); ++i) {
-      if (!s2) {
-        ASSERT_EQ(net::connect(ctx_a, 0, bytes, &s2, nullptr), ncclSuccess);
-      }
-      if (!r2) {
-        ASSERT_EQ(net::accept(l, &r2, nullptr), ncclSuccess);
-      }
-    }
-    ASSERT_TRUE(s2 && r2);
-    sends_.push_back(s2);
-    recvs_.push_back(r2);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      connectPair(ctx_a, ctx_b, &s2, &r2, [](live::NetHandle& h) { h.rank = 3; }));  // stale
   EXPECT_EQ(count(logText(), "ranks 2 and 3 share a target node"), 1) << "the sender's view";
   EXPECT_EQ(count(logText(), "ranks not known on both sides: timed as the target's NET link"), 1)
       << logText();

@@ -37,6 +37,15 @@ struct SocketPair {
   }
 };
 
+// A page and both ends of it, the receiver's mapped before anything was written.
+void attachedPair(std::unique_ptr<ShmStream>& sender, std::unique_ptr<ShmStream>& receiver) {
+  std::string why;
+  sender = ShmStream::create(&why);
+  ASSERT_TRUE(sender) << why;
+  receiver = ShmStream::open(sender->name(), 0, 0, &why);
+  ASSERT_TRUE(receiver) << why;
+}
+
 std::string readAll(ShmStream& s, int fd, std::size_t n) {
   std::string out(n, '\0');
   std::size_t got = 0;
@@ -82,11 +91,8 @@ TEST(ShmStream, BytesKeepTheirOrderAcrossTheMove) {
 // order once the reader drains it.
 TEST(ShmStream, RingWrapsAndFillsWithoutLosingABytes) {
   SocketPair sp;
-  std::string why;
-  auto sender = ShmStream::create(&why);
-  ASSERT_TRUE(sender) << why;
-  auto receiver = ShmStream::open(sender->name(), 0, 0, &why);
-  ASSERT_TRUE(receiver) << why;
+  std::unique_ptr<ShmStream> sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(attachedPair(sender, receiver));
   std::string data(3 * StreamPage::kRing + 123, '\0');
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + i / 7);
   EXPECT_EQ(sender->write(sp.fd[0], data.data(), data.size()), StreamPage::kRing) << "full ring";
@@ -109,11 +115,8 @@ TEST(ShmStream, RingWrapsAndFillsWithoutLosingABytes) {
 // Both directions at once from two threads, as two proxies run them.
 TEST(ShmStream, TwoThreadsStreamBothWays) {
   SocketPair sp;
-  std::string why;
-  auto sender = ShmStream::create(&why);
-  ASSERT_TRUE(sender) << why;
-  auto receiver = ShmStream::open(sender->name(), 0, 0, &why);
-  ASSERT_TRUE(receiver) << why;
+  std::unique_ptr<ShmStream> sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(attachedPair(sender, receiver));
   constexpr std::size_t kN = 4 << 20;
   std::vector<std::uint32_t> words(kN / 4);
   std::iota(words.begin(), words.end(), 1u);
@@ -138,11 +141,8 @@ TEST(ShmStream, TwoThreadsStreamBothWays) {
 // After the move the socket is idle, yet a peer that closed it is noticed within a look.
 TEST(ShmStream, ClosedPeerIsNoticedThroughTheSocket) {
   SocketPair sp;
-  std::string why;
-  auto sender = ShmStream::create(&why);
-  ASSERT_TRUE(sender) << why;
-  auto receiver = ShmStream::open(sender->name(), 0, 0, &why);
-  ASSERT_TRUE(receiver) << why;
+  std::unique_ptr<ShmStream> sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(attachedPair(sender, receiver));
   ASSERT_EQ(writeAll(*sender, sp.fd[0], "x"), 1u);
   ASSERT_EQ(readAll(*receiver, sp.fd[1], 1), "x");
   ::close(sp.fd[0]);
@@ -164,11 +164,8 @@ TEST(ShmStream, ClosedPeerIsNoticedThroughTheSocket) {
 // A writer whose ring stays full still notices the reader's end of the socket.
 TEST(ShmStream, FullRingWithADeadReaderIsAnError) {
   SocketPair sp;
-  std::string why;
-  auto sender = ShmStream::create(&why);
-  ASSERT_TRUE(sender) << why;
-  auto receiver = ShmStream::open(sender->name(), 0, 0, &why);
-  ASSERT_TRUE(receiver) << why;
+  std::unique_ptr<ShmStream> sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(attachedPair(sender, receiver));
   std::string fill(StreamPage::kRing, 'f');
   ASSERT_EQ(writeAll(*sender, sp.fd[0], fill), fill.size());
   receiver.reset();
@@ -190,10 +187,8 @@ TEST(ShmStream, FullRingWithADeadReaderIsAnError) {
 TEST(ShmStream, PeerBreakingThePageIsAnError) {
   SocketPair sp;
   std::string why;
-  auto sender = ShmStream::create(&why);
-  ASSERT_TRUE(sender) << why;
-  auto receiver = ShmStream::open(sender->name(), 0, 0, &why);
-  ASSERT_TRUE(receiver) << why;
+  std::unique_ptr<ShmStream> sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(attachedPair(sender, receiver));
   ASSERT_EQ(writeAll(*sender, sp.fd[0], "moved"), 5u);
   ASSERT_EQ(::send(sp.fd[0], "!", 1, 0), 1);  // behind the page's back
   ASSERT_EQ(readAll(*receiver, sp.fd[1], 5), "moved");
