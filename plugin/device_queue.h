@@ -8,7 +8,10 @@
 // pinned host word once the work before it is done, and done() reads that word: no driver
 // call at all. Under MPS with two real ranks each cuEventQuery cost 1.3 us, and a real
 // receive's proxy made ~150 k of them (147184 driver calls in 336 ms, 2026-12-06), most of
-// them answered "not ready". Else, an event per slot and cuEventQuery. Everything is created
+// them answered "not ready"; with the word that proxy made 60 k driver calls instead of 151 k
+// (the stream write costs ~0.4 us more than the event record it replaces; its driver time 185
+// -> 151 ms, operation times within noise: tests/gpu/hybrid/README.md, twenty-ninth session).
+// Else, an event per slot and cuEventQuery. Everything is created
 // lazily on first use in the thread that calls the plugin (NCCL's proxy thread, which has
 // the GPU's context current); later calls make that context current again if it is not.
 #pragma once
