@@ -51,6 +51,16 @@ class RealIpc : public RealPairTest {
     std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
     ASSERT_EQ(progressAll(reqs), 2u);
   }
+  // Neither request of a step completes, however often tested, while its copy has not run.
+  static void expectPendingWhileTheCopyWaits(void* rreq, void* sreq) {
+    int done = 0;
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_EQ(net::test(rreq, &done, nullptr), ncclSuccess);
+      ASSERT_EQ(done, 0);
+      ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
+      ASSERT_EQ(done, 0) << "completed before the receiver's copy ran";
+    }
+  }
 };
 
 // Calls of `name` since call number `from` of the fake's record.
@@ -124,13 +134,7 @@ TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
   const std::size_t records = gpu_->count("cuEventRecord");
   void* rreq = recvPost(r, dst.at(0), 4096);
   void* sreq = sendPost(s, alloc.p + 4096, 4096);
-  int done = 0;
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_EQ(net::test(rreq, &done, nullptr), ncclSuccess);
-    ASSERT_EQ(done, 0);
-    ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
-    ASSERT_EQ(done, 0) << "completed before the receiver's copy ran";
-  }
+  ASSERT_NO_FATAL_FAILURE(expectPendingWhileTheCopyWaits(rreq, sreq));
   ASSERT_GT(gpu_->count("cuEventRecord"), records);
   ASSERT_FALSE(gpu_->named("cuMemcpyDtoDAsync").empty());
   gpu_->complete = true;
@@ -154,13 +158,7 @@ TEST_F(RealIpc, SendWaitsForTheReceiversCopyThroughTheStreamsHostWord) {
   const std::size_t writes = gpu_->count("cuStreamWriteValue32");
   void* rreq = recvPost(r, dst.at(0), 4096);
   void* sreq = sendPost(s, alloc.p + 4096, 4096);
-  int done = 0;
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_EQ(net::test(rreq, &done, nullptr), ncclSuccess);
-    ASSERT_EQ(done, 0);
-    ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
-    ASSERT_EQ(done, 0) << "completed before the receiver's copy ran";
-  }
+  ASSERT_NO_FATAL_FAILURE(expectPendingWhileTheCopyWaits(rreq, sreq));
   EXPECT_EQ(gpu_->count("cuStreamWriteValue32"), writes + 1) << "the receive's mark";
   EXPECT_EQ(releaseFakeStreamWrites(), 1u);
   gpu_->complete = true;
