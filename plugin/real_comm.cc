@@ -16,6 +16,16 @@
 
 namespace crystal::plugin {
 
+namespace {
+// A connection's stream: its shared-memory page where it has one, else its socket.
+std::size_t writeStream(ShmStream* s, int fd, const void* p, std::size_t n) {
+  return s ? s->write(fd, p, n) : sendSome(fd, p, n);
+}
+std::size_t readStream(ShmStream* s, int fd, void* p, std::size_t n) {
+  return s ? s->read(fd, p, n) : recvSome(fd, p, n);
+}
+}  // namespace
+
 void RealSendComm::registered(const MemRegion& region) {
   if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
   if (!gpu_) gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(capacity()));
@@ -151,10 +161,8 @@ RealSendComm::Segment* RealSendComm::segmentOf(const void* data) {
 
 void RealSendComm::readReplies() {
   for (;;) {
-    char* p = reinterpret_cast<char*>(&reply_) + reply_got_;
-    const std::size_t want = sizeof reply_ - reply_got_;
     const std::size_t n =
-        stream_ ? stream_->read(fd_.get(), p, want) : recvSome(fd_.get(), p, want);
+        fromPeer(reinterpret_cast<char*>(&reply_) + reply_got_, sizeof reply_ - reply_got_);
     if (n == 0) return;
     reply_got_ += n;
     if (reply_got_ < sizeof reply_) continue;
@@ -241,14 +249,17 @@ void RealSendComm::openStream() {
   control_.append(reinterpret_cast<const char*>(&body), sizeof body);
 }
 
-std::size_t RealSendComm::sendCounted(const void* p, std::size_t n) {
-  return stream_ ? stream_->write(fd_.get(), p, n) : sendSome(fd_.get(), p, n);
+std::size_t RealSendComm::toPeer(const void* p, std::size_t n) {
+  return writeStream(stream_.get(), fd_.get(), p, n);
+}
+
+std::size_t RealSendComm::fromPeer(void* p, std::size_t n) {
+  return readStream(stream_.get(), fd_.get(), p, n);
 }
 
 bool RealSendComm::flushControl() {
   while (control_done_ < control_.size()) {
-    const std::size_t n =
-        sendCounted(control_.data() + control_done_, control_.size() - control_done_);
+    const std::size_t n = toPeer(control_.data() + control_done_, control_.size() - control_done_);
     if (n == 0) return false;
     control_done_ += n;
   }
@@ -296,7 +307,7 @@ void RealSendComm::progress() {
     }
     while (hdr_done_ < sizeof hdr_) {
       const std::size_t n =
-          sendCounted(reinterpret_cast<const char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+          toPeer(reinterpret_cast<const char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
       if (n == 0) return;
       hdr_done_ += n;
     }
@@ -304,7 +315,7 @@ void RealSendComm::progress() {
       const char* body = r.staged ? reinterpret_cast<const char*>(stagingOf(r.data[0], r.sizes[0]))
                                   : static_cast<const char*>(r.data[0]);
       while (body_done_ < r.sizes[0]) {
-        const std::size_t n = sendCounted(body + body_done_, r.sizes[0] - body_done_);
+        const std::size_t n = toPeer(body + body_done_, r.sizes[0] - body_done_);
         if (n == 0) return;
         body_done_ += n;
       }
@@ -417,7 +428,7 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   }
   while (hdr_done_ < sizeof hdr_) {
     const std::size_t n =
-        recvCounted(reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+        fromPeer(reinterpret_cast<char*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
     if (n == 0) return false;
     hdr_done_ += n;
   }
@@ -426,7 +437,7 @@ bool RealRecvComm::readFrame(live::TimeNs now) {
   // Control frames: an offer's body, then its handler; a fd notice has none.
   const auto control = [&](void* body, std::size_t size, void (RealRecvComm::*take)()) {
     while (body_done_ < size) {
-      const std::size_t n = recvCounted(static_cast<char*>(body) + body_done_, size - body_done_);
+      const std::size_t n = fromPeer(static_cast<char*>(body) + body_done_, size - body_done_);
       if (n == 0) return false;
       body_done_ += n;
     }
@@ -513,8 +524,14 @@ void RealRecvComm::takeStreamPage() {
         peer_, offer_.name, why);
 }
 
-std::size_t RealRecvComm::recvCounted(void* p, std::size_t n) {
-  const std::size_t k = stream_ ? stream_->read(fd_.get(), p, n) : recvSome(fd_.get(), p, n);
+std::size_t RealRecvComm::toPeer(const void* p, std::size_t n) {
+  const std::size_t k = writeStream(stream_.get(), fd_.get(), p, n);
+  sent_bytes_ += k;
+  return k;
+}
+
+std::size_t RealRecvComm::fromPeer(void* p, std::size_t n) {
+  const std::size_t k = readStream(stream_.get(), fd_.get(), p, n);
   got_bytes_ += k;
   return k;
 }
@@ -624,7 +641,7 @@ void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
     char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size))
                        : static_cast<char*>(r.data[e]);
     while (body_done_ < hdr_.size) {
-      const std::size_t n = recvCounted(dst + body_done_, hdr_.size - body_done_);
+      const std::size_t n = fromPeer(dst + body_done_, hdr_.size - body_done_);
       if (n == 0) return;
       body_done_ += n;
     }
@@ -676,11 +693,7 @@ void RealRecvComm::flushAcks() {
     queueReply(ReplyKind::Ack, last);
   }
   while (replies_done_ < replies_.size()) {
-    const char* p = replies_.data() + replies_done_;
-    const std::size_t want = replies_.size() - replies_done_;
-    const std::size_t n =
-        stream_ ? stream_->write(fd_.get(), p, want) : sendSome(fd_.get(), p, want);
-    sent_bytes_ += n;
+    const std::size_t n = toPeer(replies_.data() + replies_done_, replies_.size() - replies_done_);
     if (n == 0) return;
     replies_done_ += n;
   }

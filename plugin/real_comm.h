@@ -163,7 +163,10 @@ class RealSendComm final : public DataComm {
   void progress();
   void readReplies();
   void takeIpcReply();
-  [[nodiscard]] std::size_t sendCounted(const void* p, std::size_t n);
+  // Some of the stream's bytes to / from the receiver: the shared-memory stream once it has
+  // one, else the socket (0: none moved now).
+  [[nodiscard]] std::size_t toPeer(const void* p, std::size_t n);
+  [[nodiscard]] std::size_t fromPeer(void* p, std::size_t n);
   void openStream();
   [[nodiscard]] bool flushControl();  // offers; false while the socket is full
   [[nodiscard]] Segment* segmentOf(const void* data);
@@ -214,7 +217,9 @@ class RealRecvComm final : public DataComm {
   [[nodiscard]] bool readFrame(live::TimeNs now);  // false: nothing more to read now
   void takeOffer();
   void takeStreamPage();
-  [[nodiscard]] std::size_t recvCounted(void* p, std::size_t n);
+  // As the sender's; they count the socket's bytes until the stream's page is mapped.
+  [[nodiscard]] std::size_t toPeer(const void* p, std::size_t n);
+  [[nodiscard]] std::size_t fromPeer(void* p, std::size_t n);
   void takeIpcOffer();
   void takeIpcFd();
   void takeBody(Request& r, live::TimeNs now);

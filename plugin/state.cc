@@ -26,6 +26,15 @@ bool isRingConn(const VirtualConn& c) {
 }
 }  // namespace
 
+const live::CommLinks& NetContext::linksFor(int nranks) {
+  auto l = links_.find(nranks);
+  if (l == links_.end()) {
+    const PluginState& st = PluginState::get();
+    l = links_.emplace(nranks, live::commLinks(st.model(), st.config().cluster, nranks)).first;
+  }
+  return l->second;
+}
+
 NetContext::RingPlan& NetContext::planFor(const VirtualConn& c) {
   // A v11 context belongs to one communicator (its commId); the default context (v8..v10)
   // may hold several, told apart by the comm id the host wrote.
@@ -33,11 +42,7 @@ NetContext::RingPlan& NetContext::planFor(const VirtualConn& c) {
   auto [it, fresh] = plans_.try_emplace({comm, c.self_rank});
   RingPlan& p = it->second;
   if (!fresh) return p;
-  PluginState& st = PluginState::get();
-  auto l = links_.find(c.nranks);
-  if (l == links_.end())
-    l = links_.emplace(c.nranks, live::commLinks(st.model(), st.config().cluster, c.nranks)).first;
-  p.links = l->second;
+  p.links = linksFor(c.nranks);
   const int ppn = p.links.shape.ranks_per_node;
   p.period = p.links.shape.nnodes > 1 ? ppn : 1;
   p.position = c.self_rank % ppn;
@@ -139,11 +144,7 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
   NicInfo& n = st.nic(dev);
   if (c.nranks < 2 || c.self_rank < 0 || c.peer_rank < 0)
     return std::make_shared<live::VirtualLink>(st.link(), c.send ? n.out : n.in);
-  const int nranks = c.nranks;
-  auto l = links_.find(nranks);
-  if (l == links_.end())
-    l = links_.emplace(nranks, live::commLinks(st.model(), st.config().cluster, nranks)).first;
-  const live::CommLinks& links = l->second;
+  const live::CommLinks& links = linksFor(c.nranks);
   if (links.sameNode(c.self_rank, c.peer_rank))
     return std::make_shared<live::VirtualLink>(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
   // A p2p channel's virtual sender is a target GPU: it writes chunks at NCCL's p2p pace.
@@ -161,11 +162,9 @@ NetContext::RealLink NetContext::realLink(int self_rank, int peer_rank, int nran
       peer_rank >= nranks || self_rank == peer_rank)
     return out;
   std::lock_guard lock(mu);
-  auto l = links_.find(nranks);
-  if (l == links_.end())
-    l = links_.emplace(nranks, live::commLinks(st.model(), st.config().cluster, nranks)).first;
-  if (!l->second.sameNode(self_rank, peer_rank)) return out;
-  return RealLink{l->second.nvl, send ? st.nvlOut() : st.nvlIn(), true};
+  const live::CommLinks& links = linksFor(nranks);
+  if (!links.sameNode(self_rank, peer_rank)) return out;
+  return RealLink{links.nvl, send ? st.nvlOut() : st.nvlIn(), true};
 }
 
 std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {

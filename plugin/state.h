@@ -106,6 +106,8 @@ struct NetContext {
   [[nodiscard]] std::shared_ptr<live::RingChannel> makeChannel(RingPlan& plan);
   std::map<std::pair<std::uint64_t, int>, RingPlan> plans_;  // by (comm, real rank)
   std::map<int, live::CommLinks> links_;                    // by nranks
+  // links_'s entry for `nranks`, made on first use (the caller holds mu).
+  [[nodiscard]] const live::CommLinks& linksFor(int nranks);
   // Tree channels by (comm, real rank): crystal/live/tree_comm.h.
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<live::TreeComm>> trees_;
   bool ring_warned_ = false;
