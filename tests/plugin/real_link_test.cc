@@ -14,30 +14,6 @@ using plugin::PluginState;
 class RealLinkTest : public RealPairTest {
  protected:
   NetContext* context(void* ctx) { return PluginState::get().checkContext(ctx); }
-  // A listen on `ctx_l` (its handle bytes edited by `edit`, the stale handle case) connected
-  // from `ctx_s`: *s and *r, kept for TearDown.
-  template <typename Edit>
-  void connectPair(void* ctx_s, void* ctx_l, void** s, void** r, Edit edit) {
-    void* l = nullptr;
-    char bytes[live::kNcclHandleSize] = {};
-    ASSERT_EQ(net::listen(ctx_l, 0, bytes, &l), ncclSuccess);
-    listens_.push_back(l);
-    live::NetHandle h;
-    ASSERT_TRUE(live::decodeHandle(bytes, h));
-    edit(h);
-    std::memcpy(bytes, &h, sizeof h);
-    for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
-      if (!*s) {
-        ASSERT_EQ(net::connect(ctx_s, 0, bytes, s, nullptr), ncclSuccess);
-      }
-      if (!*r) {
-        ASSERT_EQ(net::accept(l, r, nullptr), ncclSuccess);
-      }
-    }
-    ASSERT_TRUE(*s && *r);
-    sends_.push_back(*s);
-    recvs_.push_back(*r);
-  }
   static int count(const std::string& text, const std::string& what) {
     int n = 0;
     for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))

@@ -102,14 +102,24 @@ class RealPairTest : public ::testing::Test {
   }
   // A send and a receive comm of two real ranks of this process.
   void realPair(void** s, void** r) {
+    connectPair(ctx_, ctx_, s, r, [](live::NetHandle&) {});
+  }
+  // A listen on context `ctx_l` connected from `ctx_s` (each a comm of its own process, in
+  // two processes), the handle edited by `edit` on its way (a stale handle, say).
+  template <typename Edit>
+  void connectPair(void* ctx_s, void* ctx_l, void** s, void** r, Edit edit) {
     void* l = nullptr;
-    const live::NetHandle h = listenHandle(&l);
     char bytes[live::kNcclHandleSize] = {};
+    ASSERT_EQ(net::listen(ctx_l, 0, bytes, &l), ncclSuccess);
+    listens_.push_back(l);
+    live::NetHandle h;
+    ASSERT_TRUE(live::decodeHandle(bytes, h));
+    edit(h);
     std::memcpy(bytes, &h, sizeof h);
     *s = *r = nullptr;
     for (int i = 0; i < 1'000'000 && (!*s || !*r); ++i) {
       if (!*s) {
-        ASSERT_EQ(net::connect(ctx_, 0, bytes, s, nullptr), ncclSuccess);
+        ASSERT_EQ(net::connect(ctx_s, 0, bytes, s, nullptr), ncclSuccess);
       }
       if (!*r) {
         ASSERT_EQ(net::accept(l, r, nullptr), ncclSuccess);
