@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
-#include "flag_writer.h"
+#include "gpu_writer.h"
 
 namespace crystal::plugin {
 
@@ -37,11 +37,11 @@ class DeviceQueue {
 
   void zero(void* dst, std::size_t bytes);
   // `count` 32-bit words of value v at dst, dst + pitch, dst + 2 pitch, ... (LL/LL128 flags):
-  // through the GPU flag writer when one is set (and its ring has room), else a memset on
+  // through the GPU writer when one is set (and its ring has room), else a memset on
   // this queue's stream. Only for writes that need no order against this queue's other work
   // (mark() does not cover the writer's).
   void fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count);
-  void setFlagWriter(std::shared_ptr<FlagWriter> w) { writer_ = std::move(w); }
+  void setGpuWriter(std::shared_ptr<GpuWriter> w) { writer_ = std::move(w); }
   void hostToDevice(void* dst, const void* src, std::size_t bytes);
   void deviceToHost(void* dst, const void* src, std::size_t bytes);
   void deviceToDevice(void* dst, const void* src, std::size_t bytes);
@@ -130,7 +130,7 @@ class DeviceQueue {
     cuda::AllocationHandle handle = 0;
   };
   std::vector<Imported> imported_;  // unmapped at close
-  std::shared_ptr<FlagWriter> writer_;
+  std::shared_ptr<GpuWriter> writer_;
 };
 
 }  // namespace crystal::plugin

@@ -15,7 +15,7 @@
 // PCIe read of mapped host memory (~8 us on the H200 host) delays only the CPU's releases,
 // never the kernel's reaction to R.
 //
-// Lifetime (the flag writer's protocol, flag_ring.h): the kernel runs while `want` is 1.
+// Lifetime (the GPU writer's protocol, gpu_writer_ring.h): the kernel runs while `want` is 1.
 // Seeing 0 it sets state = kExiting, fences, and looks again; still 0 -> it returns. The CPU
 // sets want = 1, fences, then reads state: not kRunning -> it sets kRunning and launches a
 // kernel (stream-ordered after one that is still leaving).

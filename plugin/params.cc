@@ -64,7 +64,7 @@ constexpr Param kParams[] = {
      "thread."},
     {"CRYSTAL_GPU_WRITER", "1",
      "1: under data none, LL/LL128 flags of virtual senders in GPU memory are stored by the "
-     "plugin's flag-writer kernel from a command ring in mapped host memory (a few stores "
+     "plugin's GPU-writer kernel from a command ring in mapped host memory (a few stores "
      "per receive on NCCL's proxy thread); 0: one cuMemsetD2D32Async per receive. Without "
      "nvcc at build time, or if the kernel does not load, the memsets are used."},
     {"CRYSTAL_P2P_PACE", "1",
@@ -89,7 +89,7 @@ constexpr Param kParams[] = {
     {"CRYSTAL_P2P_TRACE_MAX", "1000000",
      "Rows each P2P pacing trace keeps (the rest are counted)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
-     "1: the flag writer's stream gets the device's greatest stream priority; 0: a normal "
+     "1: the GPU writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},
     {"CRYSTAL_RECORD", "",
      "Record mode (NCCL_PROFILER_PLUGIN=this library): directory, or file with %p for the pid, "

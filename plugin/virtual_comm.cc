@@ -7,7 +7,7 @@
 
 #include "crystal/base/log.h"
 #include "errors.h"
-#include "flag_writer.h"
+#include "gpu_writer.h"
 #include "params.h"
 #include "state.h"
 
@@ -305,9 +305,9 @@ void VirtualRecvComm::registered(const MemRegion& region) {
   if (!use_writer_ || writer_ || region.type != nccl::NCCL_PTR_CUDA) return;
   std::string why;  // forCurrentContext logs it
   try {
-    writer_ = FlagWriter::forCurrentContext(&why);
+    writer_ = GpuWriter::forCurrentContext(&why);
   } catch (const std::exception& e) {  // the writer is an optimisation: never fail NCCL for it
-    CRYSTAL_INFO("GPU flag writer not used: {}", e.what());
+    CRYSTAL_INFO("GPU writer not used: {}", e.what());
   }
   use_writer_ = writer_ != nullptr;
 }
@@ -315,7 +315,7 @@ void VirtualRecvComm::registered(const MemRegion& region) {
 DeviceQueue& VirtualRecvComm::gpu() {
   if (gpu_) return *gpu_;
   gpu_ = std::make_unique<DeviceQueue>(static_cast<int>(deliveries_.size()));
-  if (writer_) gpu_->setFlagWriter(writer_);
+  if (writer_) gpu_->setGpuWriter(writer_);
   return *gpu_;
 }
 

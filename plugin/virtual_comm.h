@@ -13,7 +13,7 @@
 #include "crystal/config/config.h"
 #include "crystal/live/link_timing.h"
 #include "device_queue.h"
-#include "flag_writer.h"
+#include "gpu_writer.h"
 #include "op_segments.h"
 #include "proto_lines.h"
 #include "virtual_data.h"
@@ -58,8 +58,8 @@ class VirtualRecvComm final : public DataComm {
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
   [[nodiscard]] bool test(Request& r, live::TimeNs now, int* sizes) override;
-  // A buffer in GPU memory under the flag writer: the writer is made now, during NCCL's
-  // connection setup, not at the first receive (flag_writer.h: loading its kernel may wait
+  // A buffer in GPU memory under the GPU writer: the writer is made now, during NCCL's
+  // connection setup, not at the first receive (gpu_writer.h: loading its kernel may wait
   // for the GPU, where NCCL's kernel would be spinning for that receive's flags).
   void registered(const MemRegion& region) override;
   [[nodiscard]] int peerRank() const { return peer_rank_; }
@@ -150,10 +150,10 @@ class VirtualRecvComm final : public DataComm {
     return d.proto == proto::Proto::Simple || policy_ == DataPolicy::Mirror || wait_lines_;
   }
   bool wait_lines_ = false;  // CRYSTAL_LINES_WAIT
-  // LL/LL128 flags in GPU memory through the GPU flag writer (flag_writer.h): data policy
+  // LL/LL128 flags in GPU memory through the GPU writer (gpu_writer.h): data policy
   // none (flags are the only writes), no CRYSTAL_LINES_WAIT, CRYSTAL_GPU_WRITER=1.
   bool use_writer_ = false;
-  std::shared_ptr<FlagWriter> writer_;  // set at the first GPU region's registration
+  std::shared_ptr<GpuWriter> writer_;  // set at the first GPU region's registration
   // LL128 slots in GPU memory whose flags' high halves hold 0 already (written by an earlier
   // receive there): the next flags need only their low halves, one memset instead of two.
   // Indexed by Delivery::buffer_slot; the address and bytes that write covered.

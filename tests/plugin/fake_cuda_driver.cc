@@ -351,10 +351,10 @@ Result moduleFunction(void** f, void*, const char* name) {
                                          : &g_function;
   return 0;
 }
-namespace fr = plugin::flag_ring;
+namespace fr = plugin::writer_ring;
 fr::Ring* g_ring = nullptr;  // the ring of the latest launch
 
-// The commands present, in order, as the flag writer's kernel runs them.
+// The commands present, in order, as the GPU writer's kernel runs them.
 std::size_t runRing(fr::Ring* ring) {
   std::size_t n = 0;
   for (std::uint64_t next = ring->done + 1; ring->cmds[next % fr::kSize].seq == next; ++next) {
@@ -367,7 +367,7 @@ std::size_t runRing(fr::Ring* ring) {
   return n;
 }
 
-// The flag writer's kernel (plugin/flag_writer_kernel.cu) as the CPU would run it: every
+// The GPU writer's kernel (plugin/gpu_writer_kernel.cu) as the CPU would run it: every
 // command present, then the exit (no command came while it ran).
 // The mirror-result kernel (plugin/mirror_kernel.cu) on the CPU, for the types the tests use:
 // integers wrap, floats as in the kernel (half, bfloat16 and fp8 are left out).

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
-#include "flag_ring.h"
+#include "gpu_writer_ring.h"
 
 namespace crystal::test {
 
@@ -33,7 +33,7 @@ struct FakeGpu {
   bool has_context = true;  // cuCtxGetCurrent returns a context
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
   // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
-  // cuLaunchKernel of the flag writer runs its ring at once (what the kernel does, on the
+  // cuLaunchKernel of the GPU writer runs its ring at once (what the kernel does, on the
   // CPU, then "exits"); false: the launch is recorded and runs nothing (a kernel that has
   // not started yet).
   bool kernel_runs = true;

@@ -24,7 +24,7 @@
 #include "comm.h"
 #include "crystal/live/handle.h"
 #include "fake_cuda_driver.h"
-#include "flag_writer.h"
+#include "gpu_writer.h"
 #include "handle_table.h"
 #include "net_api.h"
 #include "proto_lines.h"
@@ -91,8 +91,8 @@ class Gdr : public ::testing::Test {
       captured_log.clear();
     }
     gpu_ = &installFakeDriver();
-    // The flag writer loads whatever image the fake is given (a build without nvcc has none).
-    plugin::FlagWriter::setImageForTesting(kFakeKernelImage);
+    // The GPU writer loads whatever image the fake is given (a build without nvcc has none).
+    plugin::GpuWriter::setImageForTesting(kFakeKernelImage);
     ::unsetenv("CRYSTAL_GPU_WRITER");
     ASSERT_EQ(net::init(&ctx_, 0x6472 + ++serial_, nullptr, captureLog, nullptr), ncclSuccess);
   }
@@ -111,7 +111,7 @@ class Gdr : public ::testing::Test {
     EXPECT_EQ(gpu_->live_events, 0);
     EXPECT_EQ(gpu_->live_host_allocs, 0);
     uninstallFakeDriver();
-    plugin::FlagWriter::setImageForTesting(nullptr);
+    plugin::GpuWriter::setImageForTesting(nullptr);
     ::unsetenv("CRYSTAL_GDR");
     ::unsetenv("CRYSTAL_GPU_WRITER");
     ::unsetenv("CRYSTAL_SHM");
@@ -429,15 +429,15 @@ TEST_F(Gdr, CloseLogsTheTimeDataCallsSpentInThePluginAndInCuda) {
   EXPECT_NE(log.find("of which 1000 CUDA driver calls"), std::string::npos) << log;
 }
 
-// GPU flag writer (flag_writer.h): under none, LL/LL128 flags in GPU memory are commands in
+// GPU writer (gpu_writer.h): under none, LL/LL128 flags in GPU memory are commands in
 // a ring the plugin's kernel runs; no memset, one launch while the kernel is not running.
-TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuFlagWriter) {
+TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuGpuWriter) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   waitDone(recvPost(r, 0, ll.at(2 * kLLStep), kLLStep));  // slot 2: step 2 -> flag 3
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
-  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_flag_writer"), 1u);
+  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_gpu_writer"), 1u);
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 2u) << "at registration (loads it), at the post";
   std::uint32_t line[4];
   std::memcpy(line, ll.at(2 * kLLStep + 16 * 5), 16);
@@ -455,19 +455,19 @@ TEST_F(Gdr, NoneLLFlagsGoThroughTheGpuFlagWriter) {
 
 // The writer is made when NCCL registers the first GPU buffer (connection setup), with one
 // launch waited for: loading the kernel must not happen while NCCL's kernel spins for flags.
-TEST_F(Gdr, FlagWriterIsLoadedAndLaunchedOnceWhenTheBufferIsRegistered) {
+TEST_F(Gdr, GpuWriterIsLoadedAndLaunchedOnceWhenTheBufferIsRegistered) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
   (void)registered(r, nccl::NCCL_PTR_CUDA);
-  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_flag_writer"), 1u);
+  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_gpu_writer"), 1u);
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 1u);
   EXPECT_EQ(gpu_->count("cuEventRecord"), 1u) << "the warm-up launch is waited for";
 }
 
 // A warm-up launch that does not finish (the GPU busy for 2 s) leaves the writer out; its
 // ring stays allocated (the kernel may still read it), with a WARN saying so.
-TEST_F(Gdr, FlagWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
+TEST_F(Gdr, GpuWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   gpu_->complete = false;  // events never complete
@@ -493,7 +493,7 @@ TEST_F(Gdr, FlagWriterWhoseFirstKernelDoesNotFinishIsNotUsed) {
 
 // While the kernel runs (here: launched, not yet started) posts only add commands; the
 // receives still complete at their modelled time (the GPU polls the flags itself).
-TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
+TEST_F(Gdr, GpuWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
@@ -508,34 +508,34 @@ TEST_F(Gdr, FlagWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
 
 // A command the kernel has not run within the watchdog's time gets one WARN with the
 // writer's state (a kernel that never started shows in NCCL's log, not as silence).
-TEST_F(Gdr, FlagWriterWatchdogWarnsOnceWithItsState) {
+TEST_F(Gdr, GpuWriterWatchdogWarnsOnceWithItsState) {
   configure(DataPolicy::None);
-  plugin::FlagWriter::setStallWarnNsForTesting(50'000'000);  // 50 ms
+  plugin::GpuWriter::setStallWarnNsForTesting(50'000'000);  // 50 ms
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
-  plugin::FlagWriter::setStallWarnNsForTesting(0);
+  plugin::GpuWriter::setStallWarnNsForTesting(0);
   gpu_->kernel_runs = false;
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));
   waitDone(recvPost(r, 0, ll.at(kLLStep), kLLStep));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::lock_guard lock(captured_log_mu);
-  const auto at = captured_log.find("flag writer: a command has waited");
+  const auto at = captured_log.find("GPU writer: a command has waited");
   ASSERT_NE(at, std::string::npos) << captured_log;
   EXPECT_NE(captured_log.find("2 commands posted, 0 run by the kernel, 2 kernel launches", at),
             std::string::npos)
       << captured_log;
-  EXPECT_EQ(captured_log.find("flag writer: a command has waited", at + 1), std::string::npos)
+  EXPECT_EQ(captured_log.find("GPU writer: a command has waited", at + 1), std::string::npos)
       << "once";
 }
 
 // A full ring (the kernel not running for 1024 commands) never blocks NCCL's proxy: the
 // next flags go through the driver.
-TEST_F(Gdr, FullFlagWriterRingFallsBackToTheDriver) {
+TEST_F(Gdr, FullGpuWriterRingFallsBackToTheDriver) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
   gpu_->kernel_runs = false;
-  for (std::size_t i = 0; i < plugin::flag_ring::kSize; ++i)
+  for (std::size_t i = 0; i < plugin::writer_ring::kSize; ++i)
     waitDone(recvPost(r, 0, ll.at((i % 8) * kLLStep), kLLStep));
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 0u);
   waitDone(recvPost(r, 0, ll.at(0), kLLStep));  // the 1025th: step 1024 -> flag 1025
@@ -545,7 +545,7 @@ TEST_F(Gdr, FullFlagWriterRingFallsBackToTheDriver) {
 }
 
 // A kernel image that does not load on the GPU: one INFO line, then the driver path.
-TEST_F(Gdr, FlagWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
+TEST_F(Gdr, GpuWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
   configure(DataPolicy::None);
   gpu_->module_loads = false;
   void* r = virtualRecv();
@@ -554,14 +554,14 @@ TEST_F(Gdr, FlagWriterThatDoesNotLoadFallsBackToTheDriverAndSaysWhy) {
   EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
   EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
   std::lock_guard lock(captured_log_mu);
-  EXPECT_NE(captured_log.find("GPU flag writer not used: its kernel does not load on this GPU"),
+  EXPECT_NE(captured_log.find("GPU writer not used: its kernel does not load on this GPU"),
             std::string::npos)
       << captured_log;
 }
 
 // No CUDA driver in the process: registering a GPU buffer still succeeds (the writer is an
 // optimisation), and a Simple receive under none, which needs no driver, completes.
-TEST_F(Gdr, NoDriverLeavesTheFlagWriterOutWithoutFailingRegistration) {
+TEST_F(Gdr, NoDriverLeavesTheGpuWriterOutWithoutFailingRegistration) {
   configure(DataPolicy::None);
   void* r = virtualRecv();
   plugin::cuda::setDriverForTesting(nullptr, "libcuda-crystal-absent.so.1");
@@ -570,7 +570,7 @@ TEST_F(Gdr, NoDriverLeavesTheFlagWriterOutWithoutFailingRegistration) {
   {
     std::lock_guard lock(captured_log_mu);
     EXPECT_NE(
-        captured_log.find("GPU flag writer not used: cannot load libcuda-crystal-absent.so.1"),
+        captured_log.find("GPU writer not used: cannot load libcuda-crystal-absent.so.1"),
         std::string::npos)
         << captured_log;
   }

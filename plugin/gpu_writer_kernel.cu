@@ -1,4 +1,4 @@
-// The flag-writer kernel (see flag_ring.h for the protocol): one block that polls the
+// The GPU-writer kernel (see gpu_writer_ring.h for the protocol): one block that polls the
 // command ring in mapped host memory and stores each command's 32-bit value at its strided
 // device addresses (LL/LL128 flags of a virtual sender's receive). One CUDA driver call per
 // receive (a 2D memset, ~4 us of NCCL's proxy thread on the H200) becomes a few host stores.
@@ -9,9 +9,9 @@
 // seen, so the fields are the new ones); the whole block then stores them. A kernel that read
 // one command at a time, field by field, ran one command per ~7 us on the H200 and set the
 // pace of an LL ring (2026-12-03).
-#include "flag_ring.h"
+#include "gpu_writer_ring.h"
 
-namespace fr = crystal::plugin::flag_ring;
+namespace fr = crystal::plugin::writer_ring;
 
 namespace {
 
@@ -25,7 +25,7 @@ constexpr unsigned kAll = 0xffffffffu;
 
 }  // namespace
 
-extern "C" __global__ void crystal_flag_writer(fr::Ring* ring, unsigned long long idle_ns) {
+extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long idle_ns) {
   __shared__ unsigned long long s_next;
   __shared__ int s_n;
   __shared__ unsigned long long s_dst[32];
@@ -54,7 +54,7 @@ extern "C" __global__ void crystal_flag_writer(fr::Ring* ring, unsigned long lon
         int quit = 0;
         if (lane == 0) quit = globalTimer() - last >= idle_ns;
         if (!__shfl_sync(kAll, quit, 0)) continue;
-        // Idle: say so, then look once more (flag_ring.h: the CPU launches another kernel if
+        // Idle: say so, then look once more (gpu_writer_ring.h: the CPU launches another kernel if
         // it posted after this and saw kExiting).
         if (lane == 0) {
           r->state = fr::kExiting;

@@ -1,8 +1,8 @@
-// The command ring between the plugin (CPU) and its flag-writer kernel (GPU), shared by
-// plugin/flag_writer.cc and plugin/flag_writer_kernel.cu. It lies in pinned, device-mapped
+// The command ring between the plugin (CPU) and its GPU-writer kernel (GPU), shared by
+// plugin/gpu_writer.cc and plugin/gpu_writer_kernel.cu. It lies in pinned, device-mapped
 // host memory: the CPU posts commands with plain stores, the kernel polls them over PCIe.
 //
-// Protocol (docs/plugin.md "GPU flag writer"):
+// Protocol (docs/plugin.md "GPU writer"):
 //   CPU post: fill the command's fields, then its `seq` (x86 keeps the order), full fence,
 //     read `state`; not kRunning -> set kRunning and launch a kernel (stream-ordered after
 //     any that is still finishing).
@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-namespace crystal::plugin::flag_ring {
+namespace crystal::plugin::writer_ring {
 
 inline constexpr std::uint32_t kSize = 1024;  // commands in flight at most
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
@@ -43,4 +43,4 @@ struct Ring {
 };
 static_assert(sizeof(Ring) == 64 + 32 * kSize);
 
-}  // namespace crystal::plugin::flag_ring
+}  // namespace crystal::plugin::writer_ring

@@ -1,6 +1,6 @@
-// The plugin's GPU flag writer: a small kernel (flag_writer_kernel.cu) that runs while
+// The plugin's GPU writer: a small kernel (gpu_writer_kernel.cu) that runs while
 // virtual senders' LL/LL128 flags are being delivered and stores them at the commands the
-// proxy thread posts into a ring in mapped host memory (protocol: flag_ring.h).
+// proxy thread posts into a ring in mapped host memory (protocol: gpu_writer_ring.h).
 //
 // Why: with GDR, NCCL's LL/LL128 receive buffers are in GPU memory, and a flag write through
 // the driver (cuMemsetD2D32Async) took 4.1 us of NCCL's proxy thread per receive on the H200
@@ -24,11 +24,11 @@
 #include <thread>
 
 #include "cuda_driver.h"
-#include "flag_ring.h"
+#include "gpu_writer_ring.h"
 
 namespace crystal::plugin {
 
-class FlagWriter {
+class GpuWriter {
  public:
   static constexpr std::uint64_t kIdleNs = 100'000;
   static constexpr int kThreads = 256;
@@ -38,11 +38,11 @@ class FlagWriter {
   // not load or whose first launch does not finish, another CUDA error while making it (a
   // context that failed once is not tried again), or no CUDA driver at all; each reason is
   // logged once (INFO). Throws only what allocation may (std::bad_alloc).
-  [[nodiscard]] static std::shared_ptr<FlagWriter> forCurrentContext(std::string* why);
+  [[nodiscard]] static std::shared_ptr<GpuWriter> forCurrentContext(std::string* why);
 
-  ~FlagWriter();  // stops the kernel; frees the ring once every launch finished (bounded)
-  FlagWriter(const FlagWriter&) = delete;
-  FlagWriter& operator=(const FlagWriter&) = delete;
+  ~GpuWriter();  // stops the kernel; frees the ring once every launch finished (bounded)
+  GpuWriter(const GpuWriter&) = delete;
+  GpuWriter& operator=(const GpuWriter&) = delete;
 
   // Queues `count` 32-bit words of `value` at dst, dst + pitch, ... (device memory). False
   // when the ring is full: the caller writes them another way. Commands for one address
@@ -68,13 +68,13 @@ class FlagWriter {
   static void setStallWarnNsForTesting(std::int64_t ns);
 
  private:
-  FlagWriter(const cuda::DriverApi& d, cuda::Context ctx);
+  GpuWriter(const cuda::DriverApi& d, cuda::Context ctx);
   // forCurrentContext without its INFO line for a reason not said before.
-  [[nodiscard]] static std::shared_ptr<FlagWriter> find(std::string* why);
+  [[nodiscard]] static std::shared_ptr<GpuWriter> find(std::string* why);
   // Loads the kernel, makes the stream and the ring, runs one warm-up launch; nullptr with
   // `why` when the image does not load or the warm-up does not finish. Throws PluginError on
   // other CUDA errors.
-  [[nodiscard]] static std::shared_ptr<FlagWriter> make(const cuda::DriverApi& d,
+  [[nodiscard]] static std::shared_ptr<GpuWriter> make(const cuda::DriverApi& d,
                                                         cuda::Context ctx, const void* image,
                                                         std::string* why);
   void launch();  // under mu_
@@ -85,7 +85,7 @@ class FlagWriter {
   cuda::Module module_ = nullptr;
   cuda::Function fn_ = nullptr;
   cuda::Stream stream_ = nullptr;
-  flag_ring::Ring* ring_ = nullptr;  // host view
+  writer_ring::Ring* ring_ = nullptr;  // host view
   cuda::DevicePtr ring_dev_ = 0;     // the kernel's view of the same memory
   mutable std::mutex mu_;
   std::uint64_t next_ = 1;
