@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "call_stats.h"
 #include "crystal/base/log.h"
@@ -112,6 +113,7 @@ void DeviceQueue::zero(void* dst, std::size_t bytes) {
   const CudaCallTimer timed;
   enter();
   check(d_->memsetD8Async(dptr(dst), 0, bytes, stream_), "cuMemsetD8Async");
+  stream_work_ = true;
 }
 
 void DeviceQueue::fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count) {
@@ -120,6 +122,7 @@ void DeviceQueue::fill32(void* dst, std::size_t pitch, std::uint32_t v, std::siz
   const CudaCallTimer timed;
   enter();
   check(d_->memsetD2D32Async(dptr(dst), pitch, v, 1, count, stream_), "cuMemsetD2D32Async");
+  stream_work_ = true;
 }
 
 void DeviceQueue::hostToDevice(void* dst, const void* src, std::size_t bytes) {
@@ -127,6 +130,7 @@ void DeviceQueue::hostToDevice(void* dst, const void* src, std::size_t bytes) {
   const CudaCallTimer timed;
   enter();
   check(d_->memcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
+  stream_work_ = true;
 }
 
 void DeviceQueue::deviceToHost(void* dst, const void* src, std::size_t bytes) {
@@ -134,6 +138,7 @@ void DeviceQueue::deviceToHost(void* dst, const void* src, std::size_t bytes) {
   const CudaCallTimer timed;
   enter();
   check(d_->memcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
+  stream_work_ = true;
 }
 
 void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) {
@@ -141,6 +146,21 @@ void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) 
   const CudaCallTimer timed;
   enter();
   check(d_->memcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
+  stream_work_ = true;
+}
+
+void DeviceQueue::copyAnyOrder(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (copy_max_ < 0) copy_max_ = std::max<std::int64_t>(0, paramInt("CRYSTAL_GPU_COPY_MAX"));
+  if (writer_ && bytes <= static_cast<std::uint64_t>(copy_max_)) {
+    if (const std::uint64_t n = writer_->postCopy(dst, src, bytes)) {
+      writer_cmd_ = n;
+      ++counts_.writer_copies;
+      return;
+    }
+  }
+  ++counts_.stream_copies;
+  deviceToDevice(dst, src, bytes);
 }
 
 void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
@@ -158,6 +178,7 @@ void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch
   m.WidthInBytes = width;
   m.Height = rows;
   check(d_->memcpy2DAsync(&m, stream_), "cuMemcpy2DAsync");
+  stream_work_ = true;
 }
 
 std::byte* DeviceQueue::staging(int slot, std::size_t bytes) {
@@ -282,10 +303,16 @@ std::byte* DeviceQueue::importAllocation(int fd, std::size_t bytes, std::string*
 }
 
 void DeviceQueue::mark(int slot) {
-  const CudaCallTimer timed;
-  enter();
   const auto i = static_cast<std::size_t>(slot);
   (void)events_.at(i);
+  writer_seq_[i] = std::exchange(writer_cmd_, 0);
+  if (writer_seq_[i] != 0 && !stream_work_) {  // only the writer's: nothing to ask the driver
+    marked_[i] = false;
+    return;
+  }
+  stream_work_ = false;
+  const CudaCallTimer timed;
+  enter();
   const std::uint64_t seq = marks_ + 1;
   if (!markByWord(static_cast<std::uint32_t>(seq))) {
     cuda::Event& e = events_[i];
@@ -344,8 +371,16 @@ void DeviceQueue::record(cuda::Event& e) {
   check(d_->eventRecord(e, stream_), "cuEventRecord");
 }
 
+bool DeviceQueue::writerDone(std::size_t i) {
+  if (writer_seq_.at(i) == 0) return true;
+  if (writer_->done() < writer_seq_[i]) return false;
+  writer_seq_[i] = 0;
+  return true;
+}
+
 bool DeviceQueue::done(int slot) {
   const auto i = static_cast<std::size_t>(slot);
+  if (!writerDone(i)) return false;
   if (!marked_.at(i)) return true;
   if (marks_by_ == Marks::Words) {
     // The stream writes mark numbers in order; 32 bits wrap, and fewer than 2^31 marks are
@@ -366,6 +401,7 @@ bool DeviceQueue::done(int slot) {
 bool DeviceQueue::doneInPoll(int slot) {
   if (marks_by_ == Marks::Words) return done(slot);  // no driver call to save: the word now
   const auto i = static_cast<std::size_t>(slot);
+  if (!writerDone(i)) return false;
   if (marked_.at(i) && mark_seq_[i] >= not_ready_from_) return false;
   if (done(slot)) return true;
   not_ready_from_ = std::min(not_ready_from_, mark_seq_[i]);

@@ -45,6 +45,13 @@ class DeviceQueue {
   void hostToDevice(void* dst, const void* src, std::size_t bytes);
   void deviceToHost(void* dst, const void* src, std::size_t bytes);
   void deviceToDevice(void* dst, const void* src, std::size_t bytes);
+  // A device-to-device copy that needs no order against this queue's other work (a real
+  // peer's step into its own slot): run by the GPU writer's kernel when one is set, the copy
+  // is at most CRYSTAL_GPU_COPY_MAX bytes and the writer's ring has room (no driver call:
+  // under MPS each was ~2.5 us of NCCL's proxy thread), else on the stream as
+  // deviceToDevice. mark() covers it either way, without a driver call when the stream got no
+  // work since the previous mark.
+  void copyAnyOrder(void* dst, const void* src, std::size_t bytes);
   // `rows` rows of `width` bytes, rows `pitch` bytes apart on both sides (LL128 line data).
   void deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
                         std::size_t rows);
@@ -78,7 +85,8 @@ class DeviceQueue {
   // readable and writable by this GPU, until close; nullptr with the driver's reason when it
   // refuses. The caller keeps (and closes) fd.
   [[nodiscard]] std::byte* importAllocation(int fd, std::size_t bytes, std::string* why);
-  // The work enqueued so far completes slot `slot`'s request.
+  // The work enqueued since the previous mark completes slot `slot`'s request (work on the
+  // stream: also everything before it there).
   void mark(int slot);
   // Records `e` (created on first use) after the work enqueued so far: another object (the
   // mirror channel) waits on it without touching this queue's slots.
@@ -93,8 +101,15 @@ class DeviceQueue {
   [[nodiscard]] bool doneInPoll(int slot);
   void newPoll() noexcept { not_ready_from_ = UINT64_MAX; }
 
+  struct Counts {
+    std::uint64_t writer_copies = 0, stream_copies = 0;  // copyAnyOrder's, by where they ran
+  };
+  [[nodiscard]] Counts counts() const noexcept { return counts_; }
+
  private:
   void enter();  // driver loaded, context current, stream created
+  // Slot i's copies by the writer have run (true when it has none; forgets them once run).
+  [[nodiscard]] bool writerDone(std::size_t i);
   // How marks are made: decided at the first mark (the driver's entry, the parameter, the
   // host word's allocation and the first write), then kept.
   enum class Marks { Undecided, Words, Events };
@@ -112,6 +127,12 @@ class DeviceQueue {
   std::vector<cuda::Event> events_;
   std::vector<bool> marked_ = std::vector<bool>(events_.size());
   std::vector<std::uint64_t> mark_seq_ = std::vector<std::uint64_t>(events_.size());
+  // The writer command a slot waits for (0: none), and the last one posted since the mark.
+  std::vector<std::uint64_t> writer_seq_ = std::vector<std::uint64_t>(events_.size());
+  std::uint64_t writer_cmd_ = 0;
+  bool stream_work_ = false;    // work enqueued on the stream since the previous mark
+  std::int64_t copy_max_ = -1;  // CRYSTAL_GPU_COPY_MAX, read at the first copyAnyOrder
+  Counts counts_;
   std::uint64_t marks_ = 0;
   std::uint64_t not_ready_from_ = UINT64_MAX;  // this poll's oldest mark found not ready
   std::vector<Staging> staging_;

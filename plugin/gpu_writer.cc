@@ -257,26 +257,45 @@ GpuWriter::~GpuWriter() {
   if (stream_) (void)d_.streamDestroy(stream_);
   if (module_) (void)d_.moduleUnload(module_);
   if (counts_.posted > 0)
-    CRYSTAL_INFO("GPU writer: {} commands, {} kernel launches, {} written by the driver instead "
-                 "(ring full)",
-                 counts_.posted, counts_.launches, counts_.ring_full);
+    CRYSTAL_INFO(
+        "GPU writer: {} commands ({} copies), {} kernel launches, {} done by the driver "
+        "instead (ring full)",
+        counts_.posted, counts_.copies, counts_.launches, counts_.ring_full);
 }
 
 bool GpuWriter::post(void* dst, std::size_t pitch, std::uint32_t value, std::size_t count) {
   if (count == 0) return true;
   if (pitch > UINT32_MAX || count > UINT32_MAX) return false;
   std::lock_guard lock(mu_);
-  if (!fn_) return false;  // a launch failed earlier: the driver writes from now on
+  return enqueue(cuda::dptr(dst), writer_ring::fillArg(static_cast<std::uint32_t>(pitch), value),
+                 static_cast<std::uint32_t>(count), writer_ring::kFill,
+                 "LL/LL128 flags go through the CUDA driver from now on") != 0;
+}
+
+std::uint64_t GpuWriter::postCopy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || bytes > UINT32_MAX) return 0;
+  std::lock_guard lock(mu_);
+  const std::uint64_t n =
+      enqueue(cuda::dptr(dst), cuda::dptr(src), static_cast<std::uint32_t>(bytes),
+              writer_ring::kCopy, "copies go through the CUDA driver from now on");
+  if (n) ++counts_.copies;
+  return n;
+}
+
+std::uint64_t GpuWriter::enqueue(std::uint64_t dst, std::uint64_t arg, std::uint32_t count,
+                                 writer_ring::Kind kind, const char* what) {
+  if (!fn_) return 0;  // a launch failed earlier: the driver writes from now on
   if (next_ - done() > fr::kSize) {
     ++counts_.ring_full;
-    return false;
+    return 0;
   }
-  fr::Command& c = ring_->cmds[next_ % fr::kSize];
-  c.dst = cuda::dptr(dst);
-  c.pitch = static_cast<std::uint32_t>(pitch);
-  c.value = value;
-  c.count = static_cast<std::uint32_t>(count);
-  std::atomic_ref(c.seq).store(next_, std::memory_order_release);
+  const std::uint64_t n = next_;
+  fr::Command& c = ring_->cmds[n % fr::kSize];
+  c.dst = dst;
+  c.arg = arg;
+  c.count = count;
+  c.kind = kind;
+  std::atomic_ref(c.seq).store(n, std::memory_order_release);
   // Store the command, then look at the kernel's state (gpu_writer_ring.h: a full fence between).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::atomic_ref state(ring_->state);
@@ -287,14 +306,15 @@ bool GpuWriter::post(void* dst, std::size_t pitch, std::uint32_t value, std::siz
     try {
       launch();
     } catch (const PluginError& e) {
-      // The command stays in the ring; the caller writes the same flags through the driver.
-      CRYSTAL_WARN("GPU writer: {}; LL/LL128 flags go through the CUDA driver from now on",
-                   e.what());
+      // The caller does the same work another way; withdrawn, unless a kernel in its last
+      // look (gpu_writer_ring.h) runs it too, which writes the same bytes.
+      std::atomic_ref(c.seq).store(0, std::memory_order_relaxed);
+      CRYSTAL_WARN("GPU writer: {}; {}", e.what(), what);
       fn_ = nullptr;
-      return false;
+      return 0;
     }
   }
-  return true;
+  return n;
 }
 
 void GpuWriter::launch() {

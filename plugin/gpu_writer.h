@@ -1,11 +1,15 @@
-// The plugin's GPU writer: a small kernel (gpu_writer_kernel.cu) that runs while
-// virtual senders' LL/LL128 flags are being delivered and stores them at the commands the
-// proxy thread posts into a ring in mapped host memory (protocol: gpu_writer_ring.h).
+// The plugin's GPU writer: a small kernel (gpu_writer_kernel.cu) that runs the commands the
+// proxy thread posts into a ring in mapped host memory (protocol: gpu_writer_ring.h): virtual
+// senders' LL/LL128 flags stored into GPU receive buffers, and real peers' steps copied GPU
+// to GPU.
 //
 // Why: with GDR, NCCL's LL/LL128 receive buffers are in GPU memory, and a flag write through
 // the driver (cuMemsetD2D32Async) took 4.1 us of NCCL's proxy thread per receive on the H200
 // (2026-12-03: 56 % of the proxy's busy time inside the plugin, one step per connection per
-// round). Posting a command is a few stores; the kernel polls it within ~1-2 us.
+// round). Likewise a real receive's copy (cuMemcpyDtoDAsync and its completion word, ~2.5 us
+// a driver call under MPS) kept the receiving proxy busy: 503 steps of 64 KiB an all-gather
+// of 32 MiB took 4.5 ms, one real rank's 0.96 (2026-12-06, H100). Posting a command is a few
+// stores; the kernel polls it within ~1-2 us.
 //
 // One writer per CUDA context, on its own non-blocking stream, shared by the receive comms of
 // that context; the kernel exits after kIdleNs without commands (so the program's
@@ -31,7 +35,8 @@ namespace crystal::plugin {
 class GpuWriter {
  public:
   static constexpr std::uint64_t kIdleNs = 100'000;
-  static constexpr int kThreads = 256;
+  // Copies run on this one block: ~4 x 16 bytes in flight a thread.
+  static constexpr int kThreads = 512;
 
   // The writer of the calling thread's current CUDA context (created on first use), or
   // nullptr with `why` set when there is none: no context, no kernel image, a kernel that does
@@ -48,9 +53,13 @@ class GpuWriter {
   // when the ring is full: the caller writes them another way. Commands for one address
   // never overlap in practice (NCCL reposts a slot only after its GPU consumed the flags).
   [[nodiscard]] bool post(void* dst, std::size_t pitch, std::uint32_t value, std::size_t count);
+  // Queues a copy of `bytes` (< 4 GiB) from src to dst, both device addresses of this
+  // context. Returns the command's number (done() reaches it once the bytes are there), or 0
+  // when the ring is full or the writer failed: the caller copies another way.
+  [[nodiscard]] std::uint64_t postCopy(void* dst, const void* src, std::size_t bytes);
 
   struct Counts {
-    std::uint64_t posted = 0, launches = 0, ring_full = 0;
+    std::uint64_t posted = 0, copies = 0, launches = 0, ring_full = 0;
   };
   [[nodiscard]] Counts counts() const;
   // Commands the kernel has run (read from the ring).
@@ -77,6 +86,10 @@ class GpuWriter {
   [[nodiscard]] static std::shared_ptr<GpuWriter> make(const cuda::DriverApi& d,
                                                         cuda::Context ctx, const void* image,
                                                         std::string* why);
+  // Queues one command; its number, or 0 (ring full, or the writer failed: `what` names the
+  // caller's fallback in the WARN of a failed launch). Under mu_.
+  [[nodiscard]] std::uint64_t enqueue(std::uint64_t dst, std::uint64_t arg, std::uint32_t count,
+                                      writer_ring::Kind kind, const char* what);
   void launch();  // under mu_
   void watch();   // the watchdog thread's loop
   [[nodiscard]] std::string stateLine() const;  // under mu_

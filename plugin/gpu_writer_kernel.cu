@@ -1,7 +1,9 @@
 // The GPU-writer kernel (see gpu_writer_ring.h for the protocol): one block that polls the
-// command ring in mapped host memory and stores each command's 32-bit value at its strided
-// device addresses (LL/LL128 flags of a virtual sender's receive). One CUDA driver call per
-// receive (a 2D memset, ~4 us of NCCL's proxy thread on the H200) becomes a few host stores.
+// command ring in mapped host memory and runs each command: a 32-bit value stored at strided
+// device addresses (LL/LL128 flags of a virtual sender's receive), or bytes copied from one
+// device address to another (a real peer's step, GPU to GPU). One CUDA driver call per
+// command (a 2D memset, ~4 us of NCCL's proxy thread on the H200; a copy, ~2.5 us under MPS)
+// becomes a few host stores.
 //
 // Throughput: every read of the ring crosses PCIe (~1-2 us). Warp 0 looks at the next 32
 // commands at once (one sequence number per lane, one round trip), then reads the fields of
@@ -23,13 +25,41 @@ __device__ __forceinline__ unsigned long long globalTimer() {
 
 constexpr unsigned kAll = 0xffffffffu;
 
+// `bytes` from src to dst by the whole block. Loads bypass L1 (ld.global.cg): the source is
+// the peer's buffer, rewritten by its kernel between two commands of this one, and L1 is not
+// coherent. 16-byte words, four in flight a thread, where both ends are 16-byte aligned
+// (NCCL's buffers and steps are); the rest byte by byte.
+__device__ __forceinline__ void blockCopy(unsigned long long dst, unsigned long long src,
+                                          unsigned bytes) {
+  unsigned head = 0;
+  if (((dst | src) & 15) == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const unsigned n = bytes / 16, stride = blockDim.x;
+    unsigned i = threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+      const uint4 a = __ldcg(s + i), b = __ldcg(s + i + stride), c = __ldcg(s + i + 2 * stride),
+                  e = __ldcg(s + i + 3 * stride);
+      d[i] = a;
+      d[i + stride] = b;
+      d[i + 2 * stride] = c;
+      d[i + 3 * stride] = e;
+    }
+    for (; i < n; i += stride) d[i] = __ldcg(s + i);
+    head = n * 16;
+  }
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  for (unsigned i = head + threadIdx.x; i < bytes; i += blockDim.x) d[i] = __ldcg(s + i);
+}
+
 }  // namespace
 
 extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long idle_ns) {
   __shared__ unsigned long long s_next;
   __shared__ int s_n;
-  __shared__ unsigned long long s_dst[32];
-  __shared__ unsigned s_pitch[32], s_value[32], s_count[32];
+  __shared__ unsigned long long s_dst[32], s_arg[32];
+  __shared__ unsigned s_count[32], s_kind[32];
   volatile fr::Ring* r = ring;
   const unsigned lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -68,9 +98,9 @@ extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long
         if (lane < static_cast<unsigned>(n)) {
           volatile fr::Command* c = &r->cmds[(next + lane) % fr::kSize];
           s_dst[lane] = c->dst;
-          s_pitch[lane] = c->pitch;
-          s_value[lane] = c->value;
+          s_arg[lane] = c->arg;
           s_count[lane] = c->count;
+          s_kind[lane] = c->kind;
         }
       }
       if (lane == 0) s_n = n;
@@ -78,14 +108,26 @@ extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long
     __syncthreads();
     const int n = s_n;
     if (n == 0) return;
+    bool copied = false;
     for (int k = 0; k < n; ++k) {
-      const unsigned long long dst = s_dst[k];
-      const unsigned pitch = s_pitch[k], value = s_value[k], count = s_count[k];
+      const unsigned long long dst = s_dst[k], arg = s_arg[k];
+      const unsigned count = s_count[k];
+      if (s_kind[k] == fr::kCopy) {
+        blockCopy(dst, arg, count);
+        copied = true;
+        continue;
+      }
+      const unsigned pitch = static_cast<unsigned>(arg), value = static_cast<unsigned>(arg >> 32);
       for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
         *reinterpret_cast<volatile unsigned*>(dst + static_cast<unsigned long long>(i) * pitch) =
             value;
     }
-    __threadfence();  // every store of these commands before `done` says they ran
+    // Every store of these commands before `done` says they ran: NCCL's kernel polls the
+    // flags itself (device scope); copied bytes are read once the CPU saw `done` (system).
+    if (copied)
+      __threadfence_system();
+    else
+      __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
       r->done = s_next + n - 1;

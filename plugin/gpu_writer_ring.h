@@ -7,8 +7,12 @@
 //     read `state`; not kRunning -> set kRunning and launch a kernel (stream-ordered after
 //     any that is still finishing).
 //   Kernel: state = kRunning, next = done + 1; poll the sequence numbers of the next 32
-//     commands; run the consecutive ones that are there (every thread stores `value` at
-//     dst + i * pitch, i < count), then done = the last of them. After `idle` ns without one:
+//     commands; run the consecutive ones that are there, in order (kFill: every thread stores
+//     `value` at dst + i * pitch, i < count; kCopy: the block copies `count` bytes from `arg`
+//     to dst), fence (a system-wide one after copies: the CPU reads `done` and then lets
+//     NCCL's kernel read the bytes), then done = the last of them. The stores of one batch
+//     are not ordered against each other: commands must not depend on one another (an
+//     LL128 line's flag must not follow its data in the same batch). After `idle` ns without one:
 //     state = kExiting, system fence, look once more; a command there -> state = kRunning,
 //     go on; else return.
 //   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the
@@ -23,15 +27,29 @@ namespace crystal::plugin::writer_ring {
 inline constexpr std::uint32_t kSize = 1024;  // commands in flight at most
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 
+enum Kind : std::uint32_t {
+  kFill = 0,  // 32-bit words of one value at a pitch (LL/LL128 flags)
+  kCopy = 1,  // bytes from one device address to another (a real peer's step)
+};
+
 struct Command {  // 32 bytes
-  std::uint64_t dst;    // device address of the first 32-bit word
-  std::uint32_t pitch;  // bytes between consecutive words
-  std::uint32_t value;
-  std::uint32_t count;  // words
-  std::uint32_t pad;
+  std::uint64_t dst;    // device address: the first word (kFill), the first byte (kCopy)
+  std::uint64_t arg;    // kFill: fillArg(pitch, value); kCopy: the source's device address
+  std::uint32_t count;  // kFill: words; kCopy: bytes
+  std::uint32_t kind;   // Kind
   std::uint64_t seq;  // written last; the command is there once seq equals its number
 };
 static_assert(sizeof(Command) == 32);
+
+// kFill's arg: the bytes between consecutive words (low half) and the value (high half)
+// (the host's helpers; the kernel splits it itself).
+constexpr std::uint64_t fillArg(std::uint32_t pitch, std::uint32_t value) {
+  return std::uint64_t{pitch} | std::uint64_t{value} << 32;
+}
+constexpr std::uint32_t fillPitch(std::uint64_t arg) { return static_cast<std::uint32_t>(arg); }
+constexpr std::uint32_t fillValue(std::uint64_t arg) {
+  return static_cast<std::uint32_t>(arg >> 32);
+}
 
 struct Ring {
   std::uint32_t state;  // kRunning / kExiting (0 before the first launch)

@@ -62,6 +62,12 @@ constexpr Param kParams[] = {
      "event per receive); 0: at its modelled time (the GPU polls the flags itself and the "
      "writes stay in stream order), which keeps two CUDA calls per receive off NCCL's proxy "
      "thread."},
+    {"CRYSTAL_GPU_COPY_MAX", "262144",
+     "A real peer's step GPU to GPU of at most this many bytes is copied by the plugin's "
+     "GPU-writer kernel (posted into its ring: no CUDA driver call on NCCL's proxy thread); "
+     "larger steps, or all with 0 or CRYSTAL_GPU_WRITER=0, by cuMemcpyDtoDAsync on the "
+     "plugin's stream (the copy engines: faster for large steps, ~2.5 us of driver call "
+     "each under MPS)."},
     {"CRYSTAL_GPU_WRITER", "1",
      "1: under data none, LL/LL128 flags of virtual senders in GPU memory are stored by the "
      "plugin's GPU-writer kernel from a command ring in mapped host memory (a few stores "

@@ -385,8 +385,19 @@ bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
 }
 
 void RealRecvComm::registered(const MemRegion& region) {
-  if (region.type == nccl::NCCL_PTR_CUDA && region.size > 0)
-    (void)gpu().twin(region.base, region.size);
+  if (region.type != nccl::NCCL_PTR_CUDA || region.size == 0) return;
+  (void)gpu().twin(region.base, region.size);
+  // The GPU writer copies the sender's steps GPU to GPU (device_queue.h copyAnyOrder); made
+  // here, at connection setup, as its first launch may wait for the device.
+  if (writer_tried_) return;
+  writer_tried_ = true;
+  if (!paramBool("CRYSTAL_GPU_WRITER") || paramInt("CRYSTAL_GPU_COPY_MAX") <= 0) return;
+  std::string why;  // forCurrentContext logs it
+  try {
+    if (auto w = GpuWriter::forCurrentContext(&why)) gpu().setGpuWriter(std::move(w));
+  } catch (const std::exception& e) {  // an optimisation: never fail NCCL for it
+    CRYSTAL_INFO("GPU writer not used for copies from {}: {}", peer_, e.what());
+  }
 }
 
 void RealRecvComm::irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
@@ -789,7 +800,7 @@ void RealRecvComm::copyPeerGpu(Request& r, int entry, const std::byte* src, std:
   const std::size_t lines = bytes / kLine;
   if (!region || protoOfRegion(region->ordinal, protocol_buffers_) != proto::Proto::LL128 ||
       lines == 0 || bytes % kLine != 0) {
-    gpu().deviceToDevice(dst, src, bytes);
+    gpu().copyAnyOrder(dst, src, bytes);  // the request's only work: no order to keep
     return;
   }
   auto* d = static_cast<std::byte*>(dst);

@@ -237,6 +237,7 @@ class RealRecvComm final : public DataComm {
   std::string peer_;
   live::TimeNs stall_ns_;
   bool stall_warned_ = false;
+  bool writer_tried_ = false;  // asked for the GPU writer (at the first GPU region)
   std::uint64_t steps_ = 0;
   // The sender's segments by number (nullptr: refused), before gpu_ (see the sender's).
   struct PeerSegment {

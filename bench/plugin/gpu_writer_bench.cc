@@ -35,7 +35,7 @@ void BM_LLReceiveFlagsThroughTheGpuWriter(benchmark::State& state) {
       ns.push_back(recv.receive(0, slot, kLLStep).first);
       slot = (slot + 1) % 8;
       state.PauseTiming();
-      if (slot == 0) (void)test::drainFakeFlagRing();  // the "GPU" runs what was posted
+      if (slot == 0) (void)test::drainFakeWriterRing();  // the "GPU" runs what was posted
       state.ResumeTiming();
     }
     state.counters["memsets"] = static_cast<double>(gpu.count("cuMemsetD2D32Async"));

@@ -359,8 +359,14 @@ std::size_t runRing(fr::Ring* ring) {
   std::size_t n = 0;
   for (std::uint64_t next = ring->done + 1; ring->cmds[next % fr::kSize].seq == next; ++next) {
     const fr::Command& c = ring->cmds[next % fr::kSize];
-    for (std::uint32_t i = 0; i < c.count; ++i)
-      std::memcpy(static_cast<char*>(ptr(c.dst)) + std::size_t{i} * c.pitch, &c.value, 4);
+    if (c.kind == fr::kCopy) {
+      std::memmove(ptr(c.dst), ptr(c.arg), c.count);
+    } else {
+      const std::uint32_t value = fr::fillValue(c.arg);
+      for (std::uint32_t i = 0; i < c.count; ++i)
+        std::memcpy(static_cast<char*>(ptr(c.dst)) + std::size_t{i} * fr::fillPitch(c.arg), &value,
+                    4);
+    }
     ring->done = next;
     ++n;
   }
@@ -587,7 +593,7 @@ std::size_t freeLeftHostAllocs() {
   return n;
 }
 
-std::size_t drainFakeFlagRing() { return g_ring ? runRing(g_ring) : 0; }
+std::size_t drainFakeWriterRing() { return g_ring ? runRing(g_ring) : 0; }
 
 std::size_t releaseFakeStreamWrites() {
   FAKE_LOCK;

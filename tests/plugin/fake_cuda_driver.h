@@ -53,9 +53,10 @@ struct FakeGpu {
   [[nodiscard]] std::size_t count(const std::string& prefix) const;  // calls starting so
 };
 
-// With kernel_runs false: runs the flag-writer commands posted since, as the kernel would,
-// leaving it "running" (benchmarks drain the ring between batches of posts). Returns how many.
-std::size_t drainFakeFlagRing();
+// With kernel_runs false: runs the GPU-writer commands (fills, copies) posted since, as the kernel
+// would, leaving it "running" (benchmarks drain the ring between batches of posts). Returns how
+// many.
+std::size_t drainFakeWriterRing();
 
 // One pass of the P2P agent kernel of the latest launch, on the CPU, if it is running: every
 // connection's watched counter copied to `seen`, its `release` stored at its target (with the

@@ -94,6 +94,7 @@ class Gdr : public ::testing::Test {
     // The GPU writer loads whatever image the fake is given (a build without nvcc has none).
     plugin::GpuWriter::setImageForTesting(kFakeKernelImage);
     ::unsetenv("CRYSTAL_GPU_WRITER");
+    ::setenv("CRYSTAL_GPU_COPY_MAX", "0", 1);  // real peers' copies: the driver's (counted)
     ASSERT_EQ(net::init(&ctx_, 0x6472 + ++serial_, nullptr, captureLog, nullptr), ncclSuccess);
   }
   void TearDown() override {
@@ -115,6 +116,7 @@ class Gdr : public ::testing::Test {
     ::unsetenv("CRYSTAL_GDR");
     ::unsetenv("CRYSTAL_GPU_WRITER");
     ::unsetenv("CRYSTAL_SHM");
+    ::unsetenv("CRYSTAL_GPU_COPY_MAX");
   }
 
   // Real<->real bytes over TCP only (CRYSTAL_SHM=0): the route of peers on other machines;

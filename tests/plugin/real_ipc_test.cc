@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fd_passing.h"
+#include "gpu_writer.h"
 #include "real_pair_fixture.h"
 
 namespace crystal::test {
@@ -167,6 +168,105 @@ TEST_F(RealIpc, SendWaitsForTheReceiversCopyThroughTheStreamsHostWord) {
   EXPECT_EQ(gpu_->event_queries, 0u);
   EXPECT_EQ(gpu_->count("cuEventRecord"), 0u);
   EXPECT_EQ(logText().find("report completion by events"), std::string::npos) << logText();
+}
+
+// Small steps copied by the GPU writer's kernel (device_queue.h copyAnyOrder): a command in
+// its ring, no driver call on the receiver's side (no copy, no completion mark); steps
+// above CRYSTAL_GPU_COPY_MAX go to the stream as before.
+const unsigned char kFakeWriterImage[16] = {};  // the fake driver "loads" any image
+
+class RealIpcWriter : public RealIpc {
+ protected:
+  void SetUp() override {
+    RealIpc::SetUp();
+    ::unsetenv("CRYSTAL_GPU_COPY_MAX");  // its default: the writer copies steps <= 256 KiB
+    plugin::GpuWriter::setImageForTesting(kFakeWriterImage);  // a build without nvcc has none
+  }
+  void TearDown() override {
+    RealIpc::TearDown();
+    plugin::GpuWriter::setImageForTesting(nullptr);
+  }
+  // Driver calls of the data path since call `from` (what NCCL's proxy thread pays a step).
+  [[nodiscard]] std::size_t dataPathCalls(std::size_t from) const {
+    std::size_t n = 0;
+    for (const char* name : {"cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+                             "cuEventRecord", "cuEventQuery", "cuStreamWriteValue32"})
+      n += callsSince(*gpu_, from, name).size();
+    return n;
+  }
+};
+
+TEST_F(RealIpcWriter, SmallStepsAreCopiedByTheKernelWithNoDriverCall) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  constexpr std::size_t kStep = 64 << 10, kSteps = 8;
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(21);
+  Buffer dst(kSteps * kStep);
+  (void)reg(s, alloc.p, kSteps * kStep, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  EXPECT_EQ(gpu_->count("cuModuleGetFunction:crystal_gpu_writer"), 1u)
+      << "loaded at the receiver's registration";
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  std::memset(dst.at(0), 0, kSteps * kStep);
+  const std::size_t before = gpu_->calls.size();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<void*> reqs;
+    for (std::size_t k = 0; k < kSteps; ++k) {
+      reqs.push_back(recvPost(r, dst.at(k * kStep), kStep));
+      reqs.push_back(sendPost(s, alloc.p + k * kStep, kStep));
+    }
+    ASSERT_EQ(progressAll(reqs), 2 * kSteps);
+    EXPECT_EQ(std::memcmp(dst.at(0), alloc.p, kSteps * kStep), 0) << round;
+    std::memset(dst.at(0), 0, kSteps * kStep);
+  }
+  EXPECT_EQ(dataPathCalls(before), 0u);
+  EXPECT_GE(plugin::writer_ring::kSize, 3 * kSteps);
+  EXPECT_EQ(logText().find("cannot"), std::string::npos) << logText();
+}
+
+TEST_F(RealIpcWriter, StepsAboveTheCopyMaxGoToTheStream) {
+  ::setenv("CRYSTAL_GPU_COPY_MAX", "32768", 1);
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(22);
+  Buffer dst(1 << 18);
+  (void)reg(s, alloc.p, 1 << 18, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  const std::size_t before = gpu_->calls.size();
+  std::vector<void*> reqs{recvPost(r, dst.at(0), 32768), sendPost(s, alloc.p, 32768),
+                          recvPost(r, dst.at(65536), 32769), sendPost(s, alloc.p + 65536, 32769)};
+  ASSERT_EQ(progressAll(reqs), 4u);
+  const auto copies = callsSince(*gpu_, before, "cuMemcpyDtoDAsync");
+  ASSERT_EQ(copies.size(), 1u) << "only the step of 32769 bytes";
+  EXPECT_EQ(copies[0].bytes, 32769u);
+  EXPECT_EQ(std::memcmp(dst.at(0), alloc.p, 32768), 0);
+  EXPECT_EQ(std::memcmp(dst.at(65536), alloc.p + 65536, 32769), 0);
+}
+
+// Neither side of a step completes before the kernel ran its copy (NCCL may rewrite the
+// sender's slot once its send is done); once it ran, both do.
+TEST_F(RealIpcWriter, SendWaitsForTheKernelsCopy) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  alloc.fill(23);
+  Buffer dst(65536);
+  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  gpu_->kernel_runs = false;  // launches from now on are queued, not run
+  std::memset(dst.at(0), 0, 8192);
+  void* rreq = recvPost(r, dst.at(0), 8192);
+  void* sreq = sendPost(s, alloc.p + 8192, 8192);
+  ASSERT_NO_FATAL_FAILURE(expectPendingWhileTheCopyWaits(rreq, sreq));
+  EXPECT_NE(std::memcmp(dst.at(0), alloc.p + 8192, 8192), 0) << "not copied yet";
+  EXPECT_EQ(drainFakeWriterRing(), 1u);
+  EXPECT_EQ(progressAll({rreq, sreq}), 2u);
+  EXPECT_EQ(std::memcmp(dst.at(0), alloc.p + 8192, 8192), 0);
+  gpu_->kernel_runs = true;
 }
 
 // LL128 lines into the receiver's LL128 buffer: the data words of every line first, then the

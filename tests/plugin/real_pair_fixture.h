@@ -65,6 +65,9 @@ class RealPairTest : public ::testing::Test {
     ::unsetenv("CRYSTAL_DATA");
     ::unsetenv("CRYSTAL_GDR");
     ::unsetenv("CRYSTAL_TIMEOUT");
+    // GPU-to-GPU steps on the plugin's stream, as driver copies the tests can see; the GPU
+    // writer's copies have their own tests (real_ipc_test.cc, RealIpcWriter).
+    ::setenv("CRYSTAL_GPU_COPY_MAX", "0", 1);
     Config cfg;
     cfg.emulation.data = DataPolicy::None;
     cfg.emulation.gdr = true;
@@ -90,6 +93,7 @@ class RealPairTest : public ::testing::Test {
     uninstallFakeDriver();
     ::unsetenv("CRYSTAL_SHM");
     ::unsetenv("CRYSTAL_IPC");
+    ::unsetenv("CRYSTAL_GPU_COPY_MAX");
   }
 
   live::NetHandle listenHandle(void** l) {
