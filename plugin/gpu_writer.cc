@@ -88,7 +88,8 @@ std::shared_ptr<GpuWriter> GpuWriter::forCurrentContext(std::string* why) {
   std::lock_guard lock(w.mu);
   if (w.said.insert(*why).second)
     CRYSTAL_INFO("GPU writer not used: {}; LL/LL128 flags in GPU memory are written with "
-                 "cuMemsetD2D32Async (~4 us of NCCL's proxy thread each)",
+                 "cuMemsetD2D32Async and real peers' steps copied with cuMemcpyDtoDAsync (a few "
+                 "us of NCCL's proxy thread each)",
                  *why);
   return nullptr;
 }
