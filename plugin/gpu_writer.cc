@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -94,7 +95,12 @@ std::shared_ptr<GpuWriter> GpuWriter::forCurrentContext(std::string* why) {
   return nullptr;
 }
 
-GpuWriter::GpuWriter(const cuda::DriverApi& d, cuda::Context ctx) : d_(d), ctx_(ctx) {
+GpuWriter::GpuWriter(const cuda::DriverApi& d, cuda::Context ctx)
+    : d_(d),
+      ctx_(ctx),
+      idle_ns_(static_cast<std::uint64_t>(
+                   std::max<std::int64_t>(1, paramInt("CRYSTAL_GPU_WRITER_IDLE_US"))) *
+               1000) {
   if (const std::int64_t t = g_test_stall_ns.load(); t > 0) stall_warn_ns_ = t;
 }
 
@@ -323,7 +329,7 @@ void GpuWriter::launch() {
   cuda::Context cur = nullptr;
   check(d_.ctxGetCurrent(&cur), "cuCtxGetCurrent");
   if (cur != ctx_) check(d_.ctxSetCurrent(ctx_), "cuCtxSetCurrent");
-  unsigned long long idle = kIdleNs;
+  unsigned long long idle = idle_ns_;
   void* args[] = {&ring_dev_, &idle};
   check(d_.launchKernel(fn_, 1, 1, 1, kThreads, 1, 1, 0, stream_, args, nullptr),
         "cuLaunchKernel");

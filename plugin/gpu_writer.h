@@ -12,7 +12,8 @@
 // stores; the kernel polls it within ~1-2 us.
 //
 // One writer per CUDA context, on its own non-blocking stream, shared by the receive comms of
-// that context; the kernel exits after kIdleNs without commands (so the program's
+// that context; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US (kIdleNs by default)
+// without commands (so the program's
 // cudaDeviceSynchronize returns) and the next post launches it again. Used only for flags
 // with nothing else to order against (data policy none); everything else stays on the
 // DeviceQueue's stream. Unavailable (nullptr) when the plugin was built without nvcc or the
@@ -104,6 +105,7 @@ class GpuWriter {
   std::uint64_t next_ = 1;
   Counts counts_;
   std::int64_t stall_warn_ns_ = kStallWarnNs;
+  std::uint64_t idle_ns_;  // the kernel's idle exit (CRYSTAL_GPU_WRITER_IDLE_US)
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread watchdog_;

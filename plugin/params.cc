@@ -94,6 +94,10 @@ constexpr Param kParams[] = {
      "released, stored by the agent kernel) with CPU and GPU times."},
     {"CRYSTAL_P2P_TRACE_MAX", "1000000",
      "Rows each P2P pacing trace keeps (the rest are counted)."},
+    {"CRYSTAL_GPU_WRITER_IDLE_US", "100",
+     "The GPU writer's kernel exits after this many microseconds without a command (the next "
+     "one launches it again, a few us of NCCL's proxy thread and the launch's latency); the "
+     "program's cudaDeviceSynchronize waits for it that long after the last command."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the GPU writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},
