@@ -149,18 +149,22 @@ void DeviceQueue::deviceToDevice(void* dst, const void* src, std::size_t bytes) 
   stream_work_ = true;
 }
 
-void DeviceQueue::copyAnyOrder(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
+bool DeviceQueue::copyAnyOrder(void* dst, const void* src, std::size_t bytes,
+                               cuda::DevicePtr release, std::uint64_t release_value) {
+  if (bytes == 0) return false;
   if (copy_max_ < 0) copy_max_ = std::max<std::int64_t>(0, paramInt("CRYSTAL_GPU_COPY_MAX"));
   if (writer_ && bytes <= static_cast<std::uint64_t>(copy_max_)) {
-    if (const std::uint64_t n = writer_->postCopy(dst, src, bytes)) {
+    bool released = false;
+    if (const std::uint64_t n =
+            writer_->postCopy(dst, src, bytes, release, release_value, &released)) {
       writer_cmd_ = n;
       ++counts_.writer_copies;
-      return;
+      return released;
     }
   }
   ++counts_.stream_copies;
   deviceToDevice(dst, src, bytes);
+  return false;
 }
 
 void DeviceQueue::deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
@@ -235,6 +239,23 @@ std::string cudaWhy(const cuda::DriverApi& d, const char* call, cuda::Result rc)
 }
 
 }  // namespace
+
+bool DeviceQueue::registerHostMapped(std::byte* host, std::size_t bytes, cuda::DevicePtr* dev,
+                                     std::string* why) {
+  enter();
+  const cuda::Result rc =
+      d_->memHostRegister(host, bytes, cuda::kHostRegisterPortable | cuda::kHostRegisterDeviceMap);
+  if (rc != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemHostRegister (device-mapped)", rc);
+    return false;
+  }
+  registered_.push_back(host);
+  if (const cuda::Result got = d_->memHostGetDevicePointer(dev, host, 0); got != cuda::kSuccess) {
+    *why = cudaWhy(*d_, "cuMemHostGetDevicePointer", got);
+    return false;  // stays registered until close, unused
+  }
+  return true;
+}
 
 bool DeviceQueue::exportAllocation(const void* p, Exported* out, std::string* why) {
   enter();

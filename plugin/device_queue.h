@@ -42,6 +42,7 @@ class DeviceQueue {
   // (mark() does not cover the writer's).
   void fill32(void* dst, std::size_t pitch, std::uint32_t v, std::size_t count);
   void setGpuWriter(std::shared_ptr<GpuWriter> w) { writer_ = std::move(w); }
+  [[nodiscard]] bool hasGpuWriter() const noexcept { return writer_ != nullptr; }
   void hostToDevice(void* dst, const void* src, std::size_t bytes);
   void deviceToHost(void* dst, const void* src, std::size_t bytes);
   void deviceToDevice(void* dst, const void* src, std::size_t bytes);
@@ -51,7 +52,11 @@ class DeviceQueue {
   // under MPS each was ~2.5 us of NCCL's proxy thread), else on the stream as
   // deviceToDevice. mark() covers it either way, without a driver call when the stream got no
   // work since the previous mark.
-  void copyAnyOrder(void* dst, const void* src, std::size_t bytes);
+  // With `release` (a device address of host memory, registerHostMapped) the writer also
+  // stores `release_value` there once the copy is done; returns whether it will (false: no
+  // writer took the copy, or its ring had no room for the release).
+  bool copyAnyOrder(void* dst, const void* src, std::size_t bytes, cuda::DevicePtr release = 0,
+                    std::uint64_t release_value = 0);
   // `rows` rows of `width` bytes, rows `pitch` bytes apart on both sides (LL128 line data).
   void deviceToDevice2D(void* dst, const void* src, std::size_t pitch, std::size_t width,
                         std::size_t rows);
@@ -72,6 +77,10 @@ class DeviceQueue {
   [[nodiscard]] bool adoptTwin(const void* base, std::size_t bytes, std::byte* host,
                                std::string* why);
   [[nodiscard]] bool registerHost(std::byte* host, std::size_t bytes, std::string* why);
+  // registerHost, mapped for the GPU: *dev is the device address of `host` (the GPU writer's
+  // kernel stores there).
+  [[nodiscard]] bool registerHostMapped(std::byte* host, std::size_t bytes, cuda::DevicePtr* dev,
+                                        std::string* why);
   // The cuMem allocation that holds GPU address `p` (NCCL 2.28.9 makes its buffers with
   // cuMemCreate and POSIX file descriptor handles), exported as a new fd another process can
   // map (importAllocation), with its size and p's offset in it. False, with the driver's

@@ -279,14 +279,28 @@ bool GpuWriter::post(void* dst, std::size_t pitch, std::uint32_t value, std::siz
                  "LL/LL128 flags go through the CUDA driver from now on") != 0;
 }
 
-std::uint64_t GpuWriter::postCopy(void* dst, const void* src, std::size_t bytes) {
+std::uint64_t GpuWriter::postCopy(void* dst, const void* src, std::size_t bytes,
+                                  cuda::DevicePtr release, std::uint64_t release_value,
+                                  bool* released) {
+  if (released) *released = false;
   if (bytes == 0 || bytes > UINT32_MAX) return 0;
   std::lock_guard lock(mu_);
-  const std::uint64_t n =
-      enqueue(cuda::dptr(dst), cuda::dptr(src), static_cast<std::uint32_t>(bytes),
-              writer_ring::kCopy, "copies go through the CUDA driver from now on");
-  if (n) ++counts_.copies;
-  return n;
+  if (release != 0 && next_ + 1 - done() > fr::kSize) {  // room for both
+    ++counts_.ring_full;
+    return 0;
+  }
+  const char* fallback = "copies go through the CUDA driver from now on";
+  const std::uint64_t n = enqueue(cuda::dptr(dst), cuda::dptr(src),
+                                  static_cast<std::uint32_t>(bytes), writer_ring::kCopy, fallback);
+  if (n == 0) return 0;
+  ++counts_.copies;
+  if (release == 0) return n;
+  // The copy is queued (the kernel may be running it): it stays the caller's, released or not.
+  const std::uint64_t m = enqueue(release, release_value, 0, writer_ring::kRelease, fallback);
+  if (m == 0) return n;
+  ++counts_.releases;
+  if (released) *released = true;
+  return m;
 }
 
 std::uint64_t GpuWriter::enqueue(std::uint64_t dst, std::uint64_t arg, std::uint32_t count,

@@ -57,10 +57,15 @@ class GpuWriter {
   // Queues a copy of `bytes` (< 4 GiB) from src to dst, both device addresses of this
   // context. Returns the command's number (done() reaches it once the bytes are there), or 0
   // when the ring is full or the writer failed: the caller copies another way.
-  [[nodiscard]] std::uint64_t postCopy(void* dst, const void* src, std::size_t bytes);
+  // With `release` (a device address of host memory) it then queues a kRelease of
+  // `release_value` there, run once the copy (and everything before it) is done, and returns
+  // that command's number; *released says whether it did (only the copy: its number).
+  [[nodiscard]] std::uint64_t postCopy(void* dst, const void* src, std::size_t bytes,
+                                       cuda::DevicePtr release = 0, std::uint64_t release_value = 0,
+                                       bool* released = nullptr);
 
   struct Counts {
-    std::uint64_t posted = 0, copies = 0, launches = 0, ring_full = 0;
+    std::uint64_t posted = 0, copies = 0, releases = 0, launches = 0, ring_full = 0;
   };
   [[nodiscard]] Counts counts() const;
   // Commands the kernel has run (read from the ring).

@@ -117,6 +117,14 @@ extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long
         copied = true;
         continue;
       }
+      if (s_kind[k] == fr::kRelease) {
+        __syncthreads();  // every thread's stores of the earlier commands ...
+        if (threadIdx.x == 0) {
+          __threadfence_system();  // ... seen by the host before the value
+          *reinterpret_cast<volatile unsigned long long*>(dst) = arg;
+        }
+        continue;
+      }
       const unsigned pitch = static_cast<unsigned>(arg), value = static_cast<unsigned>(arg >> 32);
       for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
         *reinterpret_cast<volatile unsigned*>(dst + static_cast<unsigned long long>(i) * pitch) =

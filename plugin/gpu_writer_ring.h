@@ -11,10 +11,10 @@
 //     `value` at dst + i * pitch, i < count; kCopy: the block copies `count` bytes from `arg`
 //     to dst), fence (a system-wide one after copies: the CPU reads `done` and then lets
 //     NCCL's kernel read the bytes), then done = the last of them. The stores of one batch
-//     are not ordered against each other: commands must not depend on one another (an
-//     LL128 line's flag must not follow its data in the same batch). After `idle` ns without one:
-//     state = kExiting, system fence, look once more; a command there -> state = kRunning,
-//     go on; else return.
+//     are not ordered against each other (an LL128 line's flag must not follow its data in
+//     the same batch), except kRelease's: after the whole block's earlier stores, fenced. After
+//     `idle` ns without one: state = kExiting, system fence, look once more; a command there ->
+//     state = kRunning, go on; else return.
 //   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the
 //   new command or the CPU sees kExiting and launches another kernel. Redundant launches
 //   are harmless (one exits after `idle`).
@@ -30,11 +30,15 @@ inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 enum Kind : std::uint32_t {
   kFill = 0,  // 32-bit words of one value at a pitch (LL/LL128 flags)
   kCopy = 1,  // bytes from one device address to another (a real peer's step)
+  // After every earlier command ran and a system-wide fence: the 64-bit `arg` stored at
+  // `dst`, a device address of host memory (a real sender reads it: its step was copied).
+  kRelease = 2,
 };
 
 struct Command {  // 32 bytes
   std::uint64_t dst;    // device address: the first word (kFill), the first byte (kCopy)
-  std::uint64_t arg;    // kFill: fillArg(pitch, value); kCopy: the source's device address
+  std::uint64_t arg;    // kFill: fillArg(pitch, value); kCopy: the source's device address;
+                        // kRelease: the value
   std::uint32_t count;  // kFill: words; kCopy: bytes
   std::uint32_t kind;   // Kind
   std::uint64_t seq;  // written last; the command is there once seq equals its number

@@ -170,12 +170,13 @@ void RealSendComm::readReplies() {
     if (reply_.magic != Reply{}.magic)
       throw PluginError(Errc::Remote, "real peer sent a corrupt reply");
     if (reply_.kind == ReplyKind::Ack) {
-      if (reply_.value > shm_sent_ || reply_.value < shm_acked_)
+      if (reply_.value > shm_sent_ || reply_.value < reply_acked_)
         throw PluginError(Errc::Remote,
                           fmt::format("real peer acknowledged shared-memory frame {} of {} sent "
                                       "({} acknowledged before)",
-                                      reply_.value, shm_sent_, shm_acked_));
-      shm_acked_ = reply_.value;
+                                      reply_.value, shm_sent_, reply_acked_));
+      reply_acked_ = reply_.value;
+      shm_acked_ = std::max(shm_acked_, reply_acked_);  // the GPU's word may be ahead
       continue;
     }
     if (reply_.kind == ReplyKind::IpcWant || reply_.kind == ReplyKind::IpcAccepted ||
@@ -266,6 +267,18 @@ bool RealSendComm::flushControl() {
   control_.clear();
   control_done_ = 0;
   return true;
+}
+
+// The receiver's GPU writer stores, in the stream's page, the frames its kernel has copied
+// (RealRecvComm::releaseWord): one load, no turn of the receiver's proxy.
+void RealSendComm::takeGpuAcks() {
+  const std::uint64_t copied = stream_->gpuCopied();
+  if (copied <= shm_acked_) return;
+  if (copied > shm_sent_)
+    throw PluginError(
+        Errc::Remote,
+        fmt::format("real peer's GPU copied shared-memory frame {} of {} sent", copied, shm_sent_));
+  shm_acked_ = copied;
 }
 
 void RealSendComm::progress() {
@@ -375,6 +388,7 @@ void RealSendComm::warnIfStalled(const Request& r, live::TimeNs now) {
 }
 
 bool RealSendComm::test(Request& r, live::TimeNs now, int* sizes) {
+  if (r.shm_frame > shm_acked_ && stream_) takeGpuAcks();
   if (!r.filled[0] || r.shm_frame > shm_acked_) progress();
   if (!r.filled[0] || r.shm_frame > shm_acked_ || now < r.due) {
     warnIfStalled(r, now);
@@ -613,10 +627,14 @@ void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
                         fmt::format("real peer sent {} bytes at offset {} of a {}-byte GPU "
                                     "allocation",
                                     hdr_.size, hdr_.offset, seg->ipc_size));
-    copyPeerGpu(r, e, seg->ipc + hdr_.offset, hdr_.size);
+    const std::uint64_t frame = ++shm_got_;
+    // The kernel may tell the sender itself once no earlier frame is owed another way.
+    const cuda::DevicePtr release = owed_unreleased_ == 0 ? releaseWord() : 0;
+    const bool released = copyPeerGpu(r, e, seg->ipc + hdr_.offset, hdr_.size, release, frame);
     gpu().mark(target_slot_ * kMaxGroup);
     r.staged = true;
-    owed_.push_back({++shm_got_, target_slot_ * kMaxGroup});
+    owed_.push_back({frame, target_slot_ * kMaxGroup, released});
+    owed_unreleased_ += !released;
   } else if (hdr_.kind == FrameKind::ShmData) {
     PeerSegment* seg = hdr_.segment < segments_.size() ? &segments_[hdr_.segment] : nullptr;
     if (!seg || !seg->shm)
@@ -636,17 +654,20 @@ void RealRecvComm::takeBody(Request& r, live::TimeNs now) {
       gpu().mark(target_slot_ * kMaxGroup);
       r.staged = true;
       owed_.push_back({++shm_got_, target_slot_ * kMaxGroup});
+      ++owed_unreleased_;
     } else if (staged) {
       // Through the pinned twin: out of the segment at once.
       char* twin = reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size));
       std::memcpy(twin, src, hdr_.size);
       owed_.push_back({++shm_got_, -1});
+      ++owed_unreleased_;
       copyToDevice(r, e, twin, hdr_.size);
       gpu().mark(target_slot_ * kMaxGroup);
       r.staged = true;
     } else {
       if (hdr_.size > 0) std::memcpy(r.data[e], src, hdr_.size);
       owed_.push_back({++shm_got_, -1});
+      ++owed_unreleased_;
     }
   } else {
     char* dst = staged ? reinterpret_cast<char*>(stagingOf(r.data[e], hdr_.size))
@@ -697,6 +718,7 @@ void RealRecvComm::flushAcks() {
   std::uint64_t last = acked_;
   while (!owed_.empty() && (owed_.front().event < 0 || gpu().doneInPoll(owed_.front().event))) {
     last = owed_.front().frame;
+    owed_unreleased_ -= !owed_.front().released;
     owed_.pop_front();
   }
   if (last > acked_) {
@@ -788,26 +810,48 @@ void RealRecvComm::copyToDevice(const Request& r, int entry, char* staged, std::
 // GPU to GPU out of the sender's mapped allocation, on the comm's queue. LL128 lines: a copy
 // engine need not write a line in order, so the data words go first and the flag words
 // after, in stream order (the flag words keep an older step's flag until then).
-void RealRecvComm::copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes) {
+bool RealRecvComm::copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes,
+                               cuda::DevicePtr release, std::uint64_t frame) {
   void* dst = r.data[entry];
-  if (bytes == 0) return;
+  if (bytes == 0) return false;
   if (!r.on_device[entry]) {
     gpu().deviceToHost(dst, src, bytes);
-    return;
+    return false;
   }
   const MemRegion* region = regionOf(dst);
   constexpr std::size_t kLine = proto::kLL128Line, kFlag = proto::kLL128FlagWord * 8;
   const std::size_t lines = bytes / kLine;
   if (!region || protoOfRegion(region->ordinal, protocol_buffers_) != proto::Proto::LL128 ||
-      lines == 0 || bytes % kLine != 0) {
-    gpu().copyAnyOrder(dst, src, bytes);  // the request's only work: no order to keep
-    return;
-  }
+      lines == 0 || bytes % kLine != 0)
+    return gpu().copyAnyOrder(dst, src, bytes, release, frame);  // the request's only work
+
   auto* d = static_cast<std::byte*>(dst);
   gpu().deviceToDevice2D(d, src, kLine, kFlag, lines);
   if (kFlag + 8 < kLine)
     gpu().deviceToDevice2D(d + kFlag + 8, src + kFlag + 8, kLine, kLine - kFlag - 8, lines);
   gpu().deviceToDevice2D(d + kFlag, src + kFlag, kLine, 8, lines);
+  return false;
+}
+
+// The device address of the stream page's gpu_copied word, the page registered for the GPU
+// on first use; 0 where there is none: no page yet (TCP), no GPU writer, CRYSTAL_GPU_ACK=0,
+// or a driver that will not register it (said once).
+cuda::DevicePtr RealRecvComm::releaseWord() {
+  if (release_word_ != 0 || release_tried_ || !stream_ || !gpu().hasGpuWriter())
+    return release_word_;
+  release_tried_ = true;
+  if (!paramBool("CRYSTAL_GPU_ACK")) return 0;
+  std::string why;
+  cuda::DevicePtr page = 0;
+  if (!gpu().registerHostMapped(stream_->pageData(), stream_->pageSize(), &page, &why)) {
+    CRYSTAL_INFO("receive from {}: the sender learns of copied frames from this proxy only ({})",
+                 peer_, why);
+    return 0;
+  }
+  const auto off = static_cast<std::size_t>(
+      reinterpret_cast<const std::byte*>(&stream_->gpuCopiedWord()) - stream_->pageData());
+  release_word_ = page + off;
+  return release_word_;
 }
 
 void RealRecvComm::warnIfStalled(const Request& r, live::TimeNs now, const char* what) {

@@ -161,6 +161,7 @@ class RealSendComm final : public DataComm {
   void sendIpcFds();
   [[nodiscard]] Segment* ipcSegmentOf(const void* data, std::size_t size);
   void progress();
+  void takeGpuAcks();  // shm_acked_ from the stream page's gpu_copied word
   void readReplies();
   void takeIpcReply();
   // Some of the stream's bytes to / from the receiver: the shared-memory stream once it has
@@ -195,6 +196,7 @@ class RealSendComm final : public DataComm {
   Reply reply_;
   std::size_t reply_got_ = 0;
   std::uint64_t shm_sent_ = 0, shm_acked_ = 0;  // ShmData + IpcData frames written / acknowledged
+  std::uint64_t reply_acked_ = 0;  // of them, acknowledged by replies (shm_acked_: or the GPU)
 };
 
 class RealRecvComm final : public DataComm {
@@ -207,6 +209,11 @@ class RealRecvComm final : public DataComm {
         shared_clock_(shared_clock),
         peer_(std::move(peer)),
         stall_ns_(stall_ns) {}
+  // The queue goes first: it unregisters the stream page (releaseWord) before stream_
+  // unmaps it.
+  ~RealRecvComm() override { gpu_.reset(); }
+  RealRecvComm(const RealRecvComm&) = delete;
+  RealRecvComm& operator=(const RealRecvComm&) = delete;
   void registered(const MemRegion& region) override;
   void irecv(Request& r, int n, void** data, const std::size_t* sizes, const int* tags,
              live::TimeNs now) override;
@@ -223,7 +230,10 @@ class RealRecvComm final : public DataComm {
   void takeIpcOffer();
   void takeIpcFd();
   void takeBody(Request& r, live::TimeNs now);
-  void copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes);
+  // Returns whether the GPU writer will store `frame` at `release` once the copy is done.
+  bool copyPeerGpu(Request& r, int entry, const std::byte* src, std::size_t bytes,
+                   cuda::DevicePtr release = 0, std::uint64_t frame = 0);
+  [[nodiscard]] cuda::DevicePtr releaseWord();
   void queueReply(ReplyKind kind, std::uint64_t value, std::uint64_t extra = 0);
   void flushAcks();  // acks for copies out of shared memory that are done, then the replies
   DeviceQueue& gpu();
@@ -263,9 +273,13 @@ class RealRecvComm final : public DataComm {
   // ShmData and IpcData frames copied out (or being copied: their request's event), in order.
   struct OwedAck {
     std::uint64_t frame = 0;
-    int event = -1;  // -1: copied by the CPU already
+    int event = -1;         // -1: copied by the CPU already
+    bool released = false;  // the GPU writer stores `frame` in the page's gpu_copied word
   };
   std::deque<OwedAck> owed_;
+  std::size_t owed_unreleased_ = 0;   // entries of owed_ not released
+  cuda::DevicePtr release_word_ = 0;  // releaseWord()
+  bool release_tried_ = false;
   std::uint64_t shm_got_ = 0, acked_ = 0;
   std::string replies_;  // not yet written
   std::size_t replies_done_ = 0;

@@ -39,12 +39,17 @@ struct StreamLane {
 };
 
 struct StreamPage {
-  static constexpr std::uint64_t kMagic = 0x4D52545359524331ull;  // "1CRYSTRM"
+  static constexpr std::uint64_t kMagic = 0x4D52545359524332ull;  // "2CRYSTRM"
   static constexpr std::size_t kRing = 64 << 10;                  // bytes a direction
   std::uint64_t magic = kMagic;
   std::atomic<std::uint32_t> attached{0};
   StreamLane frames;   // sender to receiver
   StreamLane replies;  // receiver to sender
+  // The sender's shared-memory frames (ShmData, IpcData; numbered from 1) copied out, through
+  // this one: stored by the receiver's GPU writer kernel after its copy (real_comm.h "The
+  // GPU's acknowledgement"), so the sender's send completes without a turn of the receiver's
+  // proxy. Acknowledgements on the replies lane say the same, later.
+  alignas(64) std::atomic<std::uint64_t> gpu_copied{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -70,6 +75,14 @@ class ShmStream {
   // Up to n bytes from the peer (0: none now). Throws Remote when the peer's socket ended or
   // carried bytes after the move.
   [[nodiscard]] std::size_t read(int fd, void* p, std::size_t n);
+  // The page's gpu_copied word (StreamPage), and the page itself (the receiver registers it
+  // for its GPU writer's stores).
+  [[nodiscard]] std::uint64_t gpuCopied() const {
+    return page_->gpu_copied.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] std::atomic<std::uint64_t>& gpuCopiedWord() const { return page_->gpu_copied; }
+  [[nodiscard]] std::byte* pageData() const { return shm_->data(); }
+  [[nodiscard]] std::size_t pageSize() const { return shm_->size(); }
   // Whether both directions are in shared memory.
   [[nodiscard]] bool moved() const {
     return out_->moved.load(std::memory_order_relaxed) != 0 &&

@@ -361,6 +361,8 @@ std::size_t runRing(fr::Ring* ring) {
     const fr::Command& c = ring->cmds[next % fr::kSize];
     if (c.kind == fr::kCopy) {
       std::memmove(ptr(c.dst), ptr(c.arg), c.count);
+    } else if (c.kind == fr::kRelease) {
+      std::atomic_ref(*static_cast<std::uint64_t*>(ptr(c.dst))).store(c.arg);
     } else {
       const std::uint32_t value = fr::fillValue(c.arg);
       for (std::uint32_t i = 0; i < c.count; ++i)

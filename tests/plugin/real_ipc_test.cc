@@ -263,10 +263,43 @@ TEST_F(RealIpcWriter, SendWaitsForTheKernelsCopy) {
   void* sreq = sendPost(s, alloc.p + 8192, 8192);
   ASSERT_NO_FATAL_FAILURE(expectPendingWhileTheCopyWaits(rreq, sreq));
   EXPECT_NE(std::memcmp(dst.at(0), alloc.p + 8192, 8192), 0) << "not copied yet";
-  EXPECT_EQ(drainFakeWriterRing(), 1u);
+  EXPECT_EQ(drainFakeWriterRing(), 2u) << "the copy and its release to the sender";
   EXPECT_EQ(progressAll({rreq, sreq}), 2u);
   EXPECT_EQ(std::memcmp(dst.at(0), alloc.p + 8192, 8192), 0);
   gpu_->kernel_runs = true;
+}
+
+// The GPU's acknowledgement: once the kernel ran the copy, the sender's send completes
+// without another turn of the receiving proxy (the kernel stored the frame's number in the
+// stream page); the receive completes at its own next test. With CRYSTAL_GPU_ACK=0 the send
+// waits for that test's acknowledgement.
+TEST_F(RealIpcWriter, SendCompletesOnTheKernelsReleaseWithoutTheReceiversTurn) {
+  for (const bool ack : {true, false}) {
+    SCOPED_TRACE(ack ? "CRYSTAL_GPU_ACK=1" : "CRYSTAL_GPU_ACK=0");
+    ::setenv("CRYSTAL_GPU_ACK", ack ? "1" : "0", 1);
+    void *s = nullptr, *r = nullptr;
+    realPair(&s, &r);
+    CuMemBuffer alloc(1 << 20);
+    alloc.fill(ack ? 25 : 26);
+    Buffer dst(65536);
+    (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+    (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+    ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+    gpu_->kernel_runs = false;
+    void* rreq = recvPost(r, dst.at(0), 8192);
+    void* sreq = sendPost(s, alloc.p + 8192, 8192);
+    ASSERT_NO_FATAL_FAILURE(expectPendingWhileTheCopyWaits(rreq, sreq));  // frame taken
+    EXPECT_EQ(drainFakeWriterRing(), ack ? 2u : 1u);
+    // Only the sender is tested from here until it is done (or clearly is not).
+    int done = 0;
+    for (int i = 0; i < 2000 && !done; ++i) ASSERT_EQ(net::test(sreq, &done, nullptr), ncclSuccess);
+    EXPECT_EQ(done, ack ? 1 : 0);
+    EXPECT_EQ(progressAll(done ? std::vector<void*>{rreq} : std::vector<void*>{rreq, sreq}),
+              done ? 1u : 2u);
+    EXPECT_EQ(std::memcmp(dst.at(0), alloc.p + 8192, 8192), 0);
+    gpu_->kernel_runs = true;
+  }
+  ::unsetenv("CRYSTAL_GPU_ACK");
 }
 
 // LL128 lines into the receiver's LL128 buffer: the data words of every line first, then the
