@@ -33,7 +33,17 @@
 // (segment, offset in the allocation): no staging copy on the sender, and the receiver copies
 // GPU to GPU (LL128 lines: data words first, flags after, in stream order). Acks and the
 // sender's completion work as for ShmData. Until the answer, sends go by shared memory (or
-// TCP); a refusal at any point leaves them there.
+// TCP); a refusal at any point leaves them there. Steps of at most CRYSTAL_GPU_COPY_MAX bytes
+// are copied by the GPU writer's kernel (plugin/gpu_writer.h: no driver call a step).
+//
+// The GPU's acknowledgement (CRYSTAL_GPU_ACK, default on). An acknowledgement on the stream
+// needs a turn of the receiving proxy after the copy, and the sender's next turn after that;
+// a turn of a proxy serving 16 channels was ~20-30 us on an H100 (2026-12-06). So where the
+// writer copies an IpcData step and no earlier frame is still owed another way, it also
+// stores the frame's number, after the copy and a system-wide fence, in the stream page's
+// gpu_copied word (the receiver registers the page for the GPU at its first such step), and
+// the sender's test() reads that word: its send completes without the receiver's turn. The
+// stream's acknowledgements still follow (the two may come in either order).
 //
 // A request that waits on the real peer longer than the emulation's timeout is logged once
 // per comm (WARN, through NCCL's logger): which connection, which step, what it waits for.
