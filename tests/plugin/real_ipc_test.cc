@@ -17,6 +17,7 @@
 #include "fd_passing.h"
 #include "gpu_writer.h"
 #include "real_pair_fixture.h"
+#include "shm_stream.h"
 
 namespace crystal::test {
 namespace {
@@ -300,6 +301,33 @@ TEST_F(RealIpcWriter, SendCompletesOnTheKernelsReleaseWithoutTheReceiversTurn) {
     gpu_->kernel_runs = true;
   }
   ::unsetenv("CRYSTAL_GPU_ACK");
+}
+
+// A receiver whose page says more frames were copied than were sent (a corrupt or hostile
+// peer process): the send fails with a clear error instead of completing steps not copied.
+TEST_F(RealIpcWriter, GpuAckPastTheFramesSentIsAnError) {
+  void *s = nullptr, *r = nullptr;
+  realPair(&s, &r);
+  CuMemBuffer alloc(1 << 20);
+  Buffer dst(65536);
+  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
+  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
+  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  // The stream page, as the receiver registered it for its GPU writer.
+  plugin::StreamPage* page = nullptr;
+  for (const FakeCall& c : gpu_->named("cuMemHostRegister"))
+    if (c.value & plugin::cuda::kHostRegisterDeviceMap)
+      page = reinterpret_cast<plugin::StreamPage*>(c.dst);
+  ASSERT_NE(page, nullptr) << "the page is registered at the first step the writer copied";
+  ASSERT_EQ(page->magic, plugin::StreamPage::kMagic);
+  page->gpu_copied.store(1'000'000);
+  void* sreq = sendPost(s, alloc.p, 4096);
+  nccl::ncclResult_t rc = ncclSuccess;
+  int done = 0;
+  for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) rc = net::test(sreq, &done, nullptr);
+  EXPECT_EQ(rc, nccl::ncclRemoteError);
+  EXPECT_NE(logText().find("GPU copied shared-memory frame 1000000 of"), std::string::npos)
+      << logText();
 }
 
 // LL128 lines into the receiver's LL128 buffer: the data words of every line first, then the
