@@ -67,12 +67,12 @@ constexpr Param kParams[] = {
      "frame number in the connection's shared stream page, and the sender's send completes "
      "once it reads it (no turn of the receiving proxy); 0: only the receiving proxy's "
      "acknowledgements."},
-    {"CRYSTAL_GPU_COPY_MAX", "262144",
+    {"CRYSTAL_GPU_COPY_MAX", "1048576",
      "A real peer's step GPU to GPU of at most this many bytes is copied by the plugin's "
      "GPU-writer kernel (posted into its ring: no CUDA driver call on NCCL's proxy thread); "
      "larger steps, or all with 0 or CRYSTAL_GPU_WRITER=0, by cuMemcpyDtoDAsync on the "
-     "plugin's stream (the copy engines: faster for large steps, ~2.5 us of driver call "
-     "each under MPS)."},
+     "plugin's stream (the copy engines, ~2.5 us of driver call each under MPS). The default "
+     "covers every step of NCCL's default 4 MiB buffers (steps of at most 512 KiB)."},
     {"CRYSTAL_GPU_WRITER", "1",
      "1: under data none, LL/LL128 flags of virtual senders in GPU memory are stored by the "
      "plugin's GPU-writer kernel from a command ring in mapped host memory (a few stores "

@@ -180,7 +180,7 @@ class RealIpcWriter : public RealIpc {
  protected:
   void SetUp() override {
     RealIpc::SetUp();
-    ::unsetenv("CRYSTAL_GPU_COPY_MAX");  // its default: the writer copies steps <= 256 KiB
+    ::unsetenv("CRYSTAL_GPU_COPY_MAX");  // its default: the writer copies steps <= 1 MiB
     plugin::GpuWriter::setImageForTesting(kFakeWriterImage);  // a build without nvcc has none
   }
   void TearDown() override {
