@@ -62,11 +62,13 @@ constexpr Param kParams[] = {
      "event per receive); 0: at its modelled time (the GPU polls the flags itself and the "
      "writes stay in stream order), which keeps two CUDA calls per receive off NCCL's proxy "
      "thread."},
-    {"CRYSTAL_GPU_ACK", "1",
+    {"CRYSTAL_GPU_ACK", "0",
      "1: a real receive's step copied by the GPU writer's kernel also has the kernel store its "
      "frame number in the connection's shared stream page, and the sender's send completes "
      "once it reads it (no turn of the receiving proxy); 0: only the receiving proxy's "
-     "acknowledgements."},
+     "acknowledgements. Off by default: on an H100 it gained nothing measurable and cost "
+     "large transfers 15-18 % (a fence and a store over PCIe a step in the writer's one "
+     "block)."},
     {"CRYSTAL_GPU_COPY_MAX", "1048576",
      "A real peer's step GPU to GPU of at most this many bytes is copied by the plugin's "
      "GPU-writer kernel (posted into its ring: no CUDA driver call on NCCL's proxy thread); "

@@ -36,7 +36,8 @@
 // TCP); a refusal at any point leaves them there. Steps of at most CRYSTAL_GPU_COPY_MAX bytes
 // are copied by the GPU writer's kernel (plugin/gpu_writer.h: no driver call a step).
 //
-// The GPU's acknowledgement (CRYSTAL_GPU_ACK, default on). An acknowledgement on the stream
+// The GPU's acknowledgement (CRYSTAL_GPU_ACK, off by default: no gain measured, 15-18 % off
+// large transfers, docs/plugin.md). An acknowledgement on the stream
 // needs a turn of the receiving proxy after the copy, and the sender's next turn after that;
 // a turn of a proxy serving 16 channels was ~20-30 us on an H100 (2026-12-06). So where the
 // writer copies an IpcData step and no earlier frame is still owed another way, it also

@@ -94,6 +94,7 @@ class RealPairTest : public ::testing::Test {
     ::unsetenv("CRYSTAL_SHM");
     ::unsetenv("CRYSTAL_IPC");
     ::unsetenv("CRYSTAL_GPU_COPY_MAX");
+    ::unsetenv("CRYSTAL_GPU_ACK");
   }
 
   live::NetHandle listenHandle(void** l) {
