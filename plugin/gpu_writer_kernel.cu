@@ -11,17 +11,14 @@
 // seen, so the fields are the new ones); the whole block then stores them. A kernel that read
 // one command at a time, field by field, ran one command per ~7 us on the H200 and set the
 // pace of an LL ring (2026-12-03).
+#include "gpu_timer.cuh"
 #include "gpu_writer_ring.h"
 
 namespace fr = crystal::plugin::writer_ring;
 
 namespace {
 
-__device__ __forceinline__ unsigned long long globalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using crystal::plugin::gpu::globalTimer;
 
 constexpr unsigned kAll = 0xffffffffu;
 

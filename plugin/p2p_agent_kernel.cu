@@ -9,18 +9,13 @@
 // every read of the table. The H200 trace of 2026-12-04 measured a pass that read the table
 // at ~8 us, and a step's round trip through the CPU (R's move seen, released, stored) at
 // 25-30 us: the per-step reactions now happen here.
+#include "gpu_timer.cuh"
 #include "p2p_agent_abi.h"
 #include "p2p_agent_rules.h"
 
 namespace pa = crystal::plugin::p2p_agent;
 
-namespace {
-__device__ __forceinline__ unsigned long long globalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-}  // namespace
+using crystal::plugin::gpu::globalTimer;
 
 extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   __shared__ unsigned long long s_release[pa::kMaxConns];
