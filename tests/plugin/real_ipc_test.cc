@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,20 @@ class RealIpc : public RealPairTest {
     }
     std::vector<void*> reqs{recvPost(r, dst.at(0), 4096), sendPost(s, alloc.p, 4096)};
     ASSERT_EQ(progressAll(reqs), 2u);
+  }
+  // A pair whose receiver mapped the sender's allocation (1 MiB, bytes from `seed`; 64 KiB
+  // of it registered, and 64 KiB on the receiver): steps go GPU to GPU from here.
+  struct MappedPair {
+    void *s = nullptr, *r = nullptr;
+    std::unique_ptr<CuMemBuffer> alloc = std::make_unique<CuMemBuffer>(1 << 20);
+    std::unique_ptr<Buffer> dst = std::make_unique<Buffer>(65536);
+  };
+  void mappedPair(MappedPair& m, std::uint32_t seed) {
+    realPair(&m.s, &m.r);
+    if (seed != 0) m.alloc->fill(seed);
+    (void)reg(m.s, m.alloc->p, 65536, nccl::NCCL_PTR_CUDA);
+    (void)reg(m.r, *m.dst, nccl::NCCL_PTR_CUDA);
+    ASSERT_NO_FATAL_FAILURE(mapAllocation(m.s, m.r, *m.alloc, *m.dst));
   }
   // Neither request of a step completes, however often tested, while its copy has not run.
   static void expectPendingWhileTheCopyWaits(void* rreq, void* sreq) {
@@ -125,13 +140,11 @@ TEST_F(RealIpc, GpuBytesGoDeviceToDeviceOutOfTheReceiversMapping) {
 // The send completes only once the receiver's copy out of the allocation is done: NCCL may
 // overwrite the buffer as soon as the send is done.
 TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
-  void *s = nullptr, *r = nullptr;
-  realPair(&s, &r);
-  CuMemBuffer alloc(1 << 20);
-  Buffer dst(65536);
-  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  MappedPair m;
+  ASSERT_NO_FATAL_FAILURE(mappedPair(m, 0));
+  void *s = m.s, *r = m.r;
+  CuMemBuffer& alloc = *m.alloc;
+  Buffer& dst = *m.dst;
   gpu_->complete = false;  // copies enqueued from now on have not run
   const std::size_t records = gpu_->count("cuEventRecord");
   void* rreq = recvPost(r, dst.at(0), 4096);
@@ -148,14 +161,11 @@ TEST_F(RealIpc, SendWaitsForTheReceiversDeviceToDeviceCopy) {
 // an event record or query for them.
 TEST_F(RealIpc, SendWaitsForTheReceiversCopyThroughTheStreamsHostWord) {
   gpu_ = &installFakeDriver(/*stream_mem_ops=*/true);
-  void *s = nullptr, *r = nullptr;
-  realPair(&s, &r);
-  CuMemBuffer alloc(1 << 20);
-  alloc.fill(5);
-  Buffer dst(65536);
-  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  MappedPair m;
+  ASSERT_NO_FATAL_FAILURE(mappedPair(m, 5));
+  void *s = m.s, *r = m.r;
+  CuMemBuffer& alloc = *m.alloc;
+  Buffer& dst = *m.dst;
   gpu_->complete = false;  // stream writes from now on are held until released
   const std::size_t writes = gpu_->count("cuStreamWriteValue32");
   void* rreq = recvPost(r, dst.at(0), 4096);
@@ -250,14 +260,11 @@ TEST_F(RealIpcWriter, StepsAboveTheCopyMaxGoToTheStream) {
 // Neither side of a step completes before the kernel ran its copy (NCCL may rewrite the
 // sender's slot once its send is done); once it ran, both do.
 TEST_F(RealIpcWriter, SendWaitsForTheKernelsCopy) {
-  void *s = nullptr, *r = nullptr;
-  realPair(&s, &r);
-  CuMemBuffer alloc(1 << 20);
-  alloc.fill(23);
-  Buffer dst(65536);
-  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  MappedPair m;
+  ASSERT_NO_FATAL_FAILURE(mappedPair(m, 23));
+  void *s = m.s, *r = m.r;
+  CuMemBuffer& alloc = *m.alloc;
+  Buffer& dst = *m.dst;
   gpu_->kernel_runs = false;  // launches from now on are queued, not run
   std::memset(dst.at(0), 0, 8192);
   void* rreq = recvPost(r, dst.at(0), 8192);
@@ -278,14 +285,11 @@ TEST_F(RealIpcWriter, SendCompletesOnTheKernelsReleaseWithoutTheReceiversTurn) {
   for (const bool ack : {true, false}) {
     SCOPED_TRACE(ack ? "CRYSTAL_GPU_ACK=1" : "CRYSTAL_GPU_ACK=0");
     ::setenv("CRYSTAL_GPU_ACK", ack ? "1" : "0", 1);
-    void *s = nullptr, *r = nullptr;
-    realPair(&s, &r);
-    CuMemBuffer alloc(1 << 20);
-    alloc.fill(ack ? 25 : 26);
-    Buffer dst(65536);
-    (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
-    (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-    ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+    MappedPair m;
+    ASSERT_NO_FATAL_FAILURE(mappedPair(m, ack ? 25 : 26));
+    void *s = m.s, *r = m.r;
+    CuMemBuffer& alloc = *m.alloc;
+    Buffer& dst = *m.dst;
     gpu_->kernel_runs = false;
     void* rreq = recvPost(r, dst.at(0), 8192);
     void* sreq = sendPost(s, alloc.p + 8192, 8192);
@@ -307,13 +311,8 @@ TEST_F(RealIpcWriter, SendCompletesOnTheKernelsReleaseWithoutTheReceiversTurn) {
 // peer process): the send fails with a clear error instead of completing steps not copied.
 TEST_F(RealIpcWriter, GpuAckPastTheFramesSentIsAnError) {
   ::setenv("CRYSTAL_GPU_ACK", "1", 1);
-  void *s = nullptr, *r = nullptr;
-  realPair(&s, &r);
-  CuMemBuffer alloc(1 << 20);
-  Buffer dst(65536);
-  (void)reg(s, alloc.p, 65536, nccl::NCCL_PTR_CUDA);
-  (void)reg(r, dst, nccl::NCCL_PTR_CUDA);
-  ASSERT_NO_FATAL_FAILURE(mapAllocation(s, r, alloc, dst));
+  MappedPair m;
+  ASSERT_NO_FATAL_FAILURE(mappedPair(m, 0));
   // The stream page, as the receiver registered it for its GPU writer.
   plugin::StreamPage* page = nullptr;
   for (const FakeCall& c : gpu_->named("cuMemHostRegister"))
@@ -322,7 +321,7 @@ TEST_F(RealIpcWriter, GpuAckPastTheFramesSentIsAnError) {
   ASSERT_NE(page, nullptr) << "the page is registered at the first step the writer copied";
   ASSERT_EQ(page->magic, plugin::StreamPage::kMagic);
   page->gpu_copied.store(1'000'000);
-  void* sreq = sendPost(s, alloc.p, 4096);
+  void* sreq = sendPost(m.s, m.alloc->p, 4096);
   nccl::ncclResult_t rc = ncclSuccess;
   int done = 0;
   for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) rc = net::test(sreq, &done, nullptr);
