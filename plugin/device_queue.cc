@@ -158,11 +158,9 @@ bool DeviceQueue::copyAnyOrder(void* dst, const void* src, std::size_t bytes,
     if (const std::uint64_t n =
             writer_->postCopy(dst, src, bytes, release, release_value, &released)) {
       writer_cmd_ = n;
-      ++counts_.writer_copies;
       return released;
     }
   }
-  ++counts_.stream_copies;
   deviceToDevice(dst, src, bytes);
   return false;
 }

@@ -110,11 +110,6 @@ class DeviceQueue {
   [[nodiscard]] bool doneInPoll(int slot);
   void newPoll() noexcept { not_ready_from_ = UINT64_MAX; }
 
-  struct Counts {
-    std::uint64_t writer_copies = 0, stream_copies = 0;  // copyAnyOrder's, by where they ran
-  };
-  [[nodiscard]] Counts counts() const noexcept { return counts_; }
-
  private:
   void enter();  // driver loaded, context current, stream created
   // Slot i's copies by the writer have run (true when it has none; forgets them once run).
@@ -141,7 +136,6 @@ class DeviceQueue {
   std::uint64_t writer_cmd_ = 0;
   bool stream_work_ = false;    // work enqueued on the stream since the previous mark
   std::int64_t copy_max_ = -1;  // CRYSTAL_GPU_COPY_MAX, read at the first copyAnyOrder
-  Counts counts_;
   std::uint64_t marks_ = 0;
   std::uint64_t not_ready_from_ = UINT64_MAX;  // this poll's oldest mark found not ready
   std::vector<Staging> staging_;
