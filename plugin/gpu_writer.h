@@ -12,7 +12,7 @@
 // stores; the kernel polls it within ~1-2 us.
 //
 // One writer per CUDA context, on its own non-blocking stream, shared by the receive comms of
-// that context; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US (kIdleNs by default)
+// that context; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US (100 us by default)
 // without commands (so the program's
 // cudaDeviceSynchronize returns) and the next post launches it again. Used only for flags
 // with nothing else to order against (data policy none); everything else stays on the
@@ -35,7 +35,6 @@ namespace crystal::plugin {
 
 class GpuWriter {
  public:
-  static constexpr std::uint64_t kIdleNs = 100'000;
   // Copies run on this one block: ~4 x 16 bytes in flight a thread.
   static constexpr int kThreads = 512;
 
