@@ -12,12 +12,13 @@
 // stores; the kernel polls it within ~1-2 us.
 //
 // One writer per CUDA context, on its own non-blocking stream, shared by the receive comms of
-// that context; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US (100 us by default)
-// without commands (so the program's
-// cudaDeviceSynchronize returns) and the next post launches it again. Used only for flags
-// with nothing else to order against (data policy none); everything else stays on the
-// DeviceQueue's stream. Unavailable (nullptr) when the plugin was built without nvcc or the
-// kernel image does not load on this GPU: the caller keeps the driver memsets.
+// that context; its kernel's first block runs the ring and the others
+// (CRYSTAL_GPU_WRITER_BLOCKS) share the copies; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US
+// (100 us by default) without commands (so the program's cudaDeviceSynchronize returns) and the
+// next post launches it again. Used only for flags with nothing else to order against (data policy
+// none); everything else stays on the DeviceQueue's stream. Unavailable (nullptr) when the plugin
+// was built without nvcc or the kernel image does not load on this GPU: the caller keeps the driver
+// memsets.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +36,10 @@ namespace crystal::plugin {
 
 class GpuWriter {
  public:
-  // Copies run on this one block: ~4 x 16 bytes in flight a thread.
+  // Threads a block: ~4 x 16 bytes of a copy in flight each.
   static constexpr int kThreads = 512;
+  // Blocks at most (CRYSTAL_GPU_WRITER_BLOCKS): block 0 runs the ring, the others help copy.
+  static constexpr int kMaxBlocks = 64;
 
   // The writer of the calling thread's current CUDA context (created on first use), or
   // nullptr with `why` set when there is none: no context, no kernel image, a kernel that does
@@ -110,6 +113,8 @@ class GpuWriter {
   Counts counts_;
   std::int64_t stall_warn_ns_ = kStallWarnNs;
   std::uint64_t idle_ns_;  // the kernel's idle exit (CRYSTAL_GPU_WRITER_IDLE_US)
+  unsigned blocks_;        // CRYSTAL_GPU_WRITER_BLOCKS, launched once a copy was posted
+  unsigned chunk_;         // CRYSTAL_GPU_COPY_CHUNK: bytes a block copies at a time
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread watchdog_;

@@ -12,7 +12,9 @@
 //     to dst), fence (a system-wide one after copies: the CPU reads `done` and then lets
 //     NCCL's kernel read the bytes), then done = the last of them. The stores of one batch
 //     are not ordered against each other (an LL128 line's flag must not follow its data in
-//     the same batch), except kRelease's: after the whole block's earlier stores, fenced. After
+//     the same batch), except kRelease's: after every copy of the batch, fenced. A batch's
+//     copies of more than one chunk are shared with the kernel's other blocks
+//     (gpu_writer_kernel.cu, "Team"); `done` waits for all of them. After
 //     `idle` ns without one: state = kExiting, system fence, look once more; a command there ->
 //     state = kRunning, go on; else return.
 //   Both sides store, fence, then load the other's word (Dekker): either the kernel sees the

@@ -105,6 +105,15 @@ constexpr Param kParams[] = {
      "The GPU writer's kernel exits after this many microseconds without a command (the next "
      "one launches it again, a few us of NCCL's proxy thread and the launch's latency); the "
      "program's cudaDeviceSynchronize waits for it that long after the last command."},
+    {"CRYSTAL_GPU_WRITER_BLOCKS", "16",
+     "Blocks of the GPU writer's kernel (1 to 64): the first runs the command ring, and every "
+     "block copies: a batch of real peers' steps of more than CRYSTAL_GPU_COPY_CHUNK bytes is "
+     "split into chunks that the blocks claim one at a time (one block copied ~37 GB/s on an "
+     "H100). A block the GPU has no room for claims nothing; none waits for another."},
+    {"CRYSTAL_GPU_COPY_CHUNK", "65536",
+     "Bytes a block of the GPU writer's kernel copies at a time when several share a batch "
+     "of copies (at least 4096, rounded down to a multiple of 16; larger for a batch of more "
+     "than ~65000 chunks)."},
     {"CRYSTAL_GPU_WRITER_PRIORITY", "1",
      "1: the GPU writer's stream gets the device's greatest stream priority; 0: a normal "
      "stream."},

@@ -419,8 +419,8 @@ void mirrorKernel(void** params) {
   }
 }
 
-Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-              void** params, void**) {
+Result launch(void* f, unsigned grid_x, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+              void*, void** params, void**) {
   FAKE_LOCK;
   if (f == &g_mirror_function) {
     mirrorKernel(params);
@@ -436,7 +436,9 @@ Result launch(void* f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigne
     (void)p2pAgentPass();
     return 0;
   }
-  record({"cuLaunchKernel"});
+  // The GPU writer: (ring, idle ns, launch number, chunk bytes).
+  record({"cuLaunchKernel", 0, 0, *static_cast<unsigned*>(params[3]), 0, grid_x,
+          static_cast<std::uint32_t>(*static_cast<unsigned long long*>(params[2]))});
   g_ring = static_cast<fr::Ring*>(ptr(*static_cast<DevicePtr*>(params[0])));
   if (!g.kernel_runs) return 0;
   (void)runRing(g_ring);

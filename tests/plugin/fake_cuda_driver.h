@@ -34,8 +34,9 @@ struct FakeGpu {
   // cuLaunchKernel of the mirror-result kernel runs at once (recorded as
   // "cuLaunchKernel:crystal_mirror_reduce", dst, src, count in bytes' place, n in value).
   // cuLaunchKernel of the GPU writer runs its ring at once (what the kernel does, on the
-  // CPU, then "exits"); false: the launch is recorded and runs nothing (a kernel that has
-  // not started yet).
+  // CPU, then "exits"; recorded as "cuLaunchKernel" with the grid's blocks in rows, the
+  // launch number in value and the chunk bytes in bytes); false: the launch is recorded and runs
+  // nothing (a kernel that has not started yet).
   bool kernel_runs = true;
   bool module_loads = true;  // cuModuleLoadData succeeds
   bool capturing = false;    // cuStreamIsCapturing says the stream is under graph capture

@@ -508,6 +508,44 @@ TEST_F(Gdr, GpuWriterLaunchesOnlyWhileItsKernelIsNotRunning) {
   EXPECT_EQ(line[1], 0xA5A5A5A5u) << "not written before the kernel ran";
 }
 
+// A writer that has only stored flags (no copy posted yet) launches one block (helpers are
+// for copies), with the chunk rounded down to 16 bytes and each launch's number from 1: a
+// helper returns when the leader of its own launch left, never on an earlier launch's word.
+// (RealIpcWriter: a copy's launch brings CRYSTAL_GPU_WRITER_BLOCKS.)
+TEST_F(Gdr, GpuWriterOfFlagsLaunchesOneBlockWithTheChunkAndNumberedLaunches) {
+  ::setenv("CRYSTAL_GPU_WRITER_BLOCKS", "5", 1);
+  ::setenv("CRYSTAL_GPU_COPY_CHUNK", "32775", 1);
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  ::unsetenv("CRYSTAL_GPU_WRITER_BLOCKS");
+  ::unsetenv("CRYSTAL_GPU_COPY_CHUNK");
+  const std::vector<FakeCall> launches = gpu_->named("cuLaunchKernel");
+  ASSERT_EQ(launches.size(), 2u) << "the warm-up, then the post";
+  for (std::size_t i = 0; i < launches.size(); ++i) {
+    EXPECT_EQ(launches[i].rows, 1u) << "blocks: no copy yet";
+    EXPECT_EQ(launches[i].bytes, 32768u) << "chunk";
+    EXPECT_EQ(launches[i].value, i + 1) << "launch number";
+  }
+}
+
+// A blocks count out of range leaves the writer out with a line that names the variable; the
+// flags go through the driver.
+TEST_F(Gdr, GpuWriterBlocksOutOfRangeIsNamedAndTheDriverWrites) {
+  ::setenv("CRYSTAL_GPU_WRITER_BLOCKS", "0", 1);
+  configure(DataPolicy::None);
+  void* r = virtualRecv();
+  auto& [ll, ll128, simple] = registered(r, nccl::NCCL_PTR_CUDA);
+  waitDone(recvPost(r, 0, ll.at(0), kLLStep));
+  ::unsetenv("CRYSTAL_GPU_WRITER_BLOCKS");
+  EXPECT_EQ(gpu_->count("cuLaunchKernel"), 0u);
+  EXPECT_EQ(gpu_->count("cuMemsetD2D32Async"), 1u);
+  std::lock_guard lock(captured_log_mu);
+  EXPECT_NE(captured_log.find("CRYSTAL_GPU_WRITER_BLOCKS=0: must be 1 to 64"), std::string::npos)
+      << captured_log;
+}
+
 // A command the kernel has not run within the watchdog's time gets one WARN with the
 // writer's state (a kernel that never started shows in NCCL's log, not as silence).
 TEST_F(Gdr, GpuWriterWatchdogWarnsOnceWithItsState) {

@@ -233,6 +233,12 @@ TEST_F(RealIpcWriter, SmallStepsAreCopiedByTheKernelWithNoDriverCall) {
   }
   EXPECT_EQ(dataPathCalls(before), 0u);
   EXPECT_GE(plugin::writer_ring::kSize, 3 * kSteps);
+  // The warm-up launch had no copy to share (one block); the copies' launches bring the
+  // helpers (CRYSTAL_GPU_WRITER_BLOCKS, default 16).
+  const std::vector<FakeCall> launches = gpu_->named("cuLaunchKernel");
+  ASSERT_GE(launches.size(), 2u);
+  EXPECT_EQ(launches.front().rows, 1u);
+  for (std::size_t i = 1; i < launches.size(); ++i) EXPECT_EQ(launches[i].rows, 16u) << i;
   EXPECT_EQ(logText().find("cannot"), std::string::npos) << logText();
 }
 
