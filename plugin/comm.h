@@ -70,9 +70,12 @@ struct Request {
   std::uint64_t mirror_k = 0;
   bool mirrored = false;
   bool mirror_source = false;  // a receive keyed to a ring all-gather's first-step send
-  // Virtual peers: the request belongs to a ring operation (or nothing says otherwise), and
-  // its unit number among those on its connection (crystal/live/link_timing.h).
+  // Virtual peers: the request belongs to a ring operation (or nothing says otherwise);
+  // whether it belongs to the algorithm its connection was made for (a ring connection's ring
+  // operations, a tree connection's others; else timed peer-ready), and its unit number among
+  // those of its kind on its connection (crystal/live/link_timing.h).
   bool ring_op = true;
+  bool own_op = true;
   std::uint64_t unit = 0;
   live::TimeNs first_test = 0;  // the first test() (per-request trace)
   std::uint32_t tests = 0;

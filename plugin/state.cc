@@ -17,12 +17,21 @@ namespace {
 // NCCL_STEPS / 4 = sliceSteps, chunkSteps = NCCL_STEPS / 2: a ring step is 2 Simple slices.
 constexpr int kRingSlicesPerStep = 2;
 
-bool isRingConn(const VirtualConn& c) {
-  if (c.graph != live::kGraphRing || c.nranks < 2 || c.self_rank < 0 || c.self_rank >= c.nranks)
-    return false;
-  // Ring peers: send to self+1, receive from self-1 (exchange distance 1).
+// The real rank's neighbour on the host's rings (rank order): send to self+1, receive from
+// self-1.
+bool isRingNeighbour(const VirtualConn& c) {
+  if (c.nranks < 2 || c.self_rank < 0 || c.self_rank >= c.nranks) return false;
   const int want = c.send ? (c.self_rank + 1) % c.nranks : (c.self_rank - 1 + c.nranks) % c.nranks;
-  return c.distance == 1 && c.peer_rank == want;
+  return c.peer_rank == want;
+}
+
+bool isRingConn(const VirtualConn& c) {
+  // Ring peers: exchange distance 1.
+  return c.graph == live::kGraphRing && c.distance == 1 && isRingNeighbour(c);
+}
+
+bool isTreeConn(const VirtualConn& c) {
+  return c.graph == live::kGraphTree && c.nranks >= 2 && c.self_rank >= 0 && c.peer_rank >= 0;
 }
 }  // namespace
 
@@ -120,18 +129,19 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
         ch.ring, nvl ? p.links.nvl : p.links.net,
         nvl ? (c.send ? st.nvlOut() : st.nvlIn()) : (c.send ? st.ownNicOut() : st.ownNicIn()));
   }
-  if (c.graph == live::kGraphTree && c.nranks >= 2 && c.self_rank >= 0 && c.peer_rank >= 0) {
+  if (isTreeConn(c)) {
     // A tree neighbour: the model's tree all-reduce for the real rank's place in the target
     // tree; the tuner's record of each collective (same commId) gives chunk and channels.
-    const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
-    auto& tree = trees_[{comm, c.self_rank}];
-    if (!tree) {
-      tree = std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm, c.self_rank,
-                                              c.nranks);
-      if (const int ppn = st.commNodeRanks(comm); ppn > 1) tree->setNodeRanks(ppn);
+    if (auto l = treeFor(c).link(c.send, c.peer_rank, c.ordinal)) {
+      // A ring that connects after the tree reuses the connection to its neighbour
+      // (opSegmentsFor): its transfers are timed peer-ready on the link they would use.
+      const live::CommLinks& links = linksFor(c.nranks);
+      if (links.sameNode(c.self_rank, c.peer_rank))
+        l->setPeerReady(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
+      else
+        l->setPeerReady(links.net, c.send ? st.ownNicOut() : st.ownNicIn());
+      return l;
     }
-    if (c.tree_channels > 0) tree->setBaseChannels(c.tree_channels);
-    if (auto l = tree->link(c.send, c.peer_rank, c.ordinal)) return l;
   }
   if (c.graph == live::kGraphRing && !ring_warned_) {
     ring_warned_ = true;  // once per context: NCCL's ring is not in rank order
@@ -182,10 +192,32 @@ std::shared_ptr<MirrorChannel> NetContext::mirrorFor(const VirtualConn& c) {
   return mirrors_[k++];
 }
 
-std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
-  if (!isRingConn(c)) return nullptr;
+live::TreeComm& NetContext::treeFor(const VirtualConn& c) {
   const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
-  return PluginState::get().newOpSegments(comm, c.ordinal, c.peer_rank, c.send, c.nranks,
+  auto& tree = trees_[{comm, c.self_rank}];
+  if (!tree) {
+    PluginState& st = PluginState::get();
+    tree = std::make_shared<live::TreeComm>(st.model(), st.config().cluster, comm, c.self_rank,
+                                            c.nranks);
+    if (const int ppn = st.commNodeRanks(comm); ppn > 1) tree->setNodeRanks(ppn);
+  }
+  if (c.tree_channels > 0) tree->setBaseChannels(c.tree_channels);
+  return *tree;
+}
+
+std::shared_ptr<OpSegments> NetContext::opSegmentsFor(const VirtualConn& c) {
+  const std::uint64_t comm = comm_id != 0 ? comm_id : c.comm_id;
+  int channel = -1;
+  if (isRingConn(c)) {
+    channel = c.ordinal;  // a ring connects every channel: the k-th entry is channel k
+  } else if (isTreeConn(c) && isRingNeighbour(c)) {
+    // A tree connection that a ring may share (its neighbour on the ring too): its ring
+    // operations are told apart by NCCL's channel, when the tree's numbering gives it.
+    std::lock_guard lock(mu);
+    channel = treeFor(c).ncclChannel(c.send, c.peer_rank, c.ordinal);
+  }
+  if (channel < 0) return nullptr;
+  return PluginState::get().newOpSegments(comm, channel, c.peer_rank, c.send, c.nranks,
                                           c.self_rank);
 }
 

@@ -81,7 +81,9 @@ struct NetContext {
   // tree, PAT and p2p connections get none (their receives carry zeros).
   [[nodiscard]] std::shared_ptr<MirrorChannel> mirrorFor(const VirtualConn& c);
   // The operation queue of a ring connection (op_segments.h), which
-  // PluginState::proxyOpStarted feeds; nullptr for other connections.
+  // PluginState::proxyOpStarted feeds, or of a tree connection to the real rank's ring
+  // neighbour whose NCCL channel is known (a ring connected after the tree shares it);
+  // nullptr for other connections.
   [[nodiscard]] std::shared_ptr<OpSegments> opSegmentsFor(const VirtualConn& c);
   // The RingChannel of ring channel `ordinal` of real rank `self_rank` in comm `comm` whose
   // receive from the previous member is a NET connection of this context, or nullptr. (P2P
@@ -90,6 +92,8 @@ struct NetContext {
                                                                  int self_rank, int ordinal);
 
  private:
+  // The real rank's trees in c's communicator (made at its first tree connection), under mu.
+  [[nodiscard]] live::TreeComm& treeFor(const VirtualConn& c);
   struct RingPlan {
     live::CommLinks links;
     int period = 1;

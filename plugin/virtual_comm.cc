@@ -20,13 +20,15 @@ std::shared_ptr<MirrorChannel> onlyForMirror(std::shared_ptr<MirrorChannel> m) {
 
 // Places a connection's next request (NCCL posts in operation order): whether it belongs to
 // a ring operation, per the operations NCCL's profiler announced for the connection (none
-// announced: the ring's, as every request of a ring connection was before), and its unit
-// number among the requests of its kind on the connection.
-void placeRequest(OpSegments* ops, std::uint64_t (&count)[2], Request& r,
+// announced: the ring's, as every request of a ring connection was before), whether that is
+// the connection's own algorithm (a tree connection's own are the others: a ring operation
+// on it is one that reused it), and its unit number among the requests of its kind.
+void placeRequest(OpSegments* ops, bool tree_link, std::uint64_t (&count)[2], Request& r,
                   std::optional<OpSegments::Place>& place) {
   place = ops ? ops->next() : std::nullopt;
   r.ring_op = !place || place->ring;
-  r.unit = count[r.ring_op ? 0 : 1]++;
+  r.own_op = tree_link ? !(place && place->ring) : r.ring_op;
+  r.unit = count[r.own_op ? 0 : 1]++;
 }
 
 // Transfers per ring step of an all-gather: NCCL 2.28.9 runs Simple rings with
@@ -110,8 +112,8 @@ void VirtualSendComm::isend(Request& r, void* data, std::size_t size, int tag, l
   r.bytes = size;
   r.step = next_send_++;
   std::optional<OpSegments::Place> place;
-  placeRequest(ops_.get(), counts_, r, place);
-  r.due = link_->postSend(now, size, outstanding() == 1, r.ring_op, place ? place->channels : 0);
+  placeRequest(ops_.get(), link_->treeTimed(), counts_, r, place);
+  r.due = link_->postSend(now, size, outstanding() == 1, r.own_op, place ? place->channels : 0);
   if (!mirror_) return;
   mirror_->noteSendPost(now);
   if (!r.ring_op) return;
@@ -218,11 +220,11 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   planDelivery(r);
   r.step = next_step_++;
   std::optional<OpSegments::Place> place;
-  placeRequest(ops_.get(), counts_, r, place);
+  placeRequest(ops_.get(), link_->treeTimed(), counts_, r, place);
   if (mirror_)
     (void)mirrorKey(place, r, deliveries_[static_cast<std::size_t>(slotOf(r))].proto,
                     /*receive=*/true);
-  // NCCL runs only all-reduces on a tree connection (no placement there: not a ring's).
+  // A tree connection without placement (not its ring neighbour's) runs only all-reduces.
   if ((place && place->bytes_free) ||
       (!place && tree_of_ != 0 && policy_ == DataPolicy::Mirror &&
        PluginState::get().resultsRewritten(tree_of_)))
@@ -232,14 +234,14 @@ void VirtualRecvComm::irecv(Request& r, int n, void** data, const std::size_t* s
   const proto::Proto p = deliveries_[static_cast<std::size_t>(slotOf(r))].proto;
   const bool one_per_step = p != proto::Proto::Simple;
   link_->postRecv(
-      r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.ring_op,
+      r.unit, now, outstanding() == 1, one_per_step ? 1 : 0, r.own_op,
       static_cast<int>(p),  // NCCL_PROTO_* order, as model::Proto
       place ? place->channels : 0, place ? (place->index == 0 ? 1 : 0) : -1,
       place ? live::ChainRecv{place->chain_hops, place->chain_unit_bytes, place->chain_issued_ns,
                               place->transfers, place->chain_reduce}
             : live::ChainRecv{});
   // Known now if the paired sender already reached this step; else resolved in test().
-  r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.ring_op).value_or(Request::kUnknown);
+  r.due = link_->recvArrival(r.unit, now, r.bytes, now, r.own_op).value_or(Request::kUnknown);
   // Already arrived (an open-loop ring's virtual side runs ahead of the real rank): written
   // now, as a NIC writes into a posted buffer. The GPU polls LL/LL128 flags itself, so it
   // then need not wait for the proxy to get round to testing this request (NCCL tests a
@@ -425,7 +427,7 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
                                   "stream (host gone); this communicator cannot continue",
                                   peer_rank_));
   if (r.due == Request::kUnknown) {
-    auto due = link_->recvArrival(r.unit, r.posted, r.bytes, now, r.ring_op);
+    auto due = link_->recvArrival(r.unit, r.posted, r.bytes, now, r.own_op);
     if (!due) {
       warnIfStalled(r, now, link_->isRing()   ? "its ring's virtual members to reach it"
                             : link_->isTree() ? "its tree's virtual members to reach it"
@@ -452,7 +454,7 @@ bool VirtualRecvComm::test(Request& r, live::TimeNs now, int* sizes) {
     }
     d.gpu_pending = false;
   }
-  link_->recvDone(outstanding() == 1, r.ring_op);  // the last outstanding: the operation ended
+  link_->recvDone(outstanding() == 1, r.own_op);  // the last outstanding: the operation ended
   if (sizes)
     for (int i = 0; i < r.n; ++i) sizes[i] = static_cast<int>(r.sizes[i]);
   return true;

@@ -24,7 +24,8 @@ class VirtualSendComm final : public DataComm {
  public:
   // `mirror`: the channel shared with the paired receive (NetContext::mirrorFor); kept only
   // under data policy mirror. `ops`: which operation each request belongs to
-  // (NetContext::opSegmentsFor, ring connections), or nullptr: every request is the ring's.
+  // (NetContext::opSegmentsFor: ring connections, tree connections to the ring neighbour), or
+  // nullptr: every request is the connection's own algorithm's.
   VirtualSendComm(NetContext* ctx, int dev, int max_requests,
                   std::shared_ptr<live::VirtualLink> link, int peer_rank,
                   std::shared_ptr<MirrorChannel> mirror, std::shared_ptr<OpSegments> ops = {});

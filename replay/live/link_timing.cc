@@ -68,6 +68,11 @@ VirtualLink::VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role)
 
 VirtualLink::VirtualLink(TreeBinder bind) : bind_(std::move(bind)) {}
 
+void VirtualLink::setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port) {
+  params_ = params;
+  port_ = std::move(port);
+}
+
 bool VirtualLink::bindTree() {
   if (!tree_ && bind_) {
     std::tie(tree_, role_) = bind_();
@@ -95,11 +100,11 @@ bool VirtualLink::hostAlive(TimeNs now) {
   return host_alive_;
 }
 
-TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ring_op,
+TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool own_op,
                              int channels) {
   if (ring_) {
-    if (ring_op) return ring_->postSend(now, bytes, channels);
-  } else if (bindTree()) {
+    if (own_op) return ring_->postSend(now, bytes, channels);
+  } else if ((own_op || !port_) && bindTree()) {
     const std::uint64_t unit = tree_sends_++;
     return role_ == TreeRole::ToParent ? tree_->postUpSend(unit, now, bytes, idle)
                                        : tree_->postDownSend(unit, now, bytes, tree_free_, idle);
@@ -116,32 +121,32 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ri
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
-                           bool ring_op, int proto, int channels, int first,
+                           bool own_op, int proto, int channels, int first,
                            const ChainRecv& chain) {
-  if (!ring_) {
+  const bool peer_ready = !own_op && port_;  // another operation's, where the link is known
+  if (!ring_ && !peer_ready) {
     tree_post_step_ = step;
     tree_post_alone_ = idle;
   }
-  if (ring_ && ring_op) {
+  if (ring_ && own_op) {
     ring_->postRecv(step, now, idle, units_per_step, proto, channels, first);
     if (first == 1) ring_->startChain(step, now, chain, channels);
-  } else if ((ring_ || !treeTimed()) && idle) {
+  } else if ((ring_ || !treeTimed() || peer_ready) && idle) {
     recv_start_ = now;  // a peer-ready burst starts: its virtual sender streams from here
     recv_left_ = now;
     recv_written_ = now;
   }
 }
 
-void VirtualLink::recvDone(bool idle, bool ring_op) {
-  if (ring_ && ring_op) ring_->recvDone(idle);
+void VirtualLink::recvDone(bool idle, bool own_op) {
+  if (ring_ && own_op) ring_->recvDone(idle);
 }
 
 std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted,
-                                               std::uint64_t bytes, TimeNs now,
-                                               bool ring_op) {
+                                               std::uint64_t bytes, TimeNs now, bool own_op) {
   if (ring_) {
-    if (ring_op) return ring_->recvArrival(step, posted, bytes, now);
-  } else if (bindTree()) {
+    if (own_op) return ring_->recvArrival(step, posted, bytes, now);
+  } else if ((own_op || !port_) && bindTree()) {
     // The first post of an operation starts it (one alone on the connection).
     tree_->postRecv(step, posted, bytes, step != tree_post_step_ || tree_post_alone_);
     return tree_->recvArrival(role_, step, posted, now);

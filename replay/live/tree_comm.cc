@@ -189,6 +189,15 @@ std::shared_ptr<VirtualLink> TreeComm::link(bool send, int peer, int ordinal) {
   return std::make_shared<VirtualLink>(std::move(ch), role);
 }
 
+int TreeComm::ncclChannel(bool send, int peer, int ordinal) {
+  std::lock_guard lock(mu_);
+  const bool in0 = roleIn(ncclTree(0), send, peer).has_value();
+  const bool in1 = roleIn(ncclTree(1), send, peer).has_value();
+  if ((!in0 && !in1) || ordinal < 0) return -1;
+  if (in0 && in1) return ordinal;  // a connection on every channel (bindBoth)
+  return base_ > 0 ? channelIndex(in0 ? 0 : 1, ordinal) : -1;
+}
+
 std::pair<std::shared_ptr<TreeChannel>, TreeRole> TreeComm::bindBoth(bool send, int peer,
                                                                      int ordinal, TreeRole r0,
                                                                      TreeRole r1) {

@@ -13,6 +13,7 @@
 #include "crystal/live/collective_log.h"
 #include "crystal/live/tree_timing.h"
 #include "crystal/model/nccl_model.h"
+#include "handle_table.h"
 #include "nccl_constants.h"
 #include "net_api.h"
 #include "state.h"
@@ -337,6 +338,76 @@ TEST(TreeEmulation, TargetTreePositions) {
   EXPECT_EQ(live::doubleBinaryTree(8, 0, 1).up, 1);
   // n odd: tree 1 is shifted by one.
   EXPECT_EQ(live::doubleBinaryTree(5, 1, 1).up, -1);
+}
+
+// NCCL reuses the tree's connection to the real rank's ring neighbour when a ring connects
+// after the tree (an all-gather after an all-reduce: rank 1 of two real ranks under
+// p2p_peers, whose chain child is its ring next, took 4.3 ms for a 4 MiB all-gather there
+// against 1.0 ms when the all-gather ran first, H100, 2026-12-06). Rank 13 of 64: 14 is its
+// parent in tree 0, its child in tree 1 and its ring next. The ring's sends on that
+// connection, announced as ring operations by NCCL's profiler, are timed peer-ready on the
+// target's NVLink (the first of a burst at its delivery, the others as they leave the link),
+// and the tree's next all-reduce still runs at the model's time (its units were not counted).
+TEST(TreeEmulation, RingSendsOnATreeConnectionArePeerReadyAndLeaveTheTreeAlone) {
+  const int nranks = 64, self = 13;
+  ASSERT_EQ(live::doubleBinaryTree(nranks, self, 0).up, self + 1);
+  const Target t(nranks);
+  const std::uint64_t bytes = 4 * MiB;
+  const int channels = treeChannels(t.m, bytes, t.shape);
+  const auto log = live::collectiveLog(t.comm_id);
+  log->append({Func::AllReduce, Algo::Tree, Proto::Simple, bytes, channels});
+  void* ctx = nullptr;
+  ASSERT_EQ(plugin::net::init(&ctx, t.comm_id, nullptr, nullptr, nullptr), nccl::ncclSuccess);
+  auto conns = connectTree(ctx, t.comm_id, self, nranks, channels);
+  const live::TimeNs start = 50'000'000'000;
+  const TreeRun first = runTreeAllReduce(conns, bytes, channels, start);
+  // Channel 0 (tree 0): the send to the parent, 14, is the ring's send to its next.
+  ASSERT_NE(conns[0].to_parent, nullptr);
+  auto& send =
+      static_cast<plugin::DataComm&>(*plugin::HandleTable::instance().find(conns[0].to_parent));
+  constexpr int kSends = 4;
+  constexpr std::uint64_t kBytes = 512 << 10;
+  plugin::PluginState::get().proxyOpStarted({.comm = t.comm_id,
+                                             .channel = 0,
+                                             .peer = self + 1,
+                                             .send = true,
+                                             .transfers = kSends,
+                                             .op = 0xa11,
+                                             .ring = true,
+                                             .allgather = true,
+                                             .channels = 1});
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), t.cfg.cluster, nranks);
+  ASSERT_TRUE(links.sameNode(self, self + 1));
+  const live::TimeNs at = first.end + 1'000'000'000;  // the NVLink port long idle
+  const live::TimeNs occupancy = links.nvl.occupancy(kBytes);
+  std::vector<plugin::Request*> reqs;
+  static char byte;
+  for (int i = 0; i < kSends; ++i) {
+    plugin::Request* r = send.allocRequest();
+    ASSERT_NE(r, nullptr);
+    send.isend(*r, &byte, kBytes, 0, at);
+    EXPECT_FALSE(r->own_op) << i;
+    // Back to back: each leaves the link after the one before; the burst's latency once.
+    EXPECT_EQ(r->due, std::max(at + (i + 1) * occupancy, at + occupancy + links.nvl.latency_ns))
+        << i;
+    reqs.push_back(r);
+  }
+  for (plugin::Request* r : reqs) {
+    EXPECT_TRUE(send.test(*r, r->due, nullptr));
+    send.freeRequest(*r);
+  }
+  // The next all-reduce, as a next operation runs (expectRowAtModelTime): the model's whole
+  // time.
+  log->append({Func::AllReduce, Algo::Tree, Proto::Simple, bytes, channels});
+  const live::TimeNs again_at = at + 1'000'000'000;
+  const TreeRun again = runTreeAllReduce(conns, bytes, channels, again_at);
+  const double model_us =
+      t.m.time(Func::AllReduce, bytes, t.shape, Algo::Tree, Proto::Simple, channels);
+  const double again_us = static_cast<double>(again.end - again_at) / 1e3;
+  EXPECT_NEAR(again_us, model_us, 0.01 * model_us) << "the tree's next all-reduce";
+  closeTree(conns);
+  EXPECT_EQ(plugin::net::finalize(ctx), nccl::ncclSuccess);
 }
 
 }  // namespace

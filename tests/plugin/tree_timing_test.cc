@@ -191,6 +191,63 @@ TEST(TreeTiming, DuplicatedChannelsMapOrdinalsToNcclsChannels) {
   EXPECT_DOUBLE_EQ(p.unit_bytes, 4096.0);
 }
 
+// The NCCL channel of a tree connection (NetContext keys a ring's operations on it by it):
+// a neighbour in both trees is connected on every channel (ordinal k = channel k); one in one
+// tree only once n is known (NCCL's blocks of 2n); no neighbour, none.
+TEST(TreeTiming, NcclChannelOfAConnection) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto both = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0008, 13, 64);
+  both->setNodeRanks(8);  // rank 13's chain child 14, in both trees
+  EXPECT_EQ(both->ncclChannel(true, 14, 5), 5);
+  EXPECT_EQ(both->ncclChannel(true, 40, 0), -1) << "no neighbour";
+  auto one = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed0009, 63, 64);
+  EXPECT_EQ(one->ncclChannel(true, 62, 1), -1) << "parent in tree 0 only, n unknown";
+  one->setBaseChannels(2);
+  EXPECT_EQ(one->ncclChannel(true, 62, 0), 0);
+  EXPECT_EQ(one->ncclChannel(true, 62, 1), 1);
+  EXPECT_EQ(one->ncclChannel(true, 62, 2), 4) << "the second block of 2n = 4 channels";
+}
+
+// A tree connection's transfers of another operation (a ring that reused the connection to
+// its neighbour) are timed peer-ready on the link it was given: a send completes when its
+// bytes left the link plus the latency, and the tree's own units are untouched, so its next
+// own send is timed exactly as on a twin connection that never carried the other's.
+TEST(TreeTiming, AnotherOperationsTransfersOnATreeConnectionArePeerReady) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  const auto model = makeTargetModel(cfg);
+  auto comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed000a, 63, 64);
+  auto twin = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed000b, 63, 64);
+  auto link = comm->link(true, 62, 0);
+  auto same = twin->link(true, 62, 0);
+  ASSERT_TRUE(link && same && link->isTree());
+  const LinkParams nvl{1000, 0.01};  // 1 us + 100 GB/s
+  link->setPeerReady(nvl, std::make_shared<PortQueue>());
+  const TimeNs t0 = 5'000'000;
+  EXPECT_EQ(link->postSend(t0, 100'000, true, /*own_op=*/false), t0 + 1000 + 1000);
+  // Back to back: completes when it left the link (the burst paid the latency once).
+  EXPECT_EQ(link->postSend(t0, 100'000, false, false), t0 + 2000);
+  const TimeNs t1 = t0 + 1'000'000;
+  EXPECT_EQ(link->postSend(t1, 65536, true, /*own_op=*/true), same->postSend(t1, 65536, true))
+      << "the tree's unit numbering did not count the other operation's sends";
+  // Receives likewise: known at once, peer-ready.
+  auto recv = comm->link(false, 62, 0);
+  ASSERT_NE(recv, nullptr);
+  recv->setPeerReady(nvl, std::make_shared<PortQueue>());
+  recv->postRecv(0, t1, true, 0, /*own_op=*/false);
+  const auto arrival = recv->recvArrival(0, t1, 100'000, t1, false);
+  ASSERT_TRUE(arrival.has_value());
+  EXPECT_EQ(*arrival, t1 + 1000 + 1000);
+  // Without a peer-ready link the tree times them, as before.
+  auto bare_comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed000c, 63, 64);
+  auto twin_comm = std::make_shared<TreeComm>(*model, cfg.cluster, 0xfeed000d, 63, 64);
+  auto bare = bare_comm->link(true, 62, 0);
+  auto bare_twin = twin_comm->link(true, 62, 0);
+  EXPECT_EQ(bare->postSend(t0, 100'000, true, false), bare_twin->postSend(t0, 100'000, true));
+}
+
 // The communicator's quiet time: a silence on every channel longer than kQuietNs is the
 // program elsewhere; completions already given (even ahead of the clock) and short pauses
 // are an operation running; the latest quiet period counts only after the operation before.

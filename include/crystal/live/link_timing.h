@@ -106,39 +106,46 @@ class VirtualLink {
       : params_(params), port_(std::move(port)) {}
   // A ring channel's send or receive. Other operations' transfers on the same connection
   // (NCCL shares it with a tree whose chain runs through the same neighbour) are timed
-  // peer-ready on `params`/`port`, apart from the ring's recurrence (`ring_op` false below).
+  // peer-ready on `params`/`port`, apart from the ring's recurrence (`own_op` false below).
   VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
               std::shared_ptr<PortQueue> port);
-  // One connection of a tree channel (to/from the real rank's parent or a child).
+  // One connection of a tree channel (to/from the real rank's parent or a child). Other
+  // operations' transfers on it (a ring whose neighbour is this tree neighbour: NCCL reuses
+  // the tree's connection when the ring connects after it) are timed peer-ready once
+  // setPeerReady named the link; without, on the tree as before.
   VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role);
   // A tree connection whose channel is only known once all are made (a peer that is the
   // real rank's neighbour in both trees): `bind` names it at the first transfer.
   using TreeBinder = std::function<std::pair<std::shared_ptr<TreeChannel>, TreeRole>()>;
   explicit VirtualLink(TreeBinder bind);
 
+  // The link and port other operations' transfers on a tree connection are timed on.
+  void setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port);
+
   // Send step posted at `now`: returns its completion time. `idle`: no other send was
-  // outstanding on the connection (a burst starts). `ring_op` false: the transfer belongs to
-  // another operation than the ring's (ring connections only; see the ring constructor).
+  // outstanding on the connection (a burst starts). `own_op` false: the transfer belongs to
+  // another operation than the one the connection was made for (a ring connection's tree
+  // transfers, a tree connection's ring transfers; see the constructors): timed peer-ready.
   // `channels`: the ring channels the operation runs on (NCCL's profiler), 0 = unknown.
   [[nodiscard]] TimeNs postSend(TimeNs now, std::uint64_t bytes, bool idle = true,
-                                bool ring_op = true, int channels = 0);
+                                bool own_op = true, int channels = 0);
   // Receive `step` (0-based sequence number on this connection among the receives of its
-  // kind: ring operations' or the others') posted at `now`; `idle`: no other receive was
+  // kind: its own operations' or the others') posted at `now`; `idle`: no other receive was
   // outstanding on the connection. `units_per_step`: requests per ring step of its protocol
   // (LL/LL128 1, Simple 2), 0 = unknown; `proto`: that protocol (model::Proto index), -1 =
   // unknown (Simple's hops); `channels`: as postSend's; `first`: whether the receive is its
   // operation's first on the connection (1/0, NCCL's profiler), -1 = unknown; with first = 1,
   // `chain`: a broadcast's or reduce's chain down to the real rank (RingChannel::startChain).
   void postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step = 0,
-                bool ring_op = true, int proto = -1, int channels = 0, int first = -1,
+                bool own_op = true, int proto = -1, int channels = 0, int first = -1,
                 const ChainRecv& chain = {});
   // A receive completed; `idle`: none is outstanding any more.
-  void recvDone(bool idle, bool ring_op = true);
+  void recvDone(bool idle, bool own_op = true);
   // Receive step: its arrival time once known, std::nullopt while it is not (bounded: see
   // crystal/live/ring_timing.h). `now` is the caller's clock.
   [[nodiscard]] std::optional<TimeNs> recvArrival(std::uint64_t step, TimeNs posted,
                                                   std::uint64_t bytes, TimeNs now,
-                                                  bool ring_op = true);
+                                                  bool own_op = true);
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] bool isRing() const { return ring_ != nullptr; }
   [[nodiscard]] bool isTree() const { return tree_ != nullptr; }

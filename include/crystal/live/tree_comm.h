@@ -37,6 +37,10 @@ class TreeComm : public std::enable_shared_from_this<TreeComm> {
   // The link of a tree connection (send to / receive from `peer`, the exchange's ordinal),
   // or null when `peer` is no neighbour of the real rank in NCCL's double binary tree.
   [[nodiscard]] std::shared_ptr<VirtualLink> link(bool send, int peer, int ordinal);
+  // NCCL's channel of that connection: the ordinal for a neighbour in both trees (connected
+  // on every channel); for one in one tree, -1 until setBaseChannels (its channels are
+  // numbered within the tree). -1 also when `peer` is no neighbour.
+  [[nodiscard]] int ncclChannel(bool send, int peer, int ordinal);
   [[nodiscard]] model::CommShape shape() const { return shape_; }
   // NCCL's channels per tree before it duplicated them (n; the host reads it from the graph
   // all-gather). Known, channel c runs tree (c mod 2n) / n — NCCL copies its 2n channels
