@@ -335,7 +335,10 @@ TEST_F(P2pAgentTest, TraceRecordsEveryLegOfAnOperation) {
       saw_send |= r.dir == 's' && r.value == 2;
       saw_recv |= r.dir == 'r' && r.value == 56;
       EXPECT_GE(r.gpu, start.t - 1'000'000) << "GPU time not on the CPU clock";
-      EXPECT_LE(r.gpu, r.t + 5'000'000) << "seen by the GPU after the CPU saw it";
+      // Generous: the mapping of the GPU's clock comes from the (fake) kernel's passes, which
+      // a loaded 2-core CI machine under ASan delays by milliseconds (5 ms failed once);
+      // what matters is the clock, not 1 s off (the fake GPU clock's offset).
+      EXPECT_LE(r.gpu, r.t + 100'000'000) << "seen by the GPU after the CPU saw it";
     }
   EXPECT_TRUE(saw_send && saw_recv);
   // Every receive release was due by then; the kernel stored a receive's tail no further
