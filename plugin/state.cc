@@ -33,6 +33,19 @@ bool isRingConn(const VirtualConn& c) {
 bool isTreeConn(const VirtualConn& c) {
   return c.graph == live::kGraphTree && c.nranks >= 2 && c.self_rank >= 0 && c.peer_rank >= 0;
 }
+
+// The link a peer-ready transfer between the real rank and c's peer takes, and its port: the
+// target's NVLink inside their node, else the real rank's NIC (`net`: which NET parameters).
+struct ReadyLink {
+  live::LinkParams params;
+  std::shared_ptr<live::PortQueue> port;
+};
+ReadyLink readyLink(PluginState& st, const live::CommLinks& links, const VirtualConn& c,
+                    const live::LinkParams& net) {
+  if (links.sameNode(c.self_rank, c.peer_rank))
+    return {links.nvl, c.send ? st.nvlOut() : st.nvlIn()};
+  return {net, c.send ? st.ownNicOut() : st.ownNicIn()};
+}
 }  // namespace
 
 const live::CommLinks& NetContext::linksFor(int nranks) {
@@ -124,10 +137,8 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     (c.send ? ch.has_send : ch.has_recv) = true;
     // Transfers of other operations on this connection (a tree whose chain runs through
     // the same neighbour, op_segments.h) are timed peer-ready on the link they would use.
-    const bool nvl = p.links.sameNode(c.self_rank, c.peer_rank);
-    return std::make_shared<live::VirtualLink>(
-        ch.ring, nvl ? p.links.nvl : p.links.net,
-        nvl ? (c.send ? st.nvlOut() : st.nvlIn()) : (c.send ? st.ownNicOut() : st.ownNicIn()));
+    ReadyLink r = readyLink(st, p.links, c, p.links.net);
+    return std::make_shared<live::VirtualLink>(ch.ring, r.params, std::move(r.port));
   }
   if (isTreeConn(c)) {
     // A tree neighbour: the model's tree all-reduce for the real rank's place in the target
@@ -136,10 +147,8 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
       // A ring that connects after the tree reuses the connection to its neighbour
       // (opSegmentsFor): its transfers are timed peer-ready on the link they would use.
       const live::CommLinks& links = linksFor(c.nranks);
-      if (links.sameNode(c.self_rank, c.peer_rank))
-        l->setPeerReady(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
-      else
-        l->setPeerReady(links.net, c.send ? st.ownNicOut() : st.ownNicIn());
+      ReadyLink r = readyLink(st, links, c, links.net);
+      l->setPeerReady(r.params, std::move(r.port));
       return l;
     }
   }
@@ -155,11 +164,9 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
   if (c.nranks < 2 || c.self_rank < 0 || c.peer_rank < 0)
     return std::make_shared<live::VirtualLink>(st.link(), c.send ? n.out : n.in);
   const live::CommLinks& links = linksFor(c.nranks);
-  if (links.sameNode(c.self_rank, c.peer_rank))
-    return std::make_shared<live::VirtualLink>(links.nvl, c.send ? st.nvlOut() : st.nvlIn());
   // A p2p channel's virtual sender is a target GPU: it writes chunks at NCCL's p2p pace.
-  return std::make_shared<live::VirtualLink>(c.graph == live::kGraphP2p ? links.net_p2p : links.net,
-                                             c.send ? st.ownNicOut() : st.ownNicIn());
+  ReadyLink r = readyLink(st, links, c, c.graph == live::kGraphP2p ? links.net_p2p : links.net);
+  return std::make_shared<live::VirtualLink>(r.params, std::move(r.port));
 }
 
 NetContext::RealLink NetContext::realLink(int self_rank, int peer_rank, int nranks, int dev,
