@@ -15,8 +15,9 @@
 // that context; its kernel's first block runs the ring and the others
 // (CRYSTAL_GPU_WRITER_BLOCKS) share the copies; the kernel exits after CRYSTAL_GPU_WRITER_IDLE_US
 // (100 us by default) without commands (so the program's cudaDeviceSynchronize returns) and the
-// next post launches it again. Used only for flags with nothing else to order against (data policy
-// none); everything else stays on the DeviceQueue's stream. Unavailable (nullptr) when the plugin
+// next post launches it again. Flags only where nothing else is ordered against them (data policy
+// none), copies only of real peers' steps (DeviceQueue::copyAnyOrder); everything else stays on
+// the DeviceQueue's stream. Unavailable (nullptr) when the plugin
 // was built without nvcc or the kernel image does not load on this GPU: the caller keeps the driver
 // memsets.
 #pragma once
@@ -36,7 +37,7 @@ namespace crystal::plugin {
 
 class GpuWriter {
  public:
-  // Threads a block: ~4 x 16 bytes of a copy in flight each.
+  // Threads a block: 8 x 16 bytes of a copy in flight each (gpu_writer_kernel.cu kInFlight).
   static constexpr int kThreads = 512;
   // Blocks at most (CRYSTAL_GPU_WRITER_BLOCKS): block 0 runs the ring, the others help copy.
   static constexpr int kMaxBlocks = 64;

@@ -8,7 +8,7 @@
 //     any that is still finishing).
 //   Kernel: state = kRunning, next = done + 1; poll the sequence numbers of the next 32
 //     commands; run the consecutive ones that are there, in order (kFill: every thread stores
-//     `value` at dst + i * pitch, i < count; kCopy: the block copies `count` bytes from `arg`
+//     `value` at dst + i * pitch, i < count; kCopy: the blocks copy `count` bytes from `arg`
 //     to dst), fence (a system-wide one after copies: the CPU reads `done` and then lets
 //     NCCL's kernel read the bytes), then done = the last of them. The stores of one batch
 //     are not ordered against each other (an LL128 line's flag must not follow its data in
