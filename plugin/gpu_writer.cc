@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "call_stats.h"
-#include "crystal/base/error.h"
 #include "crystal/base/log.h"
 #include "errors.h"
 #include "params.h"
@@ -96,27 +95,15 @@ std::shared_ptr<GpuWriter> GpuWriter::forCurrentContext(std::string* why) {
   return nullptr;
 }
 
-namespace {
-
-// paramInt(name), which must lie in [lo, hi].
-std::int64_t paramIn(std::string_view name, std::int64_t lo, std::int64_t hi) {
-  const std::int64_t v = paramInt(name);
-  if (v < lo || v > hi)
-    throw InputError(fmt::format("environment {}={}: must be {} to {}", name, v, lo, hi));
-  return v;
-}
-
-}  // namespace
-
 GpuWriter::GpuWriter(const cuda::DriverApi& d, cuda::Context ctx)
     : d_(d),
       ctx_(ctx),
       idle_ns_(static_cast<std::uint64_t>(
                    std::max<std::int64_t>(1, paramInt("CRYSTAL_GPU_WRITER_IDLE_US"))) *
                1000),
-      blocks_(static_cast<unsigned>(paramIn("CRYSTAL_GPU_WRITER_BLOCKS", 1, kMaxBlocks))),
+      blocks_(static_cast<unsigned>(paramIntIn("CRYSTAL_GPU_WRITER_BLOCKS", 1, kMaxBlocks))),
       // A multiple of 16: the 16-byte loads of a chunk stay aligned.
-      chunk_(static_cast<unsigned>(paramIn("CRYSTAL_GPU_COPY_CHUNK", 4096, 1 << 30)) & ~15u) {
+      chunk_(static_cast<unsigned>(paramIntIn("CRYSTAL_GPU_COPY_CHUNK", 4096, 1 << 30)) & ~15u) {
   if (const std::int64_t t = g_test_stall_ns.load(); t > 0) stall_warn_ns_ = t;
 }
 
@@ -306,13 +293,10 @@ std::uint64_t GpuWriter::postCopy(void* dst, const void* src, std::size_t bytes,
     return 0;
   }
   const char* fallback = "copies go through the CUDA driver from now on";
-  ++counts_.copies;  // before the post: a launch it makes brings the helpers
   const std::uint64_t n = enqueue(cuda::dptr(dst), cuda::dptr(src),
                                   static_cast<std::uint32_t>(bytes), writer_ring::kCopy, fallback);
-  if (n == 0) {
-    --counts_.copies;
-    return 0;
-  }
+  if (n == 0) return 0;
+  ++counts_.copies;
   if (release == 0) return n;
   // The copy is queued (the kernel may be running it): it stays the caller's, released or not.
   const std::uint64_t m = enqueue(release, release_value, 0, writer_ring::kRelease, fallback);
@@ -344,7 +328,7 @@ std::uint64_t GpuWriter::enqueue(std::uint64_t dst, std::uint64_t arg, std::uint
   if (state.load(std::memory_order_acquire) != fr::kRunning) {
     state.store(fr::kRunning, std::memory_order_relaxed);
     try {
-      launch();
+      launch(kind == writer_ring::kCopy);
     } catch (const PluginError& e) {
       // The caller does the same work another way; withdrawn, unless a kernel in its last
       // look (gpu_writer_ring.h) runs it too, which writes the same bytes.
@@ -357,7 +341,7 @@ std::uint64_t GpuWriter::enqueue(std::uint64_t dst, std::uint64_t arg, std::uint
   return n;
 }
 
-void GpuWriter::launch() {
+void GpuWriter::launch(bool copy) {
   const CudaCallTimer timed;
   cuda::Context cur = nullptr;
   check(d_.ctxGetCurrent(&cur), "cuCtxGetCurrent");
@@ -370,7 +354,7 @@ void GpuWriter::launch() {
   // Helpers only for a writer that copies (real peers): one that only stores flags (virtual
   // senders' LL lines) keeps to one block rather than hold SMs that spin beside NCCL's. A
   // kernel of one block that is running when the first copy comes copies alone until it idles.
-  const unsigned grid = counts_.copies > 0 ? blocks_ : 1;
+  const unsigned grid = copy || counts_.copies > 0 ? blocks_ : 1;
   check(d_.launchKernel(fn_, grid, 1, 1, kThreads, 1, 1, 0, stream_, args, nullptr),
         "cuLaunchKernel");
   ++counts_.launches;

@@ -99,7 +99,8 @@ class GpuWriter {
   // caller's fallback in the WARN of a failed launch). Under mu_.
   [[nodiscard]] std::uint64_t enqueue(std::uint64_t dst, std::uint64_t arg, std::uint32_t count,
                                       writer_ring::Kind kind, const char* what);
-  void launch();  // under mu_
+  // Under mu_. `copy`: launched for a copy (helpers come from the first copy on).
+  void launch(bool copy = false);
   void watch();   // the watchdog thread's loop
   [[nodiscard]] std::string stateLine() const;  // under mu_
   const cuda::DriverApi& d_;

@@ -159,6 +159,13 @@ std::int64_t paramInt(std::string_view name) {
   return out;
 }
 
+std::int64_t paramIntIn(std::string_view name, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t v = paramInt(name);
+  if (v < lo || v > hi)
+    throw InputError(fmt::format("environment {}={}: must be {} to {}", name, v, lo, hi));
+  return v;
+}
+
 bool paramBool(std::string_view name) {
   const std::int64_t v = paramInt(name);
   if (v != 0 && v != 1)

@@ -22,6 +22,8 @@ struct Param {
 // a value that does not parse (message names the variable and the value).
 [[nodiscard]] std::string paramString(std::string_view name);
 [[nodiscard]] std::int64_t paramInt(std::string_view name);
+// paramInt, which must lie in [lo, hi] (InputError naming the variable otherwise).
+[[nodiscard]] std::int64_t paramIntIn(std::string_view name, std::int64_t lo, std::int64_t hi);
 [[nodiscard]] bool paramBool(std::string_view name);
 
 }  // namespace crystal::plugin

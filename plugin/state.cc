@@ -305,9 +305,7 @@ void PluginState::applyLocked(const Config& cfg) {
     throw InputError(fmt::format("{}: cluster.fabric: nics_per_node and nic.bandwidth_GBps "
                                  "must be > 0, nic.latency_us >= 0",
                                  cfg.source));
-  max_recvs_ = static_cast<int>(paramInt("CRYSTAL_MAX_RECVS"));
-  if (max_recvs_ < 1 || max_recvs_ > 8)
-    throw InputError(fmt::format("environment CRYSTAL_MAX_RECVS={}: must be 1..8", max_recvs_));
+  max_recvs_ = static_cast<int>(paramIntIn("CRYSTAL_MAX_RECVS", 1, 8));
   tuner_ = paramBool("CRYSTAL_TUNER") && cfg.emulation.tuner;
   // Folding spares NCCL's proxy NET work. Under p2p_peers a comm whose rings stay on R's node
   // at R turns it off for itself (setCommRingsOnNode).
