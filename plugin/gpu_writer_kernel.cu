@@ -6,10 +6,10 @@
 // becomes a few host stores.
 //
 // Copies of more than one chunk are shared with the other blocks, the helpers (the "team"
-// below): one block keeps ~64 KiB of loads in flight and copies ~47 GB/s on an H100, where
-// the target's NVLink moves ~400; 16 blocks ~325 (2026-12-06, tests/gpu/plugin/run_writer.sh). The leader publishes a batch's copies as
-// chunks in device memory and every block, the leader too, claims chunks one at a time
-// until none is left; the leader then waits only for chunks that were claimed. No block
+// below): one block keeps ~64 KiB of loads in flight and copies ~47 GB/s on an H100, where the
+// target's NVLink moves ~400; 16 blocks ~325 (2026-12-06, tests/gpu/plugin/run_writer.sh).
+// The leader publishes a batch's copies as chunks in device memory and every block, the
+// leader too, claims chunks one at a time until none is left; the leader then waits only for chunks that were claimed. No block
 // ever waits for another to start: a helper that is not resident (the GPU full of NCCL's
 // blocks) just claims nothing, and the leader copies alone.
 //
@@ -67,17 +67,20 @@ __device__ __forceinline__ void blockCopy(unsigned long long dst, unsigned long 
 //     that lands after the leader replaced the word claims in the new batch, which is as good.
 //     A compare-and-swap on the word (the first version) let 8 blocks claim only ~1.4 M chunks
 //     a second between them, ~91 GB/s in 64 KiB chunks on an H100 (2026-12-06).
-//   The descriptor (n .. src) is written by the leader before it publishes the batch's word
-//   and rewritten only after every chunk of it is copied: a block holding a claim reads the
-//   batch it claimed from (once a batch: blocks keep a copy in shared memory).
+//   The descriptor is written by the leader before it publishes the batch's word and rewritten
+//   only after every chunk of it is copied: a block holding a claim reads the batch it claimed
+//   from (once a batch: blocks keep a copy in shared memory).
+struct Descriptor {
+  unsigned chunk;        // bytes a chunk
+  unsigned first[33];    // the first chunk of each copy; after the last copy: chunks in all
+  unsigned bytes[32];
+  unsigned long long dst[32], src[32];
+};
 struct Team {
   unsigned long long work;
   unsigned long long finished;  // chunks copied, every batch of every launch
   unsigned long long quit;      // the launch whose leader left: its helpers return
-  unsigned n, chunk;            // copies in the batch, bytes a chunk
-  unsigned first[33];           // the first chunk of each copy; first[n] = chunks in the batch
-  unsigned bytes[32];
-  unsigned long long dst[32], src[32];
+  Descriptor d;
 };
 __device__ Team g_team;
 
@@ -86,10 +89,7 @@ constexpr unsigned long long kClaim = 1ull << 16;
 // A block's copy of the descriptor of batch `batch` (~0: none yet).
 struct Batch {
   unsigned long long batch;
-  unsigned n, chunk;
-  unsigned first[33];
-  unsigned bytes[32];
-  unsigned long long dst[32], src[32];
+  Descriptor d;
 };
 __shared__ Batch s_desc;
 
@@ -112,29 +112,29 @@ __device__ void copyClaimedChunks() {
     __syncthreads();
     const int chunk = s_chunk;
     if (chunk < 0) break;
+    Descriptor& d = s_desc.d;
     if (s_batch != s_desc.batch) {  // a new batch: its descriptor, one read a field a thread
       const unsigned i = threadIdx.x;
+      volatile Descriptor& g = t->d;
       if (i < 32) {
-        s_desc.first[i] = t->first[i];
-        s_desc.bytes[i] = t->bytes[i];
-        s_desc.dst[i] = t->dst[i];
-        s_desc.src[i] = t->src[i];
+        d.first[i] = g.first[i];
+        d.bytes[i] = g.bytes[i];
+        d.dst[i] = g.dst[i];
+        d.src[i] = g.src[i];
       } else if (i == 32) {
-        s_desc.first[32] = t->first[32];
-        s_desc.n = t->n;
-        s_desc.chunk = t->chunk;
+        d.first[32] = g.first[32];
+        d.chunk = g.chunk;
       }
       __syncthreads();
       if (i == 0) s_desc.batch = s_batch;
     }
     // The copy that holds the chunk: first[k] <= chunk < first[k + 1].
     unsigned k = 0;
-    while (s_desc.first[k + 1] <= static_cast<unsigned>(chunk)) ++k;
-    const unsigned long long off =
-        static_cast<unsigned long long>(chunk - s_desc.first[k]) * s_desc.chunk;
-    const unsigned len = static_cast<unsigned>(
-        min(static_cast<unsigned long long>(s_desc.chunk), s_desc.bytes[k] - off));
-    blockCopy(s_desc.dst[k] + off, s_desc.src[k] + off, len);
+    while (d.first[k + 1] <= static_cast<unsigned>(chunk)) ++k;
+    const unsigned long long off = static_cast<unsigned long long>(chunk - d.first[k]) * d.chunk;
+    const unsigned len =
+        static_cast<unsigned>(min(static_cast<unsigned long long>(d.chunk), d.bytes[k] - off));
+    blockCopy(d.dst[k] + off, d.src[k] + off, len);
     ++copied;
     __syncthreads();  // every thread read s_chunk and s_desc before thread 0 claims again
   }
@@ -258,19 +258,18 @@ extern "C" __global__ void crystal_gpu_writer(fr::Ring* ring, unsigned long long
         }
         const unsigned slot = __popc(__ballot_sync(kAll, is_copy) & ((1u << lane) - 1));
         if (is_copy) {
-          t->first[slot] = sum - mine;
-          t->bytes[slot] = s_count[lane];
-          t->dst[slot] = s_dst[lane];
-          t->src[slot] = s_arg[lane];
+          t->d.first[slot] = sum - mine;
+          t->d.bytes[slot] = s_count[lane];
+          t->d.dst[slot] = s_dst[lane];
+          t->d.src[slot] = s_arg[lane];
         }
         const unsigned copies = __popc(__ballot_sync(kAll, is_copy));
         const unsigned total = __shfl_sync(kAll, sum, 31);
         __threadfence();  // every lane's part of the descriptor before the word that publishes it
         __syncwarp();
         if (lane == 0) {
-          t->first[copies] = total;
-          t->n = copies;
-          t->chunk = static_cast<unsigned>(c);
+          t->d.first[copies] = total;
+          t->d.chunk = static_cast<unsigned>(c);
           __threadfence();
           s_batch += 1;
           t->work = s_batch << 32 | total;
