@@ -149,6 +149,7 @@ void checkEmulation(const Config& c) {
   positive(c, "emulation.timeout_s", c.emulation.timeout_s);
   positive(c, "emulation.gpu_channel_GBps", c.emulation.gpu_channel_GBps);
   positive(c, "emulation.proxy_request_us", c.emulation.proxy_request_us);
+  nonNegative(c, "emulation.gpu_slice_us", c.emulation.gpu_slice_us);
   if (c.emulation.real_channels < 0 || c.emulation.real_channels > 64)
     fail(c, fmt::format("'emulation.real_channels': {} outside 0..64 (NCCL 2.28.9's MAXCHANNELS)",
                         c.emulation.real_channels));

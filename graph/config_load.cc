@@ -157,6 +157,7 @@ void readEmulation(YamlFields& top, EmulationConfig& e) {
   f.read("p2p_peers", e.p2p_peers);
   f.read("gpu_channel_GBps", e.gpu_channel_GBps);
   f.read("proxy_request_us", e.proxy_request_us);
+  f.read("gpu_slice_us", e.gpu_slice_us);
   f.rejectUnknown();
 }
 

@@ -112,6 +112,7 @@ void emulation(YAML::Emitter& e, const EmulationConfig& m) {
   kv(e, "p2p_peers", m.p2p_peers);
   kv(e, "gpu_channel_GBps", m.gpu_channel_GBps);
   kv(e, "proxy_request_us", m.proxy_request_us);
+  kv(e, "gpu_slice_us", m.gpu_slice_us);
   e << YAML::EndMap;
 }
 

@@ -51,10 +51,12 @@ RingFoldCost ringFoldCost(const RingFoldInput& in, int channels, const RingFoldP
   RingFoldCost cost;
   cost.requests = static_cast<long>(2.0 * c * ringSteps(in.func, n) *
                                     slicesPerStep(in.func, in.proto) * loops);
+  cost.slices = static_cast<long>(ringSteps(in.func, n) * slicesPerStep(in.func, in.proto) * loops);
   cost.proxy_us = static_cast<double>(cost.requests) * p.proxy_request_us;
   cost.gpu_us = p.gpu_channel_GBps > 0
                     ? busBytes(in.func, in.bytes, n) / (c * p.gpu_channel_GBps * 1e3)
                     : 0.0;
+  if (!isChain(in.func)) cost.gpu_us += static_cast<double>(cost.slices) * p.slice_us;
   return cost;
 }
 

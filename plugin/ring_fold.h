@@ -39,13 +39,18 @@ struct RingFoldInput {
 struct RingFoldParams {
   double gpu_channel_GBps = 17.0;
   double proxy_request_us = 0.5;
+  // The real rank's kernel time per ring slice beyond its bytes (waiting on and posting the
+  // counters; a P2P ring paced by the agent kernel adds its reaction): emulation.gpu_slice_us,
+  // which only on-node rings use (onNodeRingChannels). 0: bytes alone.
+  double slice_us = 0.0;
 };
 
 // What the real machine needs to run the operation on `channels` channels.
 struct RingFoldCost {
-  double gpu_us = 0;      // the GPU moving the bus bytes
+  double gpu_us = 0;      // the GPU moving the bus bytes (and its slices, with slice_us)
   double proxy_us = 0;    // NCCL's proxy serving the NET requests
   long requests = 0;      // NET requests of the operation (both directions, every channel)
+  long slices = 0;        // slices one channel's kernel runs (steps x slices a step x loops)
 };
 [[nodiscard]] RingFoldCost ringFoldCost(const RingFoldInput& in, int channels,
                                         const RingFoldParams& p);
@@ -66,7 +71,12 @@ struct RingFoldCost {
 // real kernel moved ~17 GB/s of bus bytes per channel, under the target's 16-channel share
 // of NVLink from 256 MiB (all-gather +40 %). So such a ring runs on the fewest channels from
 // the target's up to the real rank's (real_channels, NCCL_MIN_NCHANNELS) whose GPU time with
-// the margin fits the model's, else on all of those; each stands for target / used.
+// the margin fits the model's, else on all of those; each stands for target / used. A ring's
+// GPU time counts its slices (`slice_us` each) as well as its bytes: a 64-rank ring runs 126
+// slices a channel (252 for an all-reduce) whatever its size, and where bytes alone said 16
+// channels kept the 64 MiB all-gather's pace, the real kernel took +5 to +7 % of the model
+// paced (on the H100, 2026-12-06: free-running 387 us on 16 channels, model 425; the paced
+// kernel ~60 us over its free time). A chain's units (one a loop) are not counted.
 [[nodiscard]] int onNodeRingChannels(const RingFoldInput& in, const RingFoldParams& p);
 
 }  // namespace crystal::plugin

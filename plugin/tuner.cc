@@ -168,7 +168,8 @@ ncclResult_t getCollInfo(void* ctx, nccl::ncclFunc_t f, std::size_t nBytes, int,
         run.proto < model::kNumProtos) {
       target_channels = *nChannels;
       const EmulationConfig& e = st.config().emulation;
-      const RingFoldParams params{e.gpu_channel_GBps, e.proxy_request_us};
+      const RingFoldParams params{e.gpu_channel_GBps, e.proxy_request_us,
+                                  on_node ? e.gpu_slice_us : 0.0};
       const RingFoldInput in{static_cast<model::Func>(f),
                              static_cast<model::Proto>(run.proto),
                              nBytes,

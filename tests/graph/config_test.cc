@@ -142,6 +142,7 @@ TEST(Config, CanonicalYamlRoundTrips) {
   c.emulation.fold_rings = false;
   c.emulation.gpu_channel_GBps = 21.5;
   c.emulation.proxy_request_us = 0.75;
+  c.emulation.gpu_slice_us = 2.25;
   c.emulation.real_channels = 32;
   c.emulation.p2p_peers = true;
   EXPECT_EQ(parseConfig(toYaml(c), c.source), c) << toYaml(c);

@@ -190,7 +190,7 @@ void expectModelTimes(int n, int channels, int rank, const Config& cfg) {
   auto s = connect(n, channels, rank, cfg);
   TimeNs start = 1'000'000'000;
   for (Func f : {Func::AllReduce, Func::AllGather, Func::ReduceScatter})
-    for (std::uint64_t b = MiB; b <= 1024 * MiB; b *= 16) {
+    for (std::uint64_t b = MiB; b <= 1024 * MiB; b *= 4) {
       const live::CollectiveEntry e{f, model::Algo::Ring, model::Proto::Simple, b, channels};
       const auto shape = plugin::ringOpShape(e, n, channels);
       for (auto& c : s->chans) {

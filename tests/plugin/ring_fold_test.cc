@@ -130,5 +130,48 @@ TEST(RingFold, OnlyChainsUseMoreChannelsThanTheTargetsWhenTheRealRankHasThem) {
   }
 }
 
+// Under p2p_peers a ring that stays on the real rank's node runs on the target's channels, or
+// on more (up to the real rank's NCCL_MIN_NCHANNELS) where its kernel needs them. A ring's
+// kernel time counts its slices too (slice_us a slice, 126 a channel on 64 ranks whatever the
+// size): the 64 MiB all-gather, which bytes alone kept on 16 channels and which read +5 to +7 %
+// of the model there on the H100, gets the fewest that fit; small sizes keep the target's.
+TEST(RingFold, OnNodeRingsCountTheirSlicesAsWellAsTheirBytes) {
+  const RingFoldParams bytes_only{17.0, 0.5};
+  const RingFoldParams sliced{17.0, 0.5, 1.5};
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllGather, 64 * MiB), 16, sliced).slices, 63 * 2);
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllReduce, 64 * MiB), 16, sliced).slices, 126 * 2);
+  EXPECT_EQ(plugin::ringFoldCost(target(Func::AllGather, 1024 * MiB), 1, sliced).slices,
+            63 * 2 * 8);
+  EXPECT_NEAR(plugin::ringFoldCost(target(Func::AllGather, 64 * MiB), 16, sliced).gpu_us,
+              64.0 * MiB * 63 / 64 / (16 * 17e3) + 126 * 1.5, 1e-6);
+  const auto fits = [](const RingFoldInput& in, int c, const RingFoldParams& p) {
+    return 1.25 * plugin::ringFoldCost(in, c, p).gpu_us <= in.model_us;
+  };
+  for (Func f : {Func::AllGather, Func::ReduceScatter}) {
+    RingFoldInput in = target(f, 64 * MiB);
+    in.real_channels = 28;
+    EXPECT_EQ(plugin::onNodeRingChannels(in, bytes_only), 16) << "bytes alone: the target's";
+    const int c = plugin::onNodeRingChannels(in, sliced);
+    EXPECT_GT(c, 20);
+    EXPECT_LT(c, 28);
+    EXPECT_TRUE(fits(in, c, sliced));
+    EXPECT_FALSE(fits(in, c - 1, sliced)) << "the fewest";
+    for (std::uint64_t b : {MiB, 4 * MiB, 16 * MiB}) {
+      RingFoldInput small = target(f, b);
+      small.real_channels = 28;
+      EXPECT_EQ(plugin::onNodeRingChannels(small, sliced), 16) << b;
+    }
+    RingFoldInput big = target(f, 1024 * MiB);
+    big.real_channels = 28;
+    EXPECT_EQ(plugin::onNodeRingChannels(big, sliced), 28) << "none fits: all of R's";
+  }
+  // A chain's units are not counted: the broadcast's choice does not move.
+  RingFoldInput bc = target(Func::Broadcast, 64 * MiB);
+  bc.real_channels = 28;
+  EXPECT_EQ(plugin::ringFoldCost(bc, 16, sliced).gpu_us,
+            plugin::ringFoldCost(bc, 16, bytes_only).gpu_us);
+  EXPECT_EQ(plugin::onNodeRingChannels(bc, sliced), plugin::onNodeRingChannels(bc, bytes_only));
+}
+
 }  // namespace
 }  // namespace crystal::test

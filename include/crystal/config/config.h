@@ -162,6 +162,11 @@ struct EmulationConfig {
   bool p2p_peers = false;
   double gpu_channel_GBps = 17.0;
   double proxy_request_us = 0.5;
+  // The real rank's ring kernel time per slice beyond its bytes, paced by the agent kernel
+  // (plugin/ring_fold.h onNodeRingChannels; on-node rings under p2p_peers only): H100,
+  // 2026-12-06, a 64-rank all-gather free-running ~1.06 us a slice on top of ~16 GB/s a
+  // channel, and ~0.5 more paced.
+  double gpu_slice_us = 1.5;
   friend bool operator==(const EmulationConfig&, const EmulationConfig&) = default;
 };
 

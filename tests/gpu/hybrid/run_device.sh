@@ -265,6 +265,8 @@ case "$case_name" in
          # P2P_GPU_GBPS=X: emulation.gpu_channel_GBps (ring_fold.h); a large X keeps rings on
          # the target's channel count (R's kernel measured as the target's would run).
          [ -n "${P2P_GPU_GBPS:-}" ] && echo "  gpu_channel_GBps: $P2P_GPU_GBPS" >>"$cfg"
+         # P2P_SLICE_US=X: emulation.gpu_slice_us (ring_fold.h; 0: the channels by bytes alone).
+         [ -n "${P2P_SLICE_US:-}" ] && echo "  gpu_slice_us: $P2P_SLICE_US" >>"$cfg"
          if [ -z "${P2P_OPS:-}" ]; then
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
