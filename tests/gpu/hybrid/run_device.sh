@@ -14,7 +14,7 @@
 #   OPS, ITERS, CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
 #   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
-#   P2P (1: every case under emulation.p2p_peers), MPS (`two`: 1 (the default under `all`)
+#   P2P (1: every case under emulation.p2p_peers; P2P_SLICE_US=X: emulation.gpu_slice_us), MPS (`two`: 1 (the default under `all`)
 #   runs both processes as clients of NVIDIA MPS, see mps_start; TWO_PEER: the second real
 #   rank, default 1), CRYSTAL_HOST_STATS (1: the real rank's host
 #   time per operation, NCCL's and each part of the plugin's, in each log and the summary),
@@ -47,6 +47,7 @@ config() {
     if [ "$case_name" = big ]; then sed "s/nodes: 8/nodes: 1024/; s/world_size: 64/world_size: 8192/; s/dp: 8/dp: 1024/"; else cat; fi \
     >"$OUT/config-$case_name.yaml"
   [ -n "${P2P:-}" ] && echo "  p2p_peers: true" >>"$OUT/config-$case_name.yaml"
+  [ -n "${P2P_SLICE_US:-}" ] && echo "  gpu_slice_us: $P2P_SLICE_US" >>"$OUT/config-$case_name.yaml"
   echo "$OUT/config-$case_name.yaml"
 }
 
