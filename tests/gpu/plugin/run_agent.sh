@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# GPU check of the plugin's P2P agent kernel alone (device machine; no NCCL run): builds
+# p2p_agent_check (p2p_agent_check.cu) and prints, for each channel count, how long the agent
+# takes to answer R's stand-in (a credit after a send, a receive tail after a consumed slot)
+# beside a bare copying kernel's round trip. Log in $OUT/agent.log.
+# Usage: tests/gpu/plugin/run_agent.sh [CHANNELS ...]   (default: 1 16 28 44)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=${OUT:-/tmp/crystal-gpu-agent}
+mkdir -p "$out"
+nccl_root=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl")))')
+build=build-device/gpu-plugin
+cmake -S tests/gpu/plugin -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$nccl_root" >"$out/agent-cmake.log" 2>&1 || { tail -30 "$out/agent-cmake.log"; exit 1; }
+cmake --build "$build" -j16 --target p2p_agent_check >"$out/agent-build.log" 2>&1 || { tail -40 "$out/agent-build.log"; exit 1; }
+CUDA_MODULE_LOADING=EAGER timeout 120 "$build/p2p_agent_check" "$@" 2>&1 | tee "$out/agent.log"
+exit "${PIPESTATUS[0]}"
