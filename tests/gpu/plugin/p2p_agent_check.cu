@@ -7,19 +7,23 @@
 // round, its send connection's counter (V's recv tail: R sent a unit) and waits for the
 // credit (R's send head), then moves its receive connection's counter (V's send head: R
 // consumed a slot) and waits for its recv tail to follow (the CPU's release is left wide
-// open, so the agent's own slot rule moves it at once). Occupancy 0: every credit is due
-// when seen. Each wait is timed on the GPU's global timer. The same rounds against "echo", a
-// kernel that only copies each counter across (one thread a connection, no table, no timer),
-// give the floor of a flag's round trip between two kernels on this GPU.
+// open, so the agent's own slot rule moves it at once). Credits due when seen (occupancy 0),
+// or 150 ns / 1 us after; a CPU thread busy on the table or not. Each wait is timed on the
+// GPU's global timer. The same rounds against "echo", a kernel that only copies each counter
+// across (one thread a connection, no table, no timer), give the floor of a flag's round trip
+// between two kernels on this GPU.
 //
 // Prints, per setting (channels, trace on/off, agent or echo), the median / p90 / max of the
 // send and receive turns. Exit 1 when a turn never came (100 ms) or a counter went wrong.
 //
-// H100, 2026-12-06 (run_agent.sh 1 28): the agent answers in 0.35-0.93 us (median; p90 at
-// most 1.25), echo in 0.5-1.25: alone it is as fast as a bare copy, so the ~2.6 us the
-// emulation's traces show between R's send and its credit come from the agent's loop beside
-// R's NCCL kernel, not from its own work. Taking an SM of its own (dynamic shared memory no
-// NCCL block fits beside) did not change the emulation's times.
+// H100, 2026-12-06 (run_agent.sh 16 28): with every credit due when seen (occupancy 0) the
+// agent answers in ~1 us (median; echo 0.5-1.4), with a CPU thread busy on its table the
+// same; with a credit due 150 ns or 1 us after the send, 2.4 us (p90 3.2), whatever the
+// occupancy: the credit waits for a later turn of the connection's loop, and that turn takes
+// ~2 us. Likely, not yet measured: the turn before it wrote the table (seen, seen_at: stores
+// to mapped host memory) and the next load of R's counter waits for them. The emulation's
+// traces show the same ~2.6 us between R's send and its credit. Taking an SM of its own (dynamic
+// shared memory no NCCL block fits beside) did not change the emulation's times.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "p2p_agent_kernel.cu"
@@ -131,7 +136,10 @@ Turns summarize(std::vector<unsigned long long> v) {
 int failures = 0;
 
 // One setting: `channels` blocks of R's stand-in against the agent (trace on/off) or echo.
-void run(unsigned channels, bool agent, bool trace) {
+// `cpu_busy`: a CPU thread writes the receives' release words and reads the seen words of
+// the table all along, as the pacing thread does while an operation runs.
+void run(unsigned channels, bool agent, bool trace, bool cpu_busy = false,
+         std::uint64_t occupancy_ns = 0) {
   namespace pa = crystal::plugin::p2p_agent;
   unsigned long long* counters = nullptr;
   CUDA_OK(cudaMalloc(&counters, sizeof(unsigned long long) * 4 * kLine * channels));
@@ -156,7 +164,7 @@ void run(unsigned channels, bool agent, bool trace) {
       table->target[s] = reinterpret_cast<std::uint64_t>(c.at(ch, 1));
       table->kind[s] = 1;
       table->unit_steps[s] = 2;
-      table->occupancy[s] = 0;
+      table->occupancy[s] = occupancy_ns;
       table->watch[r] = reinterpret_cast<std::uint64_t>(c.at(ch, 2));
       table->target[r] = reinterpret_cast<std::uint64_t>(c.at(ch, 3));
       table->kind[r] = 0;
@@ -179,7 +187,21 @@ void run(unsigned channels, bool agent, bool trace) {
   CUDA_OK(cudaGetLastError());
   fakeR<<<channels, 32, 0, sr>>>(c, turns);
   CUDA_OK(cudaGetLastError());
+  std::atomic<bool> rounds_done{false};
+  std::thread pacer;
+  if (agent && cpu_busy)
+    pacer = std::thread([&] {
+      std::uint64_t sum = 0;
+      while (!rounds_done.load(std::memory_order_relaxed))
+        for (unsigned ch = 0; ch < channels; ++ch) {
+          sum += std::atomic_ref(table->seen[ch]).load(std::memory_order_acquire);
+          std::atomic_ref(table->release[channels + ch])
+              .store((std::uint64_t{1} << 62) + (sum & 1), std::memory_order_release);
+        }
+    });
   CUDA_OK(cudaStreamSynchronize(sr));
+  rounds_done = true;
+  if (pacer.joinable()) pacer.join();
   if (agent) {
     reinterpret_cast<volatile std::uint32_t*>(&table->want)[0] = 0;
   } else {
@@ -194,10 +216,12 @@ void run(unsigned channels, bool agent, bool trace) {
   for (std::size_t k = 0; k < n_turns; ++k) (k % 2 == 0 ? send : recv).push_back(host[k]);
   const Turns s = summarize(send), r = summarize(recv);
   std::printf(
-      "turn %-5s channels %2u trace %d: send median %5.2f p90 %5.2f max %7.2f us; "
+      "turn %-5s%-9s occupancy %4llu ns channels %2u trace %d: send median %5.2f p90 %5.2f max "
+      "%7.2f us; "
       "recv median %5.2f p90 %5.2f max %7.2f us%s\n",
-      agent ? "agent" : "echo", channels, trace ? 1 : 0, s.median, s.p90, s.max, r.median, r.p90,
-      r.max, s.missing + r.missing ? " MISSING" : "");
+      agent ? "agent" : "echo", cpu_busy ? " cpu busy" : "",
+      static_cast<unsigned long long>(occupancy_ns), channels, trace ? 1 : 0, s.median, s.p90,
+      s.max, r.median, r.p90, r.max, s.missing + r.missing ? " MISSING" : "");
   if (s.missing + r.missing) {
     std::printf("FAIL: %u send and %u receive turns never came (channels %u, %s)\n", s.missing,
                 r.missing, channels, agent ? "agent" : "echo");
@@ -254,6 +278,9 @@ int main(int argc, char** argv) {
     run(ch, false, false);
     run(ch, true, false);
     run(ch, true, true);
+    run(ch, true, false, true);
+    run(ch, true, false, false, 150);
+    run(ch, true, false, false, 1000);
   }
   std::printf(failures ? "FAIL\n" : "PASS\n");
   return failures ? 1 : 0;
