@@ -10,11 +10,9 @@ cd "$(dirname "$0")/../../.."
 max=${1:-1073741824}
 out=${OUT:-/tmp/crystal-gpu-plugin}
 mkdir -p "$out"
-nccl_root=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl")))')
+. tests/gpu/plugin/build_checks.sh
+build_checks plugin crystal_nccl_plugin nccl_crystal_check
 echo "NCCL_ROOT=$nccl_root"
-build=build-device/gpu-plugin
-cmake -S tests/gpu/plugin -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$nccl_root" >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-cmake --build "$build" -j16 --target crystal_nccl_plugin nccl_crystal_check >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 plugin_dir=$(dirname "$(find "$build" -name libnccl-net-crystal.so | head -1)")
 export LD_LIBRARY_PATH="$plugin_dir:$nccl_root/lib:${LD_LIBRARY_PATH:-}"
 export NCCL_NET_PLUGIN=crystal NCCL_NET=crystal NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO \

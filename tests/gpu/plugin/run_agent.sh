@@ -9,9 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-/tmp/crystal-gpu-agent}
 mkdir -p "$out"
-nccl_root=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl")))')
-build=build-device/gpu-plugin
-cmake -S tests/gpu/plugin -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$nccl_root" >"$out/agent-cmake.log" 2>&1 || { tail -30 "$out/agent-cmake.log"; exit 1; }
-cmake --build "$build" -j16 --target p2p_agent_check >"$out/agent-build.log" 2>&1 || { tail -40 "$out/agent-build.log"; exit 1; }
+. tests/gpu/plugin/build_checks.sh
+build_checks agent p2p_agent_check
 CUDA_MODULE_LOADING=EAGER timeout 120 "$build/p2p_agent_check" "$@" 2>&1 | tee "$out/agent.log"
 exit "${PIPESTATUS[0]}"

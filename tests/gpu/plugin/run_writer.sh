@@ -10,10 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-/tmp/crystal-gpu-writer}
 mkdir -p "$out"
-nccl_root=$(python3 -c 'import torch,os; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl")))')
-build=build-device/gpu-plugin
-cmake -S tests/gpu/plugin -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$nccl_root" >"$out/writer-cmake.log" 2>&1 || { tail -30 "$out/writer-cmake.log"; exit 1; }
-cmake --build "$build" -j16 --target gpu_writer_check >"$out/writer-build.log" 2>&1 || { tail -40 "$out/writer-build.log"; exit 1; }
+. tests/gpu/plugin/build_checks.sh
+build_checks writer gpu_writer_check
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(1:65536 4:65536 8:65536 16:65536 8:32768 8:4096)
 rc=0
