@@ -49,9 +49,8 @@ RingFoldCost ringFoldCost(const RingFoldInput& in, int channels, const RingFoldP
   const double per_step = static_cast<double>(in.bytes) / c / (isChain(in.func) ? 1 : n);
   const double loops = std::max(1.0, std::ceil(per_step / chunkBytes(in.func, in.proto)));
   RingFoldCost cost;
-  cost.requests = static_cast<long>(2.0 * c * ringSteps(in.func, n) *
-                                    slicesPerStep(in.func, in.proto) * loops);
   cost.slices = static_cast<long>(ringSteps(in.func, n) * slicesPerStep(in.func, in.proto) * loops);
+  cost.requests = 2L * c * cost.slices;  // each slice a send and a receive on every channel
   cost.proxy_us = static_cast<double>(cost.requests) * p.proxy_request_us;
   cost.gpu_us = p.gpu_channel_GBps > 0
                     ? busBytes(in.func, in.bytes, n) / (c * p.gpu_channel_GBps * 1e3)
