@@ -14,6 +14,7 @@
 
 #include "crystal/base/log.h"
 #include "errors.h"
+#include "p2p_agent_rules.h"
 #include "params.h"
 #include "state.h"
 
@@ -93,7 +94,8 @@ P2pAgent::P2pAgent(std::uint64_t comm_hash, int rank, int nranks, cuda::Context 
           [links, rank, busy = std::make_shared<std::atomic<int>>(0),
            connected = std::make_shared<std::atomic<int>>(0)](bool connection) {
             if (connection) connected->fetch_add(1, std::memory_order_relaxed);
-            return makeRingChannel(links, rank, busy, connected);
+            // An operation's schedule counts only itself busy (P2pPacer::MakeChannel).
+            return makeRingChannel(links, rank, connection ? busy : nullptr, connected);
           },
           rank) {
   log_cursor_ = log_->appended();
@@ -132,6 +134,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     std::shared_ptr<P2pAgent> a(new P2pAgent(comm_hash, rank, nranks, ctx, ring,
                                              st.config().cluster.gpus_per_node, links, trees));
     a->pacer_.setTreeBase(tree_channels);
+    a->preludes_on_ = paramBool(kEnvP2pPrelude);
     a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);
@@ -260,12 +263,14 @@ std::string P2pAgent::stateLine() const {
   std::lock_guard lock(in_mu_);
   return fmt::format(
       "{} paced connections ({} running free), {} operations done ({} received as a "
-      "chain from its head), {} kernel launches, {} kernel starts, {} kernel passes, {} NET "
+      "chain from its head), {} armed with a prelude ({} channels anchored one, {} too late), "
+      "{} kernel launches, {} kernel starts, {} kernel passes, {} NET "
       "ring models fed, kernel state {}, want {}",
       table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), chain_ops_.load(),
-      launches_.load(), table_ ? word(table_->starts).load() : 0,
-      table_ ? word(table_->passes).load() : 0, net_rings_.load(),
-      table_ ? word(table_->state).load() : 0, table_ ? word(table_->want).load() : 0);
+      preludes_.load(), anchors_.load(), anchors_missed_.load(), launches_.load(),
+      table_ ? word(table_->starts).load() : 0, table_ ? word(table_->passes).load() : 0,
+      net_rings_.load(), table_ ? word(table_->state).load() : 0,
+      table_ ? word(table_->want).load() : 0);
 }
 
 bool P2pAgent::add(P2pConnection c) {
@@ -432,13 +437,114 @@ void P2pAgent::findNetRings() {
 }
 
 void P2pAgent::publishSendPace() {
+  publishSendPace(pacer_.sendOccupancy(), pacer_.sendUnitSteps());
+}
+
+void P2pAgent::publishSendPace(live::TimeNs occupancy_ns, int unit_steps) {
   const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
-  const auto occupancy = static_cast<std::uint64_t>(std::max<live::TimeNs>(0, pacer_.sendOccupancy()));
-  const auto steps = static_cast<std::uint32_t>(pacer_.sendUnitSteps());
+  const auto occupancy = static_cast<std::uint64_t>(std::max<live::TimeNs>(0, occupancy_ns));
+  const auto steps = static_cast<std::uint32_t>(std::max(1, unit_steps));
   for (std::uint32_t i = 0; i < n; ++i) {
     if (table_->kind[i] == 0) continue;
     word(table_->unit_steps[i]).store(steps, std::memory_order_relaxed);
     word(table_->occupancy[i]).store(occupancy, std::memory_order_release);
+  }
+}
+
+void P2pAgent::writePrelude(const P2pPrelude* pre, bool send_pace) {
+  const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    word(table_->pre_value[i]).store(pa::kNoPrelude, std::memory_order_relaxed);
+    word(table_->pre_pair[i]).store(pa::kNoPair, std::memory_order_relaxed);
+  }
+  anchors_wanted_.clear();
+  if (pre) {
+    const auto units =
+        static_cast<std::uint32_t>(std::min<std::size_t>(pre->at.size(), pa::kPreUnits));
+    for (std::uint32_t k = 0; k < units; ++k)
+      word(table_->pre_at[k])
+          .store(static_cast<std::uint64_t>(std::max<live::TimeNs>(0, pre->at[k])),
+                 std::memory_order_relaxed);
+    word(table_->pre_units).store(units, std::memory_order_relaxed);
+    word(table_->pre_steps)
+        .store(static_cast<std::uint32_t>(std::max(1, pre->steps)), std::memory_order_relaxed);
+    for (const P2pPrelude::Pair& p : pre->pairs) {
+      if (p.send < 0 || p.recv < 0 || std::cmp_greater_equal(p.send, n) ||
+          std::cmp_greater_equal(p.recv, n))
+        continue;
+      word(table_->pre_value[static_cast<std::size_t>(p.send)])
+          .store(p.from, std::memory_order_relaxed);
+      word(table_->pre_value[static_cast<std::size_t>(p.recv)])
+          .store(p.base, std::memory_order_relaxed);
+      word(table_->pre_pair[static_cast<std::size_t>(p.recv)])
+          .store(static_cast<std::uint32_t>(p.send), std::memory_order_relaxed);
+      anchors_wanted_.push_back(p.send);
+    }
+    // The first sends are credited at the operation's pace (opStarted comes after them),
+    // unless one runs (its own sends are: back to back the same operation's pace anyway).
+    if (send_pace) publishSendPace(pre->send_occupancy, pre->steps);
+  }
+  prelude_live_ = pre != nullptr;
+  word(table_->pre_seq).store(++pre_seq_, std::memory_order_release);
+}
+
+void P2pAgent::armFront(live::TimeNs now) {
+  // The armed operation left the queue (it ended): its words go.
+  if (prelude_live_ &&
+      std::none_of(ops_.begin(), ops_.end(), [&](const Pending& p) { return p.seq == armed_seq_; }))
+    writePrelude(nullptr, false);
+  if (!preludes_on_ || ops_.empty()) return;
+  // The first operation R's stream has not reached.
+  const auto next =
+      std::find_if(ops_.begin(), ops_.end(), [](const Pending& p) { return !p.started; });
+  if (next == ops_.end() || next->seq == armed_seq_) return;
+  const std::uint64_t done = ops_done_.load(std::memory_order_relaxed);
+  if (next->seq == tried_seq_ && done == tried_done_) return;  // not armable as things stand
+  const bool running = pacer_.inOp();
+  // Running: R's counts before `next` are where the running one ends (P2pPacer::arm), and its
+  // own prelude's anchors must all be in first (a new one replaces them). Else they are where
+  // R's counters stand, once the kernel published the last moves.
+  if (running ? !anchors_wanted_.empty() : now - done_at_ < kSettleNs) return;
+  const std::optional<P2pPrelude> pre = pacer_.arm(next->entry, pa::kPreUnits);
+  if (!pre) {
+    tried_seq_ = next->seq;
+    tried_done_ = done;
+    return;
+  }
+  armed_seq_ = next->seq;
+  writePrelude(&*pre, !running);
+  preludes_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_)
+    trace_->record({.t = now,
+                    .due = pre->at.empty() ? -1 : pre->at.back(),
+                    .value = pre->at.size(),
+                    .conn = static_cast<std::int32_t>(pre->pairs.size()),
+                    .kind = 'a'});
+}
+
+void P2pAgent::readAnchors(live::TimeNs now) {
+  for (std::size_t k = 0; k < anchors_wanted_.size();) {
+    const auto i = static_cast<std::size_t>(anchors_wanted_[k]);
+    if (word(table_->anchor_seq[i]).load(std::memory_order_acquire) != pre_seq_) {
+      ++k;
+      continue;
+    }
+    const std::uint64_t at = word(table_->anchor_at[i]).load(std::memory_order_relaxed);
+    anchors_wanted_[k] = anchors_wanted_.back();
+    anchors_wanted_.pop_back();
+    if (at <= pa::kAnchorMissed) {
+      anchors_missed_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      anchors_.fetch_add(1, std::memory_order_relaxed);
+      const auto t = clock_.toCpu(at);
+      pacer_.anchored(t ? std::clamp(*t, now - kMaxBackdateNs, now) : now);
+    }
+    if (trace_)
+      trace_->record({.t = now,
+                      .gpu = at > pa::kAnchorMissed ? at : 0,
+                      .value = at <= pa::kAnchorMissed,
+                      .conn = static_cast<std::int32_t>(i),
+                      .kind = 'A'});
   }
 }
 
@@ -554,6 +660,7 @@ void P2pAgent::run() {
         ops_.pop_front();
         ops_done_.fetch_add(1, std::memory_order_relaxed);
         progress_at = now;
+        done_at_ = now;
         if (ops_.empty() && !free_running_) pacer_.opsDone();
       }
       if (free_running_) continue;
@@ -588,6 +695,8 @@ void P2pAgent::run() {
                             .kind = 'o'});
         }
       }
+      armFront(now);
+      readAnchors(now);
       if (trace_) traceKernel(now, stored);
       // A pacing bug must not hang the job: an operation that moved no counter for this long
       // gets the free-running counters (the kernel, if it waits on us, goes on).

@@ -40,6 +40,7 @@
 namespace crystal::plugin {
 
 inline constexpr const char* kEnvP2pPace = "CRYSTAL_P2P_PACE";
+inline constexpr const char* kEnvP2pPrelude = "CRYSTAL_P2P_PRELUDE";
 
 // One connection as the host named it (control WRITES, host/bootstrap_host.h DeviceWrite).
 struct P2pConnection {
@@ -162,6 +163,16 @@ class P2pAgent {
   void findNetRings();
   // The operation's send units (occupancy, steps) into the table, for the kernel's credits.
   void publishSendPace();
+  void publishSendPace(live::TimeNs occupancy, int steps);
+  // Preludes (p2p_agent_abi.h): the first operation R's stream has not reached is armed while
+  // the one before runs, once that one's anchors came in (P2pPacer::arm), or kSettleNs after
+  // the last one ended; an armed operation's words leave the table once it ended (a channel
+  // it left idle would take the next operation's first send for its own).
+  void armFront(live::TimeNs now);
+  // nullptr: none. `send_pace`: its send units into the table now (nothing runs).
+  void writePrelude(const P2pPrelude* pre, bool send_pace);
+  // The kernel's anchors of the armed operation, to the pacer.
+  void readAnchors(live::TimeNs now);
   // The kernel's reader pass time (lead_ns_), from its pass count.
   void updateLead(live::TimeNs now);
   // Trace: the GPU clock sample and what the kernel stored since the last look.
@@ -228,6 +239,18 @@ class P2pAgent {
   std::uint64_t next_told_ = 0;   // the operation the pacer was told comes next (0: none)
   std::atomic<std::uint64_t> ops_done_{0};
   std::atomic<std::uint64_t> chain_ops_{0};  // started as a chain R receives in (stateLine)
+  // Preludes: R's counters are where an operation ended this long after the CPU saw it end
+  // (the kernel publishes a move within its ~1-2 us turn).
+  static constexpr live::TimeNs kSettleNs = 10'000;
+  bool preludes_on_ = true;      // CRYSTAL_P2P_PRELUDE
+  live::TimeNs done_at_ = 0;     // when the last operation was seen to end
+  std::uint64_t armed_seq_ = 0;  // the Pending::seq last armed
+  // The one last found not armable, and ops_done_ then (tried again once another ended).
+  std::uint64_t tried_seq_ = 0, tried_done_ = 0;
+  std::uint32_t pre_seq_ = 0;        // the table's pre_seq
+  bool prelude_live_ = false;        // the table holds an operation's prelude
+  std::vector<int> anchors_wanted_;  // its send connections not anchored yet
+  std::atomic<std::uint64_t> preludes_{0}, anchors_{0}, anchors_missed_{0};  // (stateLine)
   std::thread thread_;
 };
 

@@ -20,6 +20,16 @@
 // sets want = 1, fences, then reads state: not kRunning -> it sets kRunning and launches a
 // kernel (stream-ordered after one that is still leaving).
 //
+// Preludes (p2p_agent_rules.h): the first `pre_units` receives of an operation R's stream has
+// not reached yet, which the kernel releases by itself from R's first send of it on the
+// channel, so a short operation does not start with a round trip through the CPU (an 8-rank
+// ring's 40 us all-gather lost 5-15 us to it). The CPU fills `pre_at`, `pre_units`,
+// `pre_steps` and every connection's `pre_value` / `pre_pair`, then raises `pre_seq`; the
+// reader warp copies them once per new `pre_seq`. A send connection's thread watches for R's
+// count passing `pre_value` (its count before the operation) and publishes when
+// (`anchor_at`, for the CPU too); the paired receive's thread releases unit k at that time +
+// pre_at[k], its counter at pre_value + (k + 1) * pre_steps, within R's slots.
+//
 // Times (the GPU's global timer, ns): the kernel stamps when it saw each `seen` value
 // (seen_at, written before the value) and, every pass, the timer itself (gpu_now), so the CPU
 // can map them onto its clock and give the model R's moves when they happened, not when its
@@ -35,6 +45,7 @@ inline constexpr std::uint32_t kMaxConns = 256;  // 64 channels x 2 sides x 2 gr
 inline constexpr std::uint32_t kThreads = 256;   // one per connection
 inline constexpr std::uint32_t kReaderThreads = 32;
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
+inline constexpr std::uint32_t kPreUnits = 32;  // a prelude's units at most (one reader lane each)
 
 // One array per field (a connection is an index): a warp's 32 `release` words are one
 // 256-byte read over PCIe, and the CPU's scan of `seen` touches n / 8 cache lines.
@@ -60,7 +71,18 @@ struct Table {
   std::uint64_t occupancy[kMaxConns];  // CPU -> kernel, sends: ns per unit (0: at once)
   std::uint32_t unit_steps[kMaxConns];  // CPU -> kernel, sends: counter steps per unit
   std::uint32_t kind[kMaxConns];        // CPU -> kernel: 1 send, 0 receive
+  // Preludes (above). CPU -> kernel but anchor_*.
+  std::uint32_t pre_seq;    // raised once the rest is written (0: none yet)
+  std::uint32_t pre_units;  // units in pre_at
+  std::uint32_t pre_steps;  // counter steps a unit
+  std::uint32_t pad2;
+  std::uint64_t pre_at[kPreUnits];      // unit k due this long (ns) after the anchor
+  std::uint64_t pre_value[kMaxConns];   // send: R's count before it (kNoPrelude); recv: the base
+  std::uint64_t anchor_at[kMaxConns];   // kernel -> CPU, send: the anchor (rules: kAnchorMissed)
+  std::uint32_t pre_pair[kMaxConns];    // recv: the send connection anchoring it (kNoPair)
+  std::uint32_t anchor_seq[kMaxConns];  // kernel -> CPU, send: the pre_seq of anchor_at
 };
-static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns);
+static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns + 16 + 8 * kPreUnits +
+                                   2 * 8 * kMaxConns + 2 * 4 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

@@ -23,19 +23,41 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   __shared__ unsigned s_steps[pa::kMaxConns];
   __shared__ unsigned s_n;
   __shared__ int s_leave, s_trace;
+  // Preludes (p2p_agent_abi.h): the reader's copy of the CPU's words, and each send
+  // connection's anchor for the receive thread of its channel.
+  __shared__ unsigned long long s_pre_at[pa::kPreUnits];
+  __shared__ unsigned long long s_pre_value[pa::kMaxConns];
+  __shared__ unsigned long long s_anchor[pa::kMaxConns];
+  __shared__ unsigned s_pre_pair[pa::kMaxConns];
+  __shared__ unsigned s_anchor_seq[pa::kMaxConns];
+  __shared__ unsigned s_pre_seq, s_pre_units, s_pre_steps;
   volatile pa::Table* t = table;
   volatile unsigned long long* release = s_release;
   volatile unsigned long long* occupancy = s_occupancy;
   volatile unsigned* steps = s_steps;
   volatile unsigned* n_ready = &s_n;
   volatile int* leave = &s_leave;
+  volatile unsigned long long* pre_at = s_pre_at;
+  volatile unsigned long long* pre_value = s_pre_value;
+  volatile unsigned long long* anchor = s_anchor;
+  volatile unsigned* pre_pair = s_pre_pair;
+  volatile unsigned* anchor_seq = s_anchor_seq;
+  volatile unsigned* pre_seq = &s_pre_seq;
+  volatile unsigned* pre_units = &s_pre_units;
+  volatile unsigned* pre_steps = &s_pre_steps;
   const unsigned i = threadIdx.x;
   if (i < pa::kMaxConns) {
     s_release[i] = 0;
     s_occupancy[i] = 0;
     s_steps[i] = 1;
+    s_pre_value[i] = pa::kNoPrelude;
+    s_pre_pair[i] = pa::kNoPair;
+    s_anchor_seq[i] = 0;
   }
   if (i == 0) {
+    s_pre_seq = 0;
+    s_pre_units = 0;
+    s_pre_steps = 1;
     t->starts = t->starts + 1;
     t->state = pa::kRunning;  // a kernel queued behind one that left finds kExiting
     s_leave = 0;
@@ -50,10 +72,12 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     constexpr unsigned kPer = pa::kMaxConns / pa::kReaderThreads;
     const unsigned long long passes_before = lane == 0 ? t->passes : 0;
     unsigned long long passes = 0;
+    unsigned copied_seq = 0;  // the prelude last copied
     for (;;) {
       // Loads first, uses after: one PCIe round trip per pass.
       const unsigned n = t->n;
       const unsigned want = t->want;
+      const unsigned seq = __shfl_sync(0xffffffffu, t->pre_seq, 0);  // one value for the warp
       unsigned long long r[kPer], o[kPer];
       unsigned st[kPer];
 #pragma unroll
@@ -69,6 +93,36 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
         release[j] = r[k];
         occupancy[j] = o[k];
         steps[j] = st[k];
+      }
+      if (seq != copied_seq) {
+        // A new prelude: its words were written before pre_seq, so read after it (a second
+        // round trip, once an operation).
+        __threadfence_system();
+        const unsigned long long at = t->pre_at[lane];
+        const unsigned units = t->pre_units, unit_steps = t->pre_steps;
+        unsigned long long pv[kPer];
+        unsigned pp[kPer];
+#pragma unroll
+        for (unsigned k = 0; k < kPer; ++k) {
+          const unsigned j = lane + k * pa::kReaderThreads;
+          pv[k] = t->pre_value[j];
+          pp[k] = t->pre_pair[j];
+        }
+        pre_at[lane] = at;
+#pragma unroll
+        for (unsigned k = 0; k < kPer; ++k) {
+          const unsigned j = lane + k * pa::kReaderThreads;
+          pre_value[j] = pv[k];
+          pre_pair[j] = pp[k];
+        }
+        if (lane == 0) {
+          *pre_units = units < pa::kPreUnits ? units : pa::kPreUnits;
+          *pre_steps = unit_steps;
+        }
+        __threadfence_block();
+        __syncwarp();
+        if (lane == 0) *pre_seq = seq;  // after the words: the connections read it first
+        copied_seq = seq;
       }
       __threadfence_block();
       __syncwarp();
@@ -94,6 +148,12 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     volatile unsigned long long* target = nullptr;
     unsigned long long seen = 0, stored = 0;
     pa::CreditQueue q;
+    // Preludes: the arm this thread took, and for a send its count before the operation and
+    // the last change of R's counter (anchorOf); for a receive what its prelude released.
+    unsigned arm = 0;
+    bool pending = false;
+    unsigned long long from = pa::kNoPrelude, prev = ~0ull, changed_at = 0, pre = 0;
+    pa::Prelude p;
     for (;;) {
       if (*leave) break;
       if (!mine) {
@@ -114,10 +174,44 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
         if (send) pa::creditsSent(q, w, now, occupancy[i], steps[i]);
         t->seen_at[i] = now;  // before the value: the CPU reads seen, then seen_at
         t->seen[i] = w;
+        prev = seen;
+        changed_at = now;
         seen = w;
       }
+      const unsigned seq = *pre_seq;
+      if (send) {
+        if (seq != arm) {
+          arm = seq;
+          from = pre_value[i];
+          pending = from != pa::kNoPrelude;
+        }
+        if (pending) {
+          const unsigned long long a = pa::anchorOf(from, prev, seen, changed_at);
+          if (a != pa::kAnchorPending) {
+            pending = false;
+            anchor[i] = a;
+            __threadfence_block();
+            anchor_seq[i] = arm;  // after the anchor: the receive thread reads it first
+            t->anchor_at[i] = a;  // before its arm, as seen_at before seen
+            t->anchor_seq[i] = arm;
+          }
+        }
+      } else if (seq != arm) {
+        const unsigned pair = pre_pair[i];
+        if (pair == pa::kNoPair) {
+          arm = seq;
+          p = pa::Prelude{};
+          pre = 0;
+        } else if (pair < pa::kMaxConns && anchor_seq[pair] == seq) {
+          arm = seq;
+          p = pa::Prelude{anchor[pair], pre_value[i], 0};
+        }
+      }
+      if (!send && p.anchor > pa::kAnchorMissed)
+        pre = pa::preludeTail(p, pre_at, *pre_units, *pre_steps, now);
+      const unsigned long long r = release[i];
       const unsigned long long v =
-          send ? pa::creditsDue(q, now) : pa::gatedTail(release[i], w);
+          send ? pa::creditsDue(q, now) : pa::gatedTail(r > pre ? r : pre, w);
       if (v > stored) {
         *target = v;
         __threadfence();  // out to R's kernel now (a store left in the SM's queue slowed R)

@@ -9,6 +9,9 @@
 // - Send credits (V as receiver): V empties R's slot once the unit crossed R's share of its
 //   link: each unit of `unit_steps` counter steps R sends at `now` completes at
 //   max(now, previous completion) + `occupancy_ns`, and R's send head moves to its end then.
+// - Preludes (p2p_agent_abi.h): a ring operation's first receives come a fixed schedule after
+//   R's first send of it on the channel (the CPU's model says so too, P2pPacer::scheduled), so
+//   the kernel, which sees that send first, releases them itself.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +77,45 @@ CRYSTAL_HD std::uint64_t creditsDue(CreditQueue& q, std::uint64_t now) {
 // When the oldest credit is due (UINT64_MAX: none pending).
 CRYSTAL_HD std::uint64_t creditsNext(const CreditQueue& q) {
   return q.count > 0 ? q.at[q.first] : ~std::uint64_t{0};
+}
+
+inline constexpr std::uint64_t kNoPrelude = ~std::uint64_t{0};  // pre_value: not armed
+inline constexpr std::uint32_t kNoPair = ~std::uint32_t{0};     // pre_pair: none
+// Anchors: a GPU timer value, or one of these (the timer is never this small).
+inline constexpr std::uint64_t kAnchorPending = 0, kAnchorMissed = 1;
+
+// A send connection armed with R's count `from` before the operation, its counter at `seen`
+// since `changed_at` (`prev` before that change): when R's first send of the operation was
+// seen. Pending while R has not passed `from`; the last change if that one passed it; missed
+// if an earlier one did (armed too late to know when: the CPU's releases start the operation).
+CRYSTAL_HD std::uint64_t anchorOf(std::uint64_t from, std::uint64_t prev, std::uint64_t seen,
+                                  std::uint64_t changed_at) {
+  if (seen <= from) return kAnchorPending;
+  return prev <= from ? changed_at : kAnchorMissed;
+}
+
+// A receive connection's prelude once its send connection anchored it.
+struct Prelude {
+  std::uint64_t anchor = kAnchorPending;
+  std::uint64_t base = 0;  // R's recv count before the operation
+  std::uint32_t done = 0;  // units due so far
+};
+
+// The receive count the prelude released by `now` (`at`: the units' offsets from the anchor,
+// ns; 0 without an anchor). `At` is a pointer or a volatile pointer (the kernel's shared copy).
+template <class At>
+CRYSTAL_HD std::uint64_t preludeTail(Prelude& p, At at, std::uint32_t units, std::uint32_t steps,
+                                     std::uint64_t now) {
+  if (p.anchor <= kAnchorMissed) return 0;
+  while (p.done < units && p.anchor + at[p.done] <= now) ++p.done;
+  return p.base + static_cast<std::uint64_t>(p.done) * steps;
+}
+
+// When the prelude's next unit is due (UINT64_MAX: none).
+template <class At>
+CRYSTAL_HD std::uint64_t preludeNext(const Prelude& p, At at, std::uint32_t units) {
+  if (p.anchor <= kAnchorMissed || p.done >= units) return ~std::uint64_t{0};
+  return p.anchor + at[p.done];
 }
 
 }  // namespace crystal::plugin::p2p_agent

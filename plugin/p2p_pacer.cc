@@ -103,59 +103,158 @@ void P2pPacer::endOp() {
     if (ch.recv_in_op) ch.ring->recvDone(true);
     ch.recv_in_op = false;
   }
-  if (sched_ring_) sched_ring_->recvDone(true);
-  sched_ring_.reset();
+  // Its schedule's receive is done; the rest of the plan stays (sizes of sends seen between
+  // operations, a chain streaming on).
+  if (plan_.sched_ring) plan_.sched_ring->recvDone(true);
+  plan_.sched_ring.reset();
 }
 
-live::TimeNs P2pPacer::scheduled(std::uint64_t k) {
-  while (sched_.size() <= k) {
-    // Asked in order from 0: each unit once, the model's window never wraps under us.
-    const auto a = sched_ring_->recvArrival(sched_.size(), 0, shape_.unit_bytes, 0);
-    sched_.push_back(a.value_or(0));
-  }
-  return sched_[k];
-}
+live::TimeNs P2pPacer::scheduled(std::uint64_t k) { return scheduledIn(plan_, k); }
 
 void P2pPacer::opsDone() { endOp(); }
 
-void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
-                         live::TimeNs issued) {
-  endOp();
+namespace {
+bool sameOp(const live::CollectiveEntry& a, const live::CollectiveEntry& b) {
+  return a.func == b.func && a.algo == b.algo && a.bytes == b.bytes && a.channels == b.channels &&
+         a.target_channels == b.target_channels;
+}
+}  // namespace
+
+void P2pPacer::finishOp() {
   // Units released past the last chain operation's: the next one's first (nextOp), or one
   // ahead of what R consumed. startChainOp counts them if this one streams on from it.
   for (auto& [ordinal, ch] : channels_)
-    ch.carried = chain_op_ && ch.op_recv_done > shape_.units ? ch.op_recv_done - shape_.units : 0;
-  next_streams_ = false;
-  in_op_ = true;
-  op_start_ = now;
-  op_released_ = false;
+    ch.carried =
+        chain_op_ && ch.op_recv_done > plan_.shape.units ? ch.op_recv_done - plan_.shape.units : 0;
+  endOp();
+}
+
+std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntry>& op,
+                                        std::size_t max_units) {
+  if (!op || op->algo != model::Algo::Ring || max_units == 0) return std::nullopt;
   const int connected = connectedChannels();
-  shape_ = ringOpShape(op, nranks_, connected);
-  op_channels_ = op && op->channels > 0 ? op->channels : 0;
-  sched_.clear();
-  if (shape_.symmetric) {
+  const RingOpShape shape = ringOpShape(op, nranks_, connected);
+  if (!shape.symmetric || shape.units == 0) return std::nullopt;
+  // NCCL runs an operation on its first channels: those of `op` (all connected if unknown).
+  const auto runs = [connected](int channels, int ordinal) {
+    return ordinal < (channels > 0 ? channels : connected);
+  };
+  // A running operation's end is known where it is a ring schedule on every channel `op` runs.
+  const bool running = in_op_;
+  if (running && (!plan_.shape.symmetric || tree_op_ || chain_op_)) return std::nullopt;
+  const auto steps = static_cast<std::uint64_t>(std::max(1, plan_.shape.slice_steps));
+  for (auto& [ordinal, ch] : channels_) {
+    if (ch.send < 0 || ch.recv < 0) continue;
+    const Conn& s = conns_[static_cast<std::size_t>(ch.send)];
+    const Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
+    if (running) {
+      const std::uint64_t n = runs(plan_.channels, ordinal) ? plan_.shape.units * steps : 0;
+      ch.armed_from = ch.op_send_base + n;
+      ch.armed_base = ch.op_recv_base + n;
+    } else {
+      // R's sends seen past the last operation's are this one's (it started already): from
+      // before the first of them.
+      ch.armed_from = ch.early_sends > 0 ? ch.early_from : s.seen;
+      ch.armed_base = r.seen;
+    }
+  }
+  Plan plan = planOf(op, connected);
+  P2pPrelude pre;
+  pre.steps = std::max(1, plan.shape.slice_steps);
+  pre.send_occupancy = plan.send_occupancy;
+  const std::uint64_t units = std::min<std::uint64_t>(max_units, plan.shape.units);
+  for (std::uint64_t k = 0; k < units; ++k) pre.at.push_back(scheduledIn(plan, k));
+  for (auto& [ordinal, ch] : channels_)
+    if (ch.send >= 0 && ch.recv >= 0 && runs(op->channels, ordinal))
+      pre.pairs.push_back({ch.send, ch.recv, ch.armed_from, ch.armed_base});
+  if (pre.pairs.empty()) {
+    dropPlan(plan);
+    return std::nullopt;
+  }
+  dropPlan(armed_plan_);  // one armed before and not started
+  armed_plan_ = std::move(plan);
+  armed_ = *op;
+  armed_start_ = kNever;
+  return pre;
+}
+
+void P2pPacer::anchored(live::TimeNs now) {
+  if (armed_) armed_start_ = std::min(armed_start_, now);
+  // Running: earlier is never wrong here, the kernel released the first units from then.
+  if (in_op_ && prelude_op_) op_start_ = std::min(op_start_, now);
+}
+
+void P2pPacer::dropPlan(Plan& p) {
+  if (p.sched_ring) p.sched_ring->recvDone(true);
+  p = Plan{};
+}
+
+live::TimeNs P2pPacer::scheduledIn(Plan& p, std::uint64_t k) {
+  while (p.sched.size() <= k) {
+    // Asked in order from 0: each unit once, the model's window never wraps under us.
+    const auto a = p.sched_ring->recvArrival(p.sched.size(), 0, p.shape.unit_bytes, 0);
+    p.sched.push_back(a.value_or(0));
+  }
+  return p.sched[k];
+}
+
+P2pPacer::Plan P2pPacer::planOf(const std::optional<live::CollectiveEntry>& op, int connected) {
+  Plan p;
+  p.shape = ringOpShape(op, nranks_, connected);
+  p.channels = op && op->channels > 0 ? op->channels : 0;
+  if (p.shape.symmetric) {
     // The chain every channel runs, from 0: R's idealised copy sends unit 0 at once (sizes
     // from its first send) and each member forwards a step later.
-    const int chans = op_channels_ > 0 ? op_channels_ : std::max(1, connected);
-    sched_ring_ = make_(false);
-    sched_ring_->postRecv(0, 0, true, shape_.slices_per_step,
-                          static_cast<int>(model::Proto::Simple), chans, 1);
-    (void)sched_ring_->postSend(0, shape_.unit_bytes, chans);  // the units' size
-    send_occupancy_ = sched_ring_->sendOccupancy(shape_.unit_bytes, chans);
+    const int chans = p.channels > 0 ? p.channels : std::max(1, connected);
+    p.sched_ring = make_(false);
+    p.sched_ring->postRecv(0, 0, true, p.shape.slices_per_step,
+                           static_cast<int>(model::Proto::Simple), chans, 1);
+    (void)p.sched_ring->postSend(0, p.shape.unit_bytes, chans);  // the units' size
+    p.send_occupancy = p.sched_ring->sendOccupancy(p.shape.unit_bytes, chans);
   } else {
     // A chain root's sends are paced by the chain's slowest link (any channel's model).
     const auto first = channels_.begin();
-    send_occupancy_ = first == channels_.end()
-                          ? 0
-                          : first->second.ring->sendOccupancy(shape_.unit_bytes, op_channels_);
+    p.send_occupancy = first == channels_.end()
+                           ? 0
+                           : first->second.ring->sendOccupancy(p.shape.unit_bytes, p.channels);
   }
+  return p;
+}
+
+void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,
+                         live::TimeNs issued) {
+  // Armed (arm): planned then, and R's kernel may have run its prelude since.
+  const bool armed = armed_ && op && sameOp(*armed_, *op);
+  armed_.reset();
+  finishOp();
+  prelude_op_ = armed;
+  next_streams_ = false;
+  in_op_ = true;
+  op_start_ = armed ? std::min(now, armed_start_) : now;
+  op_released_ = false;
+  const int connected = connectedChannels();
+  if (armed) {
+    plan_ = std::exchange(armed_plan_, Plan{});
+  } else {
+    dropPlan(armed_plan_);
+    plan_ = planOf(op, connected);
+  }
+  const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
-    ch.op_sends = std::exchange(ch.early_sends, 0);
+    const std::uint64_t sent = ch.send < 0 ? 0 : conns_[static_cast<std::size_t>(ch.send)].seen;
+    ch.op_send_base = armed ? ch.armed_from : ch.early_sends > 0 ? ch.early_from : sent;
+    // Its sends so far, in its units: those seen before were counted in the last operation's
+    // (the first one's: single steps).
+    ch.op_sends = (sent - std::min(sent, ch.op_send_base) + steps - 1) / steps;
+    ch.early_sends = 0;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
     // before its start extend the last one's receives) would put every unit of this one that
-    // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces).
-    ch.op_recv_base = ch.recv >= 0 ? conns_[static_cast<std::size_t>(ch.recv)].seen : 0;
+    // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces). An
+    // armed one's from its head at the arm: the prelude may have released units it consumed.
+    ch.op_recv_base = ch.recv < 0   ? 0
+                      : prelude_op_ ? ch.armed_base
+                                    : conns_[static_cast<std::size_t>(ch.recv)].seen;
     ch.op_recv_done = 0;
   }
   // R's head changes a unit of this operation or a later one can still ask for (slotFree):
@@ -186,21 +285,21 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
   // R may run it on more channels than the target (the tuner's, ring_fold.h): the target's
   // fill, R's units at the target's aggregate pace.
   live::ChainTarget target;
-  if (op->target_channels > 0 && op->target_channels != op_channels_) {
+  if (op->target_channels > 0 && op->target_channels != plan_.channels) {
     live::CollectiveEntry t = *op;
     t.channels = op->target_channels;
     const RingOpShape shape = ringOpShape(t, nranks_, t.channels);
     target = {t.channels, shape.unit_bytes, shape.units};
   }
-  chain_ =
-      channels_.begin()->second.ring->chainTo(*hops, shape_.unit_bytes, op_channels_, shape_.units,
-                                              op->func == model::Func::Reduce, target);
+  chain_ = channels_.begin()->second.ring->chainTo(*hops, plan_.shape.unit_bytes, plan_.channels,
+                                                   plan_.shape.units,
+                                                   op->func == model::Func::Reduce, target);
   // The head sends a unit once its link and a slot of the next member are free, and starts
   // the next operation when it ended the last, a window ahead of R: back to back, the chain
   // streams on (nccl-tests' loop; docs/model.md "Broadcast and reduce back to back"), an
   // operation no sooner than its slowest member runs one. It starts no earlier than the
   // program called the operation, which R's call stands for.
-  const auto key = std::make_tuple(op->func, op->root, shape_.unit_bytes);
+  const auto key = std::make_tuple(op->func, op->root, plan_.shape.unit_bytes);
   const bool streams = last_chain_ == key;
   last_chain_ = key;
   const live::TimeNs started = issued >= 0 ? std::min(issued, now) : now;
@@ -214,7 +313,7 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
     // count from where the last one's ended, which R's head may have passed already (its
     // kernel found them and went on before this thread saw the stream reach the operation).
     const Conn& c = conns_[static_cast<std::size_t>(ch.recv)];
-    const std::uint64_t ahead = std::min(ch.carried, shape_.units);
+    const std::uint64_t ahead = std::min(ch.carried, plan_.shape.units);
     const std::uint64_t boundary = c.released >= ahead * steps ? c.released - ahead * steps : 0;
     ch.op_recv_base = std::min(c.seen, boundary);
     ch.op_recv_done = ahead;
@@ -223,8 +322,8 @@ void P2pPacer::startChainOp(live::TimeNs now, const std::optional<live::Collecti
 }
 
 std::uint64_t P2pPacer::opSends() const {
-  if (shape_.symmetric) return shape_.units;
-  if (chain_op_ || chain_head_) return chain_tail_ ? 0 : shape_.units;
+  if (plan_.shape.symmetric) return plan_.shape.units;
+  if (chain_op_ || chain_head_) return chain_tail_ ? 0 : plan_.shape.units;
   return std::numeric_limits<std::uint64_t>::max();  // not known: none counts as early
 }
 
@@ -243,7 +342,7 @@ void P2pPacer::nextOp(const std::optional<live::CollectiveEntry>& op, live::Time
   const RingOpShape next = ringOpShape(op, nranks_, connectedChannels());
   const int channels = op->channels > 0 ? op->channels : 0;
   next_streams_ = *last_chain_ == std::make_tuple(op->func, op->root, next.unit_bytes) &&
-                  next.units == shape_.units && channels == op_channels_;
+                  next.units == plan_.shape.units && channels == plan_.channels;
 }
 
 int P2pPacer::treeOf(int ordinal, std::size_t index, std::size_t count) const {
@@ -258,14 +357,13 @@ void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, in
   if (trees.empty()) return;  // R's tree neighbours are all over the NET: the NET path times them
   tree_op_ = true;
   *tree_plan_ = plan_tree_(op, connected);
-  shape_ = RingOpShape{};
-  shape_.units = tree_plan_->units;
-  shape_.unit_bytes =
+  plan_.shape = RingOpShape{};
+  plan_.shape.units = tree_plan_->units;
+  plan_.shape.unit_bytes =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(tree_plan_->unit_bytes + 0.5));
   // R's sends to a virtual GPU of its node cross NVLink, shared with the other direction.
-  send_occupancy_ = static_cast<live::TimeNs>(
-      live::TreeChannel::kShare *
-      static_cast<double>(tree_plan_->nvl.tx(tree_plan_->unit_bytes)));
+  plan_.send_occupancy = static_cast<live::TimeNs>(
+      live::TreeChannel::kShare * static_cast<double>(tree_plan_->nvl.tx(tree_plan_->unit_bytes)));
   // NCCL's channels 0..n-1 run tree 0 and n..2n-1 tree 1, copied in such blocks when it adds
   // channels (treeOf). The trees differ above R's node: at a node's head, the root of one and
   // a member deep in the other (rank 0 of 64, n = 2: channels 2, 3, 6, 7, ... have a parent
@@ -284,7 +382,7 @@ void P2pPacer::startTreeOp(live::TimeNs now, const live::CollectiveEntry& op, in
     }
     // The operation starts on every channel when R's stream reaches it (its first unit).
     ch.tree_base = ch.tree->nextUnit();
-    ch.tree->postRecv(ch.tree_base, now, shape_.unit_bytes, true);
+    ch.tree->postRecv(ch.tree_base, now, plan_.shape.unit_bytes, true);
     ch.up_sent = ch.down_sent = ch.child_done = 0;
     ch.child_base = ch.tree_recv >= 0 ? conns_[static_cast<std::size_t>(ch.tree_recv)].seen : 0;
   }
@@ -304,7 +402,8 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     if (tree_op_ && ch.tree) {
       if (c.tree_only && ch.child_done == 0) ch.child_base = std::max(ch.child_base, value);
       if (!c.tree_only && ch.op_recv_done == 0) ch.op_recv_base = std::max(ch.op_recv_base, value);
-    } else if (in_op_ && (shape_.symmetric || chain_op_) && ch.op_recv_done == 0 && !c.tree_only) {
+    } else if (in_op_ && !prelude_op_ && (plan_.shape.symmetric || chain_op_) &&
+               ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
     }
     return;
@@ -313,7 +412,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     // A tree unit is one counter step; R's sends up drive the loop back to it.
     for (; c.seen < value; ++c.seen) {
       if (c.tree_only) {
-        (void)ch.tree->postUpSend(ch.tree_base + ch.up_sent, now, shape_.unit_bytes, false);
+        (void)ch.tree->postUpSend(ch.tree_base + ch.up_sent, now, plan_.shape.unit_bytes, false);
         ++ch.up_sent;
       } else {
         // Past the plan's sends down on the ring's connection: the next operation's too.
@@ -330,18 +429,22 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   // R filled slots: one unit per slice (a poll may see several at once). The agent kernel
   // credits them; an asymmetric operation's model still wants them (sizes, a root's pace).
   const auto step = static_cast<std::uint64_t>(sendUnitSteps());
-  const bool symmetric = in_op_ && shape_.symmetric;
+  const bool symmetric = in_op_ && plan_.shape.symmetric;
   // R's kernel sent before the CPU saw its stream reach the operation (`now` is the agent
   // kernel's stamp): the operation started on the GPU by then, and the chain's schedule with
   // it, as long as no receive of it was released yet.
   if (symmetric && !op_released_ && now < op_start_) op_start_ = now;
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
-    if (!symmetric) (void)ch.ring->postSend(now, shape_.unit_bytes, op_channels_);
-    if (ch.net_ring) (void)ch.net_ring->postSend(now, shape_.unit_bytes, op_channels_);
+    if (!symmetric) (void)ch.ring->postSend(now, plan_.shape.unit_bytes, plan_.channels);
+    if (ch.net_ring) (void)ch.net_ring->postSend(now, plan_.shape.unit_bytes, plan_.channels);
     // Between operations, or past this one's sends (which still let a ring's receives
     // follow, release()): the next operation's too.
-    if (!in_op_ || ch.op_sends >= opSends()) ++ch.early_sends;
+    if (!in_op_ || ch.op_sends >= opSends()) {
+      if (ch.early_sends++ == 0) ch.early_from = c.seen;
+      // The armed operation's first send, before the stream reached it as the CPU saw.
+      if (armed_) armed_start_ = std::min(armed_start_, now);
+    }
     ++ch.op_sends;
     c.seen = end;
   }
@@ -383,13 +486,16 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
       Channel& ch = *c.ch;
       for (;;) {
         std::uint64_t end = 0;
-        if (shape_.symmetric) {
+        if (plan_.shape.symmetric) {
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past
           // that count (a partition NCCL cut differently) only as far as R's own sends.
           // A channel whose send R makes over the NET (none paced here) runs at once.
-          const std::uint64_t sent = ch.send >= 0 ? ch.op_sends : shape_.units;
-          if (sent == 0 || ch.op_recv_done >= std::max<std::uint64_t>(shape_.units, sent)) break;
+          const std::uint64_t sent = ch.send >= 0 ? ch.op_sends : plan_.shape.units;
+          // With the next operation armed, R's sends past these are its (its prelude's).
+          const std::uint64_t limit =
+              armed_ ? plan_.shape.units : std::max(plan_.shape.units, sent);
+          if (sent == 0 || ch.op_recv_done >= limit) break;
           end = ch.op_recv_base +
                 (ch.op_recv_done + 1) * static_cast<std::uint64_t>(sendUnitSteps());
         } else {
@@ -398,18 +504,18 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
           end = value + 1;
         }
         live::TimeNs arrival = 0;
-        if (shape_.symmetric) {
+        if (plan_.shape.symmetric) {
           // The kernel holds it until R's slot is free (p2p_agent_rules.h).
           arrival = op_start_ + scheduled(ch.op_recv_done);
         } else {
           const auto posted = slotFree(c, end, op_start_);
           if (!posted) break;
           const std::uint64_t unit = ch.recv_units;
-          ch.ring->postRecv(unit, *posted, !ch.recv_in_op, shape_.slices_per_step,
-                            static_cast<int>(model::Proto::Simple), op_channels_,
+          ch.ring->postRecv(unit, *posted, !ch.recv_in_op, plan_.shape.slices_per_step,
+                            static_cast<int>(model::Proto::Simple), plan_.channels,
                             ch.recv_in_op ? 0 : 1);
           ch.recv_in_op = true;
-          const auto a = ch.ring->recvArrival(unit, *posted, shape_.unit_bytes, now);
+          const auto a = ch.ring->recvArrival(unit, *posted, plan_.shape.unit_bytes, now);
           if (!a) {  // the model waits for R's send to size it: look again soon
             next = std::min(next, now + 1000);
             break;
@@ -423,7 +529,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         value = std::max(value, end);
         due = arrival;
         op_released_ = true;
-        if (!shape_.symmetric) ++ch.recv_units;
+        if (!plan_.shape.symmetric) ++ch.recv_units;
         ++ch.op_recv_done;
       }
     }
@@ -443,9 +549,9 @@ live::TimeNs P2pPacer::releaseChain(Conn& c, Channel& ch, live::TimeNs now, std:
     // free). Past them, the next operation's where it streams on from this one (nextOp), up
     // to an operation's; else one ahead of what R consumed (NCCL cut this one into more, or
     // the next one is not known yet).
-    const bool past = ch.op_recv_done >= shape_.units;
-    const std::uint64_t next_unit = past ? ch.op_recv_done - shape_.units : 0;
-    const bool next_op = past && next_streams_ && next_unit < shape_.units;
+    const bool past = ch.op_recv_done >= plan_.shape.units;
+    const std::uint64_t next_unit = past ? ch.op_recv_done - plan_.shape.units : 0;
+    const bool next_op = past && next_streams_ && next_unit < plan_.shape.units;
     if (past && !next_op && value > c.seen) return kNever;
     const std::uint64_t end = ch.op_recv_base + (ch.op_recv_done + 1) * steps;
     // No floor at the operation's start: back to back the member before R writes the next

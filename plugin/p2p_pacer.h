@@ -100,6 +100,22 @@ struct RingOpShape {
 [[nodiscard]] RingOpShape ringOpShape(const std::optional<live::CollectiveEntry>& op, int nranks,
                                       int connected);
 
+// An operation's first receives, for the agent kernel to release by itself (p2p_agent_abi.h
+// "Preludes", P2pPacer::arm): on each channel with a paced send and receive, unit k < at.size()
+// of the receive is due at[k] after R's first send of the operation there, R's recv count at
+// base + (k + 1) * steps.
+struct P2pPrelude {
+  struct Pair {
+    int send = -1, recv = -1;  // connection indices
+    std::uint64_t from = 0;    // R's send count before the operation
+    std::uint64_t base = 0;    // R's recv count before it
+  };
+  std::vector<Pair> pairs;
+  std::vector<live::TimeNs> at;
+  int steps = 1;
+  live::TimeNs send_occupancy = 0;  // sendOccupancy() of the operation
+};
+
 // A counter of R's due to move: connection, value, and when the model made it due.
 struct P2pRelease {
   int conn = 0;
@@ -112,7 +128,9 @@ class P2pPacer {
  public:
   static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
   // `connection`: true = one ring channel R connected (shared by its send and recv
-  // connection); false = an operation's schedule (not a channel R connected).
+  // connection); false = an operation's schedule (not a channel R connected), which shares no
+  // busy count (RingChannel's `busy`): the running operation's and an armed one's (arm) may
+  // be alive at once, and each stands for the same links.
   using MakeChannel = std::function<std::shared_ptr<live::RingChannel>(bool connection)>;
 
   // `make` builds the timing of one ring channel; `rank`: R's rank in the comm (-1: unknown,
@@ -166,6 +184,25 @@ class P2pPacer {
   void nextOp(const std::optional<live::CollectiveEntry>& op, live::TimeNs issued = -1);
   // The stream went past every operation enqueued: receives outstanding end.
   void opsDone();
+  // R's stream has not reached `op`, the first operation after the current one (or after the
+  // last, ended; then the caller saw its end long enough ago that R's counters as observed are
+  // where it ended): for a ring all-reduce, all-gather or reduce-scatter, plans `op` now and
+  // returns its first `max_units` receives of each channel it runs on with a paced send and
+  // receive. The agent kernel releases them from R's first send on the channel, so a short
+  // operation's start does not wait for the CPU to see that send (an 8-rank group's 1 MiB
+  // all-gather on the H100 ran +31 to +45 % so). While an operation runs, R's counts before
+  // `op` are where that one ends, which only a ring all-reduce, all-gather or reduce-scatter
+  // on every channel `op` uses says. nullopt, nothing armed, otherwise. opStarted of the same
+  // operation takes this plan, counts its receives from these bases and starts it at the
+  // earliest first send seen or anchored; the current one's receives stop at its own units.
+  std::optional<P2pPrelude> arm(const std::optional<live::CollectiveEntry>& op,
+                                std::size_t max_units);
+  // The agent kernel saw R's first send of the armed operation on a channel at `now`.
+  void anchored(live::TimeNs now);
+  // The current operation was armed (arm).
+  // An operation is current (opStarted, until opsDone).
+  [[nodiscard]] bool inOp() const { return in_op_; }
+  [[nodiscard]] bool preludeOp() const { return prelude_op_; }
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
   // recv connector) to `value` at `now` (when R's kernel did, which may be before the
   // operation's start as the CPU saw it: a ring operation's schedule then starts there).
@@ -177,8 +214,8 @@ class P2pPacer {
   live::TimeNs release(live::TimeNs now, std::vector<P2pRelease>& out);
   // The current operation's send units, for the agent kernel's credits: how long one
   // occupies R's share of its link (ns), and its counter steps.
-  [[nodiscard]] live::TimeNs sendOccupancy() const { return send_occupancy_; }
-  [[nodiscard]] int sendUnitSteps() const { return std::max(1, shape_.slice_steps); }
+  [[nodiscard]] live::TimeNs sendOccupancy() const { return plan_.send_occupancy; }
+  [[nodiscard]] int sendUnitSteps() const { return std::max(1, plan_.shape.slice_steps); }
   // The current operation is a chain R receives in, paced from its head (chainHops).
   [[nodiscard]] bool chainOp() const { return chain_op_; }
 
@@ -195,6 +232,10 @@ class P2pPacer {
     // before and dropped at the start, the channel's receives never opened (R waited until
     // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
     std::uint64_t early_sends = 0;
+    std::uint64_t early_from = 0;    // R's send count before the first of them
+    std::uint64_t op_send_base = 0;  // R's send count before the current operation
+    // arm: R's counts before the armed operation (its first send passes armed_from).
+    std::uint64_t armed_from = 0, armed_base = 0;
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
@@ -228,6 +269,21 @@ class P2pPacer {
     std::deque<std::pair<std::uint64_t, live::TimeNs>> heads;  // pruned as slots are asked
   };
   void endOp();
+  // The last operation ends (endOp) and what a chain streams on with is kept (`carried`).
+  void finishOp();
+  // What opStarted plans for an operation (planOf), kept for an armed one until it starts.
+  struct Plan {
+    RingOpShape shape;
+    int channels = 0;  // the log entry's (0: not logged)
+    // A symmetric operation's schedule (see the header comment): its chain and unit k's
+    // arrival after the start, as far as asked.
+    std::shared_ptr<live::RingChannel> sched_ring;
+    std::vector<live::TimeNs> sched;
+    live::TimeNs send_occupancy = 0;  // a send unit on R's share of its link
+  };
+  [[nodiscard]] Plan planOf(const std::optional<live::CollectiveEntry>& op, int connected);
+  [[nodiscard]] static live::TimeNs scheduledIn(Plan& p, std::uint64_t k);
+  static void dropPlan(Plan& p);  // its schedule's receive done (the rings' busy count)
   [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
   // R's sends a channel in the current operation: a ring's slices, a chain member's units
   // (none at its tail); the maximum where not known.
@@ -266,12 +322,13 @@ class P2pPacer {
   bool in_op_ = false;
   live::TimeNs op_start_ = 0;
   bool op_released_ = false;  // a receive of the operation was released (its start is fixed)
-  RingOpShape shape_;
-  int op_channels_ = 0;
-  // The symmetric operation's schedule (see the header comment).
-  std::shared_ptr<live::RingChannel> sched_ring_;
-  std::vector<live::TimeNs> sched_;
-  live::TimeNs send_occupancy_ = 0;  // a send unit on R's share of its link (this operation)
+  Plan plan_;                 // the current operation's
+  // The operation armed with a prelude until its opStarted (arm), its plan, the earliest first
+  // send of it seen or anchored, and whether the current operation was armed.
+  std::optional<live::CollectiveEntry> armed_;
+  Plan armed_plan_;
+  live::TimeNs armed_start_ = kNever;
+  bool prelude_op_ = false;
   // The current chain operation's timing (chain_op_), and the last one's (function, root,
   // unit bytes) while no other operation came between: the next streams on from it.
   bool chain_op_ = false;

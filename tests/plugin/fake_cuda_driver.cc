@@ -333,6 +333,13 @@ struct FakeAgentConn {
   bool mine = false;
   std::uint64_t seen = 0, stored = 0;
   plugin::p2p_agent::CreditQueue q;
+  // Preludes, as the kernel's connection thread keeps them.
+  std::uint32_t arm = 0;
+  bool pending = false;
+  std::uint64_t from = 0, prev = ~std::uint64_t{0}, changed_at = 0, pre = 0;
+  std::uint64_t anchor = 0;  // send: published for arm `anchor_seq`
+  std::uint32_t anchor_seq = 0;
+  plugin::p2p_agent::Prelude p;
 };
 std::vector<FakeAgentConn> g_agent_conns;
 Result moduleLoad(void** m, const void*) {
@@ -548,11 +555,45 @@ bool p2pAgentPass() {
       if (send)
         pa::creditsSent(c.q, w, now, std::atomic_ref(t->occupancy[i]).load(),
                         std::atomic_ref(t->unit_steps[i]).load());
-      if (trace) std::atomic_ref(t->seen_at[i]).store(now);
+      std::atomic_ref(t->seen_at[i]).store(now);
       std::atomic_ref(t->seen[i]).store(w);
+      c.prev = c.seen;
+      c.changed_at = now;
       c.seen = w;
     }
-    const std::uint64_t release = std::atomic_ref(t->release[i]).load();
+    // Preludes (the kernel's reader copy is the table itself here).
+    const std::uint32_t seq = std::atomic_ref(t->pre_seq).load();
+    if (send) {
+      if (seq != c.arm) {
+        c.arm = seq;
+        c.from = std::atomic_ref(t->pre_value[i]).load();
+        c.pending = c.from != pa::kNoPrelude;
+      }
+      if (c.pending) {
+        if (const std::uint64_t a = pa::anchorOf(c.from, c.prev, c.seen, c.changed_at);
+            a != pa::kAnchorPending) {
+          c.pending = false;
+          c.anchor = a;
+          c.anchor_seq = c.arm;
+          std::atomic_ref(t->anchor_at[i]).store(a);
+          std::atomic_ref(t->anchor_seq[i]).store(c.arm);
+        }
+      }
+    } else if (seq != c.arm) {
+      const std::uint32_t pair = std::atomic_ref(t->pre_pair[i]).load();
+      if (pair == pa::kNoPair) {
+        c.arm = seq;
+        c.p = {};
+        c.pre = 0;
+      } else if (pair < n && g_agent_conns[pair].anchor_seq == seq) {
+        c.arm = seq;
+        c.p = {g_agent_conns[pair].anchor, std::atomic_ref(t->pre_value[i]).load(), 0};
+      }
+    }
+    if (!send && c.p.anchor > pa::kAnchorMissed)
+      c.pre =
+          pa::preludeTail(c.p, t->pre_at, std::min(t->pre_units, pa::kPreUnits), t->pre_steps, now);
+    const std::uint64_t release = std::max(std::atomic_ref(t->release[i]).load(), c.pre);
     std::uint64_t v = send ? pa::creditsDue(c.q, now) : pa::gatedTail(release, w);
     if (leaving) v = send ? w : pa::gatedTail(release, w);
     if (v > c.stored) {
@@ -564,7 +605,7 @@ bool p2pAgentPass() {
       }
     }
   }
-  if (trace) std::atomic_ref(t->gpu_now).store(timer());
+  std::atomic_ref(t->gpu_now).store(timer());
   std::atomic_ref(t->passes).fetch_add(1);
   if (leaving) {
     std::atomic_ref(t->state).store(pa::kExiting);

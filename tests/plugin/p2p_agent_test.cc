@@ -114,6 +114,86 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
 }
 
+// Preludes (p2p_agent_abi.h): an all-gather queued while R's stream has not reached it is
+// armed; R's first send of it opens its receives from the kernel alone, before the CPU saw
+// the stream reach it (here it never does until the end), within R's slots.
+TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
+  gpu_->complete = false;
+  // 1 MiB on one channel: 14 slices of 2 steps each way, all in the prelude.
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+  const P2pAgent::Op op = a->before(nullptr);
+  a->after(op);
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("1 armed with a prelude") != std::string::npos;
+  })) << a->stateLine();
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) != 0; }, 0.1)) << "before R's first send";
+  std::atomic_ref(v_tail_).store(2);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
+  EXPECT_NE(a->stateLine().find("(1 channels anchored one, 0 too late)"), std::string::npos)
+      << a->stateLine();
+  // R consumed what came: the rest of the 14, never more.
+  std::atomic_ref(v_head_).store(8);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 16; }));
+  std::atomic_ref(v_head_).store(28);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 28; }));
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) > 28; }, 0.1));
+  // The stream reaches it and passes it: done, the kernel leaves.
+  gpu_->complete = true;
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+}
+
+// Back to back: the operation queued after the running one is armed once the running one's
+// anchors came in, from where that one ends (its 14 slices), and R's first send past them
+// opens its receives before the CPU saw the stream reach it.
+TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
+  gpu_->complete = false;
+  const auto queue = [&] {
+    live::collectiveLog(kHash)->append(
+        {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+    const P2pAgent::Op op = a->before(nullptr);
+    a->after(op);
+  };
+  queue();
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("1 armed with a prelude") != std::string::npos;
+  })) << a->stateLine();
+  std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);  // reached it
+  queue();
+  // The first runs: its first send anchors it, then every slice comes and R takes it.
+  std::atomic_ref(v_tail_).store(2);
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("2 armed with a prelude (1 channels anchored one") !=
+           std::string::npos;
+  })) << a->stateLine();
+  for (std::uint64_t v = 8; v <= 28; v += 4) {
+    std::atomic_ref(v_head_).store(std::min<std::uint64_t>(v, 28));
+    ASSERT_TRUE(eventually([&] { return load(r_tail_) >= std::min<std::uint64_t>(v + 4, 28); }))
+        << load(r_tail_);
+  }
+  std::atomic_ref(v_tail_).store(28);
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) > 28; }, 0.1)) << "past the first";
+  // The second's first send: its receives open, R's 8 slots of them.
+  std::atomic_ref(v_tail_).store(30);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 36; })) << a->stateLine();
+  EXPECT_NE(a->stateLine().find("(2 channels anchored one, 0 too late)"), std::string::npos)
+      << a->stateLine();
+  gpu_->complete = true;
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  EXPECT_NE(a->stateLine().find("2 operations done"), std::string::npos) << a->stateLine();
+}
+
 // A broadcast's root comes from the program's call (NCCL's tuner does not say it): with it,
 // R (rank 0 of 8) is a member of the chain from root 3 and receives at the chain's pace
 // (p2p_pacer.h); without it, as any other operation.

@@ -122,32 +122,6 @@ Result runOp(P2pPacer& pacer, std::vector<KernelChannel>& chans, const live::Col
   return r;
 }
 
-struct Setup {
-  P2pPacer pacer;
-  std::vector<KernelChannel> chans;
-};
-
-std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
-                               const Config& cfg = targetNodes(1)) {
-  plugin::PluginState::get().configure(cfg);
-  const live::CommLinks links =
-      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
-  auto busy = std::make_shared<std::atomic<int>>(0);
-  auto connected = std::make_shared<std::atomic<int>>(channels);
-  auto s = std::make_unique<Setup>(
-      Setup{P2pPacer(
-                nranks, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); },
-                rank),
-            {}});
-  // NCCL's exchange: receive entries, then send entries, by channel ordinal.
-  s->chans.resize(static_cast<std::size_t>(channels));
-  for (int k = 0; k < channels; ++k)
-    s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
-  for (int k = 0; k < channels; ++k)
-    s->chans[static_cast<std::size_t>(k)].send_conn = s->pacer.add(true, k);
-  return s;
-}
-
 // The model's ring time less its per-call overhead (the paced span has none): the whole
 // collective (its last member's), or as ring position `rank` sees it (timeAtRank: a member
 // closer behind the ring's slowest hop ends earlier).
@@ -600,8 +574,9 @@ std::unique_ptr<P2pPacer> pacerOf(int rank, int nranks, const Config& cfg) {
       live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
   auto busy = std::make_shared<std::atomic<int>>(0);
   auto connected = std::make_shared<std::atomic<int>>(1);
-  return std::make_unique<P2pPacer>(
-      nranks, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); });
+  return std::make_unique<P2pPacer>(nranks, [=](bool connection) {
+    return plugin::makeRingChannel(links, rank, connection ? busy : nullptr, connected);
+  });
 }
 
 // A node's last position over several nodes sends over the NET (no paced send): its P2P

@@ -48,8 +48,9 @@ Tree connect(int nranks, int channels, int rank, const Config& cfg) {
   auto busy = std::make_shared<std::atomic<int>>(0);
   auto connected = std::make_shared<std::atomic<int>>(channels);
   Tree t;
-  t.pacer = std::make_unique<P2pPacer>(
-      nranks, [=](bool) { return plugin::makeRingChannel(links, rank, busy, connected); });
+  t.pacer = std::make_unique<P2pPacer>(nranks, [=](bool connection) {
+    return plugin::makeRingChannel(links, rank, connection ? busy : nullptr, connected);
+  });
   // As the agent sets it up (p2p_agent.cc).
   auto trees = std::make_shared<live::TreeComm>(model, cfg.cluster, 0x7ee, rank, nranks);
   t.pacer->setTrees(

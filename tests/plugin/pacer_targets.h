@@ -1,15 +1,19 @@
-// What the P2P pacer's stand-ins (p2p_pacer_test.cc, p2p_pacer_lag_test.cc) run against: the
-// built-in target over some nodes, the model's loop of back-to-back chain operations as a
-// stand-in sees it, and R's kernel on one channel: the slices it moves and its counters.
+// What the P2P pacer's stand-ins (p2p_pacer_test.cc, p2p_pacer_lag_test.cc, p2p_prelude_test.cc)
+// run against: the built-in target over some nodes, the model's loop of back-to-back chain
+// operations as a stand-in sees it, R's kernel on one channel (the slices it moves and its
+// counters), and a pacer of R with its channels connected.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "crystal/live/target_model.h"
 #include "crystal/model/nccl_model.h"
 #include "p2p_agent_rules.h"
+#include "p2p_pacer.h"
 #include "state.h"
 
 namespace crystal::test {
@@ -65,5 +69,36 @@ struct KernelChannel {
   // The next slice's receive and credit are there since (a stand-in whose kernel takes time).
   live::TimeNs ready_since = -1;
 };
+
+// A pacer of R (`rank` of `nranks`) with `channels` ring channels connected, and its kernel's
+// channels (connection indices; the rest as KernelChannel starts).
+struct Setup {
+  plugin::P2pPacer pacer;
+  std::vector<KernelChannel> chans;
+};
+
+inline std::unique_ptr<Setup> connect(int nranks, int channels, int rank = 0,
+                                      const Config& cfg = targetNodes(1)) {
+  plugin::PluginState::get().configure(cfg);
+  const live::CommLinks links =
+      live::commLinks(plugin::PluginState::get().model(), cfg.cluster, nranks);
+  auto busy = std::make_shared<std::atomic<int>>(0);
+  auto connected = std::make_shared<std::atomic<int>>(channels);
+  auto s = std::make_unique<Setup>(Setup{
+      plugin::P2pPacer(
+          nranks,
+          [=](bool connection) {
+            return plugin::makeRingChannel(links, rank, connection ? busy : nullptr, connected);
+          },
+          rank),
+      {}});
+  // NCCL's exchange: receive entries, then send entries, by channel ordinal.
+  s->chans.resize(static_cast<std::size_t>(channels));
+  for (int k = 0; k < channels; ++k)
+    s->chans[static_cast<std::size_t>(k)].recv_conn = s->pacer.add(false, k);
+  for (int k = 0; k < channels; ++k)
+    s->chans[static_cast<std::size_t>(k)].send_conn = s->pacer.add(true, k);
+  return s;
+}
 
 }  // namespace crystal::test

@@ -1,0 +1,156 @@
+// Preludes (plugin/p2p_pacer.h P2pPacer::arm; p2p_agent_rules.h): the first receives of a ring
+// operation R's stream has not reached yet, which the agent kernel releases by itself from R's
+// first send of it on the channel. They come when the pacer's own releases would; the armed
+// operation's later receives count on from them; only operations with a ring schedule are
+// armed, and a send seen past the last operation is the armed one's first.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "p2p_agent_abi.h"
+#include "p2p_pacer.h"
+#include "pacer_targets.h"
+
+namespace crystal::test {
+namespace {
+
+using live::TimeNs;
+using model::Func;
+using plugin::P2pPacer;
+
+live::CollectiveEntry ring(Func f, std::uint64_t bytes, int channels) {
+  return {f, model::Algo::Ring, model::Proto::Simple, bytes, channels};
+}
+
+// Receive connection `conn`'s releases by value, with the time each became due, stepping the
+// clock to each next due time from `now` on.
+std::map<std::uint64_t, TimeNs> releasesOf(P2pPacer& pacer, int conn, TimeNs now) {
+  std::map<std::uint64_t, TimeNs> due;
+  std::vector<plugin::P2pRelease> out;
+  for (int guard = 0; guard < 100'000 && now != P2pPacer::kNever; ++guard) {
+    out.clear();
+    const TimeNs next = pacer.release(now, out);
+    for (const auto& r : out)
+      if (r.conn == conn) due[r.value] = r.due;
+    now = next;
+  }
+  return due;
+}
+
+TEST(P2pPrelude, UnitsComeWhenThePacersOwnReleasesWould) {
+  // An 8-rank group's 1 MiB all-gather and 4 MiB all-reduce on 2 channels: 14 and 28 slices
+  // a channel, all within a prelude; a 64-rank all-gather's 126, its first 32.
+  struct Case {
+    int n;
+    live::CollectiveEntry e;
+    std::size_t units;
+  };
+  for (const Case& k :
+       {Case{8, ring(Func::AllGather, MiB, 2), 14}, Case{8, ring(Func::AllReduce, 4 * MiB, 2), 28},
+        Case{64, ring(Func::AllGather, MiB, 2), 32}}) {
+    auto armed = connect(k.n, 2, 0, targetNodes(k.n / 8));
+    const std::optional<plugin::P2pPrelude> pre =
+        armed->pacer.arm(k.e, plugin::p2p_agent::kPreUnits);
+    ASSERT_TRUE(pre);
+    ASSERT_EQ(pre->at.size(), k.units);
+    EXPECT_EQ(pre->steps, 2);
+    EXPECT_GT(pre->send_occupancy, 0);
+    ASSERT_EQ(pre->pairs.size(), 2u);
+    for (std::size_t c = 0; c < 2; ++c) {
+      EXPECT_EQ(pre->pairs[c].send, armed->chans[c].send_conn);
+      EXPECT_EQ(pre->pairs[c].recv, armed->chans[c].recv_conn);
+      EXPECT_EQ(pre->pairs[c].from, 0u);
+      EXPECT_EQ(pre->pairs[c].base, 0u);
+    }
+    for (std::size_t u = 1; u < pre->at.size(); ++u) EXPECT_GT(pre->at[u], pre->at[u - 1]);
+
+    // The same operation, not armed, R's first send at 0 on channel 0: unit u's receive
+    // becomes due at pre->at[u], its value 2 (u + 1).
+    auto plain = connect(k.n, 2, 0, targetNodes(k.n / 8));
+    plain->pacer.opStarted(0, k.e);
+    plain->pacer.observe(plain->chans[0].send_conn, 2, 0);
+    const auto due = releasesOf(plain->pacer, plain->chans[0].recv_conn, 0);
+    std::size_t compared = 0;
+    for (std::size_t u = 0; u < pre->at.size(); ++u)
+      if (const auto it = due.find(2 * (u + 1)); it != due.end()) {
+        EXPECT_EQ(it->second, pre->at[u]) << "unit " << u << " of " << k.n << " ranks";
+        ++compared;
+      }
+    EXPECT_GE(compared, pre->at.size() / 2) << "releases coalesced";
+  }
+}
+
+TEST(P2pPrelude, TheArmedOperationCountsOnFromItsBase) {
+  const live::CollectiveEntry e = ring(Func::AllGather, MiB, 1);  // 14 slices, 28 steps
+  auto s = connect(8, 1);
+  ASSERT_TRUE(s->pacer.arm(e, plugin::p2p_agent::kPreUnits));
+  // R's kernel started it before the CPU saw its stream reach it: its first send at 1 us, and
+  // it consumed 3 units the prelude released.
+  s->pacer.observe(s->chans[0].send_conn, 2, 1'000);
+  s->pacer.observe(s->chans[0].recv_conn, 6, 9'000);
+  s->pacer.opStarted(20'000, e);
+  EXPECT_TRUE(s->pacer.preludeOp());
+  const auto due = releasesOf(s->pacer, s->chans[0].recv_conn, 20'000);
+  ASSERT_FALSE(due.empty());
+  // All 14 from the base at the arm (not from R's head at the start: 6 more), timed from the
+  // first send (not from when the CPU saw the stream).
+  EXPECT_EQ(due.rbegin()->first, 28u);
+  auto plain = connect(8, 1);
+  plain->pacer.opStarted(1'000, e);
+  plain->pacer.observe(plain->chans[0].send_conn, 2, 1'000);
+  const auto want = releasesOf(plain->pacer, plain->chans[0].recv_conn, 1'000);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(due.rbegin()->second, want.rbegin()->second);
+
+  // The kernel's anchor, earlier than any send the CPU saw, starts the next one.
+  s->pacer.observe(s->chans[0].recv_conn, 28, 400'000);
+  s->pacer.observe(s->chans[0].send_conn, 28, 400'000);
+  ASSERT_TRUE(s->pacer.arm(e, plugin::p2p_agent::kPreUnits));
+  s->pacer.anchored(500'000);
+  s->pacer.observe(s->chans[0].send_conn, 30, 503'000);
+  s->pacer.opStarted(510'000, e);
+  const auto next = releasesOf(s->pacer, s->chans[0].recv_conn, 510'000);
+  ASSERT_FALSE(next.empty());
+  EXPECT_EQ(next.rbegin()->first, 56u);
+  EXPECT_EQ(next.rbegin()->second, 500'000 + want.rbegin()->second - 1'000);
+}
+
+TEST(P2pPrelude, OnlyOperationsWithARingScheduleAreArmed) {
+  auto s = connect(8, 2);
+  live::CollectiveEntry tree = ring(Func::AllReduce, MiB, 2);
+  tree.algo = model::Algo::Tree;
+  EXPECT_FALSE(s->pacer.arm(tree, plugin::p2p_agent::kPreUnits));
+  live::CollectiveEntry bcast = ring(Func::Broadcast, MiB, 2);
+  bcast.root = 3;
+  EXPECT_FALSE(s->pacer.arm(bcast, plugin::p2p_agent::kPreUnits));
+  EXPECT_FALSE(s->pacer.arm(std::nullopt, plugin::p2p_agent::kPreUnits));
+  EXPECT_FALSE(s->pacer.arm(ring(Func::AllGather, MiB, 2), 0));
+  // Armed, then another operation starts: not taken for the armed one.
+  ASSERT_TRUE(s->pacer.arm(ring(Func::AllGather, MiB, 2), plugin::p2p_agent::kPreUnits));
+  s->pacer.opStarted(1'000, ring(Func::AllGather, 4 * MiB, 2));
+  EXPECT_FALSE(s->pacer.preludeOp());
+  // A channel with no paced receive (R receives over the NET) has nothing to release.
+  auto send_only = connect(8, 0);
+  (void)send_only->pacer.add(true, 0);
+  EXPECT_FALSE(send_only->pacer.arm(ring(Func::AllGather, MiB, 1), plugin::p2p_agent::kPreUnits));
+}
+
+TEST(P2pPrelude, ASendSeenPastTheLastOperationIsTheArmedOnesFirst) {
+  const live::CollectiveEntry e = ring(Func::AllGather, MiB, 1);  // 14 slices, 28 steps
+  auto s = connect(8, 1);
+  s->pacer.opStarted(0, e);
+  for (std::uint64_t v = 2; v <= 30; v += 2) s->pacer.observe(s->chans[0].send_conn, v, 1'000 * v);
+  std::vector<plugin::P2pRelease> out;
+  (void)s->pacer.release(100'000'000, out);  // the 14 and, past them, one for R's 15th send
+  s->pacer.observe(s->chans[0].recv_conn, 30, 100'000'000);  // R consumed all 15
+  const auto pre = s->pacer.arm(e, plugin::p2p_agent::kPreUnits);
+  ASSERT_TRUE(pre);
+  ASSERT_EQ(pre->pairs.size(), 1u);
+  EXPECT_EQ(pre->pairs[0].from, 28u);  // before the 15th send: the armed operation's first
+  EXPECT_EQ(pre->pairs[0].base, 28u);  // the last one's end, not R's head past it
+}
+
+}  // namespace
+}  // namespace crystal::test
