@@ -74,6 +74,12 @@ std::optional<live::TimeNs> GpuClock::toCpu(std::uint64_t gpu) const noexcept {
   return static_cast<live::TimeNs>(gpu) + offset;
 }
 
+std::optional<std::uint64_t> GpuClock::toGpu(live::TimeNs cpu) const noexcept {
+  const live::TimeNs offset = std::min(cur_, prev_);
+  if (offset == kNone || cpu - offset <= 0) return std::nullopt;
+  return static_cast<std::uint64_t>(cpu - offset);
+}
+
 bool p2pRingsStayOnNode(int members, RingNeighbours ring) {
   return members >= 2 && ring.prev >= 0 && ring.next >= 0;
 }
@@ -135,6 +141,8 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
                                              st.config().cluster.gpus_per_node, links, trees));
     a->pacer_.setTreeBase(tree_channels);
     a->preludes_on_ = paramBool(kEnvP2pPrelude);
+    a->pacer_.setOpBase(static_cast<live::TimeNs>(
+        1e3 * st.model().opOverheadUs(model::Algo::Ring, model::Proto::Simple)));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
     a->start(image);
     std::lock_guard lock(agents().mu);
@@ -453,11 +461,10 @@ void P2pAgent::publishSendPace(live::TimeNs occupancy_ns, int unit_steps) {
 
 void P2pAgent::writePrelude(const P2pPrelude* pre, bool send_pace) {
   const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
-  for (std::uint32_t i = 0; i < n; ++i) {
+  for (std::uint32_t i = 0; i < n; ++i)
     word(table_->pre_value[i]).store(pa::kNoPrelude, std::memory_order_relaxed);
-    word(table_->pre_pair[i]).store(pa::kNoPair, std::memory_order_relaxed);
-  }
   anchors_wanted_.clear();
+  anchors_this_arm_ = 0;
   if (pre) {
     const auto units =
         static_cast<std::uint32_t>(std::min<std::size_t>(pre->at.size(), pa::kPreUnits));
@@ -468,17 +475,18 @@ void P2pAgent::writePrelude(const P2pPrelude* pre, bool send_pace) {
     word(table_->pre_units).store(units, std::memory_order_relaxed);
     word(table_->pre_steps)
         .store(static_cast<std::uint32_t>(std::max(1, pre->steps)), std::memory_order_relaxed);
-    for (const P2pPrelude::Pair& p : pre->pairs) {
-      if (p.send < 0 || p.recv < 0 || std::cmp_greater_equal(p.send, n) ||
-          std::cmp_greater_equal(p.recv, n))
-        continue;
-      word(table_->pre_value[static_cast<std::size_t>(p.send)])
-          .store(p.from, std::memory_order_relaxed);
-      word(table_->pre_value[static_cast<std::size_t>(p.recv)])
-          .store(p.base, std::memory_order_relaxed);
-      word(table_->pre_pair[static_cast<std::size_t>(p.recv)])
-          .store(static_cast<std::uint32_t>(p.send), std::memory_order_relaxed);
-      anchors_wanted_.push_back(p.send);
+    // The program's call on the GPU's clock (no floor where unknown or not mapped yet).
+    const std::optional<std::uint64_t> start =
+        pre->start >= 0 ? clock_.toGpu(pre->start) : std::nullopt;
+    word(table_->pre_start).store(start.value_or(0), std::memory_order_relaxed);
+    word(table_->pre_delay)
+        .store(static_cast<std::uint64_t>(std::max<live::TimeNs>(0, pre->delay)),
+               std::memory_order_relaxed);
+    for (const P2pPrelude::Recv& r : pre->recvs) {
+      if (r.conn < 0 || std::cmp_greater_equal(r.conn, n)) continue;
+      word(table_->pre_value[static_cast<std::size_t>(r.conn)])
+          .store(r.base, std::memory_order_relaxed);
+      anchors_wanted_.push_back(r.conn);
     }
     // The first sends are credited at the operation's pace (opStarted comes after them),
     // unless one runs (its own sends are: back to back the same operation's pace anyway).
@@ -505,7 +513,7 @@ void P2pAgent::armFront(live::TimeNs now) {
   // own prelude's anchors must all be in first (a new one replaces them). Else they are where
   // R's counters stand, once the kernel published the last moves.
   if (running ? !anchors_wanted_.empty() : now - done_at_ < kSettleNs) return;
-  const std::optional<P2pPrelude> pre = pacer_.arm(next->entry, pa::kPreUnits);
+  const std::optional<P2pPrelude> pre = pacer_.arm(next->entry, pa::kPreUnits, next->issued);
   if (!pre) {
     tried_seq_ = next->seq;
     tried_done_ = done;
@@ -518,11 +526,12 @@ void P2pAgent::armFront(live::TimeNs now) {
     trace_->record({.t = now,
                     .due = pre->at.empty() ? -1 : pre->at.back(),
                     .value = pre->at.size(),
-                    .conn = static_cast<std::int32_t>(pre->pairs.size()),
+                    .conn = static_cast<std::int32_t>(pre->recvs.size()),
                     .kind = 'a'});
 }
 
 void P2pAgent::readAnchors(live::TimeNs now) {
+  if (anchors_wanted_.empty()) return;
   for (std::size_t k = 0; k < anchors_wanted_.size();) {
     const auto i = static_cast<std::size_t>(anchors_wanted_[k]);
     if (word(table_->anchor_seq[i]).load(std::memory_order_acquire) != pre_seq_) {
@@ -536,8 +545,10 @@ void P2pAgent::readAnchors(live::TimeNs now) {
       anchors_missed_.fetch_add(1, std::memory_order_relaxed);
     } else {
       anchors_.fetch_add(1, std::memory_order_relaxed);
+      ++anchors_this_arm_;
+      // An anchor lies ahead of the pass that finds it by the model's base at most.
       const auto t = clock_.toCpu(at);
-      pacer_.anchored(t ? std::clamp(*t, now - kMaxBackdateNs, now) : now);
+      pacer_.anchored(t ? std::clamp(*t, now - kMaxBackdateNs, now + kMaxBackdateNs) : now);
     }
     if (trace_)
       trace_->record({.t = now,
@@ -546,6 +557,7 @@ void P2pAgent::readAnchors(live::TimeNs now) {
                       .conn = static_cast<std::int32_t>(i),
                       .kind = 'A'});
   }
+  if (anchors_wanted_.empty() && anchors_this_arm_ == 0) pacer_.anchorsMissed();
 }
 
 void P2pAgent::updateLead(live::TimeNs now) {

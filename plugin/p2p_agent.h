@@ -82,6 +82,7 @@ class GpuClock {
   static constexpr live::TimeNs kWindowNs = 50'000'000;
   void sample(live::TimeNs cpu, std::uint64_t gpu) noexcept;
   [[nodiscard]] std::optional<live::TimeNs> toCpu(std::uint64_t gpu) const noexcept;
+  [[nodiscard]] std::optional<std::uint64_t> toGpu(live::TimeNs cpu) const noexcept;
 
  private:
   static constexpr live::TimeNs kNone = std::numeric_limits<live::TimeNs>::max();
@@ -249,7 +250,8 @@ class P2pAgent {
   std::uint64_t tried_seq_ = 0, tried_done_ = 0;
   std::uint32_t pre_seq_ = 0;        // the table's pre_seq
   bool prelude_live_ = false;        // the table holds an operation's prelude
-  std::vector<int> anchors_wanted_;  // its send connections not anchored yet
+  std::vector<int> anchors_wanted_;  // its receive connections not anchored yet
+  int anchors_this_arm_ = 0;         // anchored (not missed) of them
   std::atomic<std::uint64_t> preludes_{0}, anchors_{0}, anchors_missed_{0};  // (stateLine)
   std::thread thread_;
 };

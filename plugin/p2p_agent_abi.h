@@ -21,14 +21,16 @@
 // kernel (stream-ordered after one that is still leaving).
 //
 // Preludes (p2p_agent_rules.h): the first `pre_units` receives of an operation R's stream has
-// not reached yet, which the kernel releases by itself from R's first send of it on the
-// channel, so a short operation does not start with a round trip through the CPU (an 8-rank
-// ring's 40 us all-gather lost 5-15 us to it). The CPU fills `pre_at`, `pre_units`,
-// `pre_steps` and every connection's `pre_value` / `pre_pair`, then raises `pre_seq`; the
-// reader warp copies them once per new `pre_seq`. A send connection's thread watches for R's
-// count passing `pre_value` (its count before the operation) and publishes when
-// (`anchor_at`, for the CPU too); the paired receive's thread releases unit k at that time +
-// pre_at[k], its counter at pre_value + (k + 1) * pre_steps, within R's slots.
+// not reached yet, which the kernel releases by itself, so a short operation does not start
+// with a round trip through the CPU (an 8-rank ring's 40 us all-gather lost 5-15 us to it).
+// The CPU fills `pre_at`, `pre_units`, `pre_steps`, `pre_start`, `pre_delay` and every
+// connection's `pre_value`, then raises `pre_seq`; the reader warp copies them once per new
+// `pre_seq` (into one of two buffers by its parity: the last operation's prelude may still run).
+// An armed receive's thread watches R's head reach `pre_value` (R's count before the
+// operation: it took the last one's receives, its stream reached this one), no sooner than
+// `pre_start`, and anchors the operation `pre_delay` later (the model's per-operation base):
+// it publishes that (`anchor_at`, for the CPU too) and releases unit k at anchor + pre_at[k],
+// its counter at pre_value + (k + 1) * pre_steps, within R's slots.
 //
 // Times (the GPU's global timer, ns): the kernel stamps when it saw each `seen` value
 // (seen_at, written before the value) and, every pass, the timer itself (gpu_now), so the CPU
@@ -76,13 +78,14 @@ struct Table {
   std::uint32_t pre_units;  // units in pre_at
   std::uint32_t pre_steps;  // counter steps a unit
   std::uint32_t pad2;
+  std::uint64_t pre_start;  // global timer: the operation starts no sooner (0: any time)
+  std::uint64_t pre_delay;  // ns from its stream reaching it to its first unit's schedule
   std::uint64_t pre_at[kPreUnits];      // unit k due this long (ns) after the anchor
-  std::uint64_t pre_value[kMaxConns];   // send: R's count before it (kNoPrelude); recv: the base
-  std::uint64_t anchor_at[kMaxConns];   // kernel -> CPU, send: the anchor (rules: kAnchorMissed)
-  std::uint32_t pre_pair[kMaxConns];    // recv: the send connection anchoring it (kNoPair)
-  std::uint32_t anchor_seq[kMaxConns];  // kernel -> CPU, send: the pre_seq of anchor_at
+  std::uint64_t pre_value[kMaxConns];   // receive: R's count before it (kNoPrelude: not armed)
+  std::uint64_t anchor_at[kMaxConns];   // kernel -> CPU: the anchor (rules: kAnchorMissed)
+  std::uint32_t anchor_seq[kMaxConns];  // kernel -> CPU: the pre_seq of anchor_at
 };
-static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns + 16 + 8 * kPreUnits +
-                                   2 * 8 * kMaxConns + 2 * 4 * kMaxConns);
+static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns + 32 + 8 * kPreUnits +
+                                   2 * 8 * kMaxConns + 4 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

@@ -8,7 +8,8 @@
 // loop, and write to the mapped table without waiting (posted writes); the reader warp does
 // every read of the table. The H200 trace of 2026-12-04 measured a pass that read the table
 // at ~8 us, and a step's round trip through the CPU (R's move seen, released, stored) at
-// 25-30 us: the per-step reactions now happen here.
+// 25-30 us: the per-step reactions now happen here. So does an armed operation's start
+// (preludes: its first receives, timed from when R took the last operation's receives).
 #include "gpu_timer.cuh"
 #include "p2p_agent_abi.h"
 #include "p2p_agent_rules.h"
@@ -23,41 +24,38 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
   __shared__ unsigned s_steps[pa::kMaxConns];
   __shared__ unsigned s_n;
   __shared__ int s_leave, s_trace;
-  // Preludes (p2p_agent_abi.h): the reader's copy of the CPU's words, and each send
-  // connection's anchor for the receive thread of its channel.
-  __shared__ unsigned long long s_pre_at[pa::kPreUnits];
+  // Preludes (p2p_agent_abi.h): the reader's copy of the CPU's words; the schedule in one of
+  // two buffers by pre_seq's parity (the last operation's prelude may still run).
+  __shared__ unsigned long long s_pre_at[2][pa::kPreUnits];
   __shared__ unsigned long long s_pre_value[pa::kMaxConns];
-  __shared__ unsigned long long s_anchor[pa::kMaxConns];
-  __shared__ unsigned s_pre_pair[pa::kMaxConns];
-  __shared__ unsigned s_anchor_seq[pa::kMaxConns];
-  __shared__ unsigned s_pre_seq, s_pre_units, s_pre_steps;
+  __shared__ unsigned long long s_pre_start, s_pre_delay;
+  __shared__ unsigned s_pre_units[2], s_pre_steps[2];
+  __shared__ unsigned s_pre_seq;
   volatile pa::Table* t = table;
   volatile unsigned long long* release = s_release;
   volatile unsigned long long* occupancy = s_occupancy;
   volatile unsigned* steps = s_steps;
   volatile unsigned* n_ready = &s_n;
   volatile int* leave = &s_leave;
-  volatile unsigned long long* pre_at = s_pre_at;
   volatile unsigned long long* pre_value = s_pre_value;
-  volatile unsigned long long* anchor = s_anchor;
-  volatile unsigned* pre_pair = s_pre_pair;
-  volatile unsigned* anchor_seq = s_anchor_seq;
+  volatile unsigned long long* pre_start = &s_pre_start;
+  volatile unsigned long long* pre_delay = &s_pre_delay;
   volatile unsigned* pre_seq = &s_pre_seq;
-  volatile unsigned* pre_units = &s_pre_units;
-  volatile unsigned* pre_steps = &s_pre_steps;
   const unsigned i = threadIdx.x;
   if (i < pa::kMaxConns) {
     s_release[i] = 0;
     s_occupancy[i] = 0;
     s_steps[i] = 1;
     s_pre_value[i] = pa::kNoPrelude;
-    s_pre_pair[i] = pa::kNoPair;
-    s_anchor_seq[i] = 0;
+  }
+  if (i < 2) {
+    s_pre_units[i] = 0;
+    s_pre_steps[i] = 1;
   }
   if (i == 0) {
     s_pre_seq = 0;
-    s_pre_units = 0;
-    s_pre_steps = 1;
+    s_pre_start = 0;
+    s_pre_delay = 0;
     t->starts = t->starts + 1;
     t->state = pa::kRunning;  // a kernel queued behind one that left finds kExiting
     s_leave = 0;
@@ -98,26 +96,21 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
         // A new prelude: its words were written before pre_seq, so read after it (a second
         // round trip, once an operation).
         __threadfence_system();
+        const unsigned b = seq & 1;
         const unsigned long long at = t->pre_at[lane];
         const unsigned units = t->pre_units, unit_steps = t->pre_steps;
+        const unsigned long long start = t->pre_start, delay = t->pre_delay;
         unsigned long long pv[kPer];
-        unsigned pp[kPer];
 #pragma unroll
-        for (unsigned k = 0; k < kPer; ++k) {
-          const unsigned j = lane + k * pa::kReaderThreads;
-          pv[k] = t->pre_value[j];
-          pp[k] = t->pre_pair[j];
-        }
-        pre_at[lane] = at;
+        for (unsigned k = 0; k < kPer; ++k) pv[k] = t->pre_value[lane + k * pa::kReaderThreads];
+        static_cast<volatile unsigned long long*>(s_pre_at[b])[lane] = at;
 #pragma unroll
-        for (unsigned k = 0; k < kPer; ++k) {
-          const unsigned j = lane + k * pa::kReaderThreads;
-          pre_value[j] = pv[k];
-          pre_pair[j] = pp[k];
-        }
+        for (unsigned k = 0; k < kPer; ++k) pre_value[lane + k * pa::kReaderThreads] = pv[k];
         if (lane == 0) {
-          *pre_units = units < pa::kPreUnits ? units : pa::kPreUnits;
-          *pre_steps = unit_steps;
+          static_cast<volatile unsigned*>(s_pre_units)[b] = units < pa::kPreUnits ? units : pa::kPreUnits;
+          static_cast<volatile unsigned*>(s_pre_steps)[b] = unit_steps;
+          *pre_start = start;
+          *pre_delay = delay;
         }
         __threadfence_block();
         __syncwarp();
@@ -148,11 +141,12 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
     volatile unsigned long long* target = nullptr;
     unsigned long long seen = 0, stored = 0;
     pa::CreditQueue q;
-    // Preludes: the arm this thread took, and for a send its count before the operation and
-    // the last change of R's counter (anchorOf); for a receive what its prelude released.
-    unsigned arm = 0;
+    // Preludes (receives): the arm this thread took, its base, start and delay while pending,
+    // R's head before its last change (anchorOf; 0 before the first look), and the prelude
+    // running (its buffer) with what it released.
+    unsigned arm = 0, buf = 0, p_buf = 0;
     bool pending = false;
-    unsigned long long from = pa::kNoPrelude, prev = ~0ull, changed_at = 0, pre = 0;
+    unsigned long long base = 0, start = 0, delay = 0, prev = 0, changed_at = 0, pre = 0;
     pa::Prelude p;
     for (;;) {
       if (*leave) break;
@@ -174,41 +168,37 @@ extern "C" __global__ void crystal_p2p_agent(pa::Table* table) {
         if (send) pa::creditsSent(q, w, now, occupancy[i], steps[i]);
         t->seen_at[i] = now;  // before the value: the CPU reads seen, then seen_at
         t->seen[i] = w;
-        prev = seen;
+        prev = seen == ~0ull ? 0 : seen;  // the first look: R's head moved "from 0"
         changed_at = now;
         seen = w;
       }
-      const unsigned seq = *pre_seq;
-      if (send) {
-        if (seq != arm) {
+      if (!send) {
+        const unsigned seq = *pre_seq;
+        if (seq != arm) {  // a new arm; the prelude running goes on (its buffer stays)
           arm = seq;
-          from = pre_value[i];
-          pending = from != pa::kNoPrelude;
+          base = pre_value[i];
+          pending = base != pa::kNoPrelude;
+          start = *pre_start;
+          delay = *pre_delay;
+          buf = seq & 1;
         }
         if (pending) {
-          const unsigned long long a = pa::anchorOf(from, prev, seen, changed_at);
+          const unsigned long long a = pa::anchorOf(base, prev, seen, changed_at, start, delay);
           if (a != pa::kAnchorPending) {
             pending = false;
-            anchor[i] = a;
-            __threadfence_block();
-            anchor_seq[i] = arm;  // after the anchor: the receive thread reads it first
+            if (a != pa::kAnchorMissed) {
+              p = pa::Prelude{a, base, 0};
+              p_buf = buf;
+            }
             t->anchor_at[i] = a;  // before its arm, as seen_at before seen
             t->anchor_seq[i] = arm;
           }
         }
-      } else if (seq != arm) {
-        const unsigned pair = pre_pair[i];
-        if (pair == pa::kNoPair) {
-          arm = seq;
-          p = pa::Prelude{};
-          pre = 0;
-        } else if (pair < pa::kMaxConns && anchor_seq[pair] == seq) {
-          arm = seq;
-          p = pa::Prelude{anchor[pair], pre_value[i], 0};
-        }
+        if (p.anchor > pa::kAnchorMissed)
+          pre = pa::preludeTail(p, static_cast<volatile unsigned long long*>(s_pre_at[p_buf]),
+                                static_cast<volatile unsigned*>(s_pre_units)[p_buf],
+                                static_cast<volatile unsigned*>(s_pre_steps)[p_buf], now);
       }
-      if (!send && p.anchor > pa::kAnchorMissed)
-        pre = pa::preludeTail(p, pre_at, *pre_units, *pre_steps, now);
       const unsigned long long r = release[i];
       const unsigned long long v =
           send ? pa::creditsDue(q, now) : pa::gatedTail(r > pre ? r : pre, w);

@@ -9,9 +9,9 @@
 // - Send credits (V as receiver): V empties R's slot once the unit crossed R's share of its
 //   link: each unit of `unit_steps` counter steps R sends at `now` completes at
 //   max(now, previous completion) + `occupancy_ns`, and R's send head moves to its end then.
-// - Preludes (p2p_agent_abi.h): a ring operation's first receives come a fixed schedule after
-//   R's first send of it on the channel (the CPU's model says so too, P2pPacer::scheduled), so
-//   the kernel, which sees that send first, releases them itself.
+// - Preludes (p2p_agent_abi.h): a ring operation's receives come a fixed schedule after it
+//   starts (the CPU's model says so too, P2pPacer::scheduled), and it starts when R's stream
+//   reaches it, which the kernel sees first on the GPU: R took the last operation's receives.
 #pragma once
 
 #include <cstdint>
@@ -80,21 +80,28 @@ CRYSTAL_HD std::uint64_t creditsNext(const CreditQueue& q) {
 }
 
 inline constexpr std::uint64_t kNoPrelude = ~std::uint64_t{0};  // pre_value: not armed
-inline constexpr std::uint32_t kNoPair = ~std::uint32_t{0};     // pre_pair: none
 // Anchors: a GPU timer value, or one of these (the timer is never this small).
 inline constexpr std::uint64_t kAnchorPending = 0, kAnchorMissed = 1;
 
-// A send connection armed with R's count `from` before the operation, its counter at `seen`
-// since `changed_at` (`prev` before that change): when R's first send of the operation was
-// seen. Pending while R has not passed `from`; the last change if that one passed it; missed
-// if an earlier one did (armed too late to know when: the CPU's releases start the operation).
-CRYSTAL_HD std::uint64_t anchorOf(std::uint64_t from, std::uint64_t prev, std::uint64_t seen,
-                                  std::uint64_t changed_at) {
-  if (seen <= from) return kAnchorPending;
-  return prev <= from ? changed_at : kAnchorMissed;
+// A receive connection armed with R's count `base` before the operation, R's head at `seen`
+// since `changed_at` (`prev` before that change; 0 for the kernel's first look): when the
+// operation's schedule starts there. R's stream reached it when R's head reached `base` (its
+// last receive of the operation before: a ring's last step receives), no sooner than `start`
+// (the program's call); the target's operation runs `delay` (its base cost) before its first
+// unit's schedule. With nothing received yet (`base` 0) it starts at `start`. Pending while
+// R's head is below `base`; missed if it passed `base` before the last change (R took this
+// operation's units before the arm: the CPU's releases start it).
+CRYSTAL_HD std::uint64_t anchorOf(std::uint64_t base, std::uint64_t prev, std::uint64_t seen,
+                                  std::uint64_t changed_at, std::uint64_t start,
+                                  std::uint64_t delay) {
+  if (seen < base) return kAnchorPending;
+  if (base > 0 && prev >= base) return kAnchorMissed;
+  const std::uint64_t reached = base == 0 || changed_at < start ? start : changed_at;
+  const std::uint64_t a = reached + delay;
+  return a > kAnchorMissed ? a : kAnchorMissed + 1;
 }
 
-// A receive connection's prelude once its send connection anchored it.
+// A receive connection's prelude once anchored.
 struct Prelude {
   std::uint64_t anchor = kAnchorPending;
   std::uint64_t base = 0;  // R's recv count before the operation

@@ -130,7 +130,7 @@ void P2pPacer::finishOp() {
 }
 
 std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntry>& op,
-                                        std::size_t max_units) {
+                                        std::size_t max_units, live::TimeNs issued) {
   if (!op || op->algo != model::Algo::Ring || max_units == 0) return std::nullopt;
   const int connected = connectedChannels();
   const RingOpShape shape = ringOpShape(op, nranks_, connected);
@@ -139,49 +139,51 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   const auto runs = [connected](int channels, int ordinal) {
     return ordinal < (channels > 0 ? channels : connected);
   };
-  // A running operation's end is known where it is a ring schedule on every channel `op` runs.
+  // A running operation's end is known where it is a ring schedule.
   const bool running = in_op_;
   if (running && (!plan_.shape.symmetric || tree_op_ || chain_op_)) return std::nullopt;
   const auto steps = static_cast<std::uint64_t>(std::max(1, plan_.shape.slice_steps));
-  for (auto& [ordinal, ch] : channels_) {
-    if (ch.send < 0 || ch.recv < 0) continue;
-    const Conn& s = conns_[static_cast<std::size_t>(ch.send)];
-    const Conn& r = conns_[static_cast<std::size_t>(ch.recv)];
-    if (running) {
-      const std::uint64_t n = runs(plan_.channels, ordinal) ? plan_.shape.units * steps : 0;
-      ch.armed_from = ch.op_send_base + n;
-      ch.armed_base = ch.op_recv_base + n;
-    } else {
-      // R's sends seen past the last operation's are this one's (it started already): from
-      // before the first of them.
-      ch.armed_from = ch.early_sends > 0 ? ch.early_from : s.seen;
-      ch.armed_base = r.seen;
-    }
-  }
-  Plan plan = planOf(op, connected);
   P2pPrelude pre;
+  for (auto& [ordinal, ch] : channels_) {
+    if (ch.recv < 0) continue;
+    const std::uint64_t head = conns_[static_cast<std::size_t>(ch.recv)].seen;
+    ch.armed_base = !running                        ? head
+                    : runs(plan_.channels, ordinal) ? ch.op_recv_base + plan_.shape.units * steps
+                                                    : ch.op_recv_base;
+    if (runs(op->channels, ordinal)) pre.recvs.push_back({ch.recv, ch.armed_base});
+  }
+  if (pre.recvs.empty()) return std::nullopt;
+  Plan plan = planOf(op, connected);
   pre.steps = std::max(1, plan.shape.slice_steps);
   pre.send_occupancy = plan.send_occupancy;
+  pre.start = issued;
+  pre.delay = op_base_ns_;
   const std::uint64_t units = std::min<std::uint64_t>(max_units, plan.shape.units);
   for (std::uint64_t k = 0; k < units; ++k) pre.at.push_back(scheduledIn(plan, k));
-  for (auto& [ordinal, ch] : channels_)
-    if (ch.send >= 0 && ch.recv >= 0 && runs(op->channels, ordinal))
-      pre.pairs.push_back({ch.send, ch.recv, ch.armed_from, ch.armed_base});
-  if (pre.pairs.empty()) {
-    dropPlan(plan);
-    return std::nullopt;
-  }
   dropPlan(armed_plan_);  // one armed before and not started
   armed_plan_ = std::move(plan);
   armed_ = *op;
-  armed_start_ = kNever;
+  armed_anchor_ = armed_first_send_ = kNever;
+  armed_missed_ = false;
   return pre;
 }
 
 void P2pPacer::anchored(live::TimeNs now) {
-  if (armed_) armed_start_ = std::min(armed_start_, now);
-  // Running: earlier is never wrong here, the kernel released the first units from then.
-  if (in_op_ && prelude_op_) op_start_ = std::min(op_start_, now);
+  if (armed_) {
+    armed_anchor_ = std::min(armed_anchor_, now);
+  } else if (in_op_ && prelude_op_) {
+    op_start_ = prelude_wait_ ? now : std::min(op_start_, now);
+    prelude_wait_ = false;
+  }
+}
+
+void P2pPacer::anchorsMissed() {
+  if (armed_) {
+    armed_missed_ = true;
+  } else if (in_op_ && prelude_op_ && prelude_wait_) {
+    op_start_ = std::min(op_start_, prelude_first_send_);
+    prelude_wait_ = false;
+  }
 }
 
 void P2pPacer::dropPlan(Plan& p) {
@@ -230,7 +232,12 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   prelude_op_ = armed;
   next_streams_ = false;
   in_op_ = true;
-  op_start_ = armed ? std::min(now, armed_start_) : now;
+  // Armed: from its anchor; till one comes (or every one missed) its receives wait for the
+  // kernel's.
+  op_start_ = armed && armed_anchor_ != kNever ? armed_anchor_ : now;
+  prelude_wait_ = armed && armed_anchor_ == kNever && !armed_missed_;
+  prelude_first_send_ = armed ? armed_first_send_ : kNever;
+  if (armed && armed_missed_) op_start_ = std::min(now, armed_first_send_);
   op_released_ = false;
   const int connected = connectedChannels();
   if (armed) {
@@ -242,10 +249,10 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
     const std::uint64_t sent = ch.send < 0 ? 0 : conns_[static_cast<std::size_t>(ch.send)].seen;
-    ch.op_send_base = armed ? ch.armed_from : ch.early_sends > 0 ? ch.early_from : sent;
     // Its sends so far, in its units: those seen before were counted in the last operation's
     // (the first one's: single steps).
-    ch.op_sends = (sent - std::min(sent, ch.op_send_base) + steps - 1) / steps;
+    const std::uint64_t before = ch.early_sends > 0 ? ch.early_from : sent;
+    ch.op_sends = (sent - std::min(sent, before) + steps - 1) / steps;
     ch.early_sends = 0;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
@@ -433,7 +440,8 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   // R's kernel sent before the CPU saw its stream reach the operation (`now` is the agent
   // kernel's stamp): the operation started on the GPU by then, and the chain's schedule with
   // it, as long as no receive of it was released yet.
-  if (symmetric && !op_released_ && now < op_start_) op_start_ = now;
+  if (symmetric && !prelude_op_ && !op_released_ && now < op_start_) op_start_ = now;
+  if (in_op_ && prelude_op_) prelude_first_send_ = std::min(prelude_first_send_, now);
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, plan_.shape.unit_bytes, plan_.channels);
@@ -443,7 +451,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     if (!in_op_ || ch.op_sends >= opSends()) {
       if (ch.early_sends++ == 0) ch.early_from = c.seen;
       // The armed operation's first send, before the stream reached it as the CPU saw.
-      if (armed_) armed_start_ = std::min(armed_start_, now);
+      if (armed_) armed_first_send_ = std::min(armed_first_send_, now);
     }
     ++ch.op_sends;
     c.seen = end;
@@ -486,6 +494,17 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
       Channel& ch = *c.ch;
       for (;;) {
         std::uint64_t end = 0;
+        if (plan_.shape.symmetric && prelude_wait_) {
+          // Armed: the kernel starts it; this waits for its anchor, or gives up on it a while
+          // after R's first send (the kernel's anchors did not come).
+          if (prelude_first_send_ == kNever) break;
+          if (now < prelude_first_send_ + kAnchorWaitNs) {
+            next = std::min(next, prelude_first_send_ + kAnchorWaitNs);
+            break;
+          }
+          op_start_ = std::min(op_start_, prelude_first_send_);
+          prelude_wait_ = false;
+        }
         if (plan_.shape.symmetric) {
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past

@@ -101,19 +101,21 @@ struct RingOpShape {
                                       int connected);
 
 // An operation's first receives, for the agent kernel to release by itself (p2p_agent_abi.h
-// "Preludes", P2pPacer::arm): on each channel with a paced send and receive, unit k < at.size()
-// of the receive is due at[k] after R's first send of the operation there, R's recv count at
-// base + (k + 1) * steps.
+// "Preludes", P2pPacer::arm): on each of its channels with a paced receive, unit k < at.size()
+// is due at[k] after the operation's start there, R's recv count then at base + (k + 1) *
+// steps. It starts `delay` after R's stream reached it (R's head reached `base`), no sooner
+// than `start` + `delay`.
 struct P2pPrelude {
-  struct Pair {
-    int send = -1, recv = -1;  // connection indices
-    std::uint64_t from = 0;    // R's send count before the operation
-    std::uint64_t base = 0;    // R's recv count before it
+  struct Recv {
+    int conn = -1;           // connection index
+    std::uint64_t base = 0;  // R's recv count before the operation
   };
-  std::vector<Pair> pairs;
+  std::vector<Recv> recvs;
   std::vector<live::TimeNs> at;
   int steps = 1;
   live::TimeNs send_occupancy = 0;  // sendOccupancy() of the operation
+  live::TimeNs start = -1;          // the program's call (-1: unknown)
+  live::TimeNs delay = 0;           // the model's base cost of an operation (setOpBase)
 };
 
 // A counter of R's due to move: connection, value, and when the model made it due.
@@ -187,18 +189,26 @@ class P2pPacer {
   // R's stream has not reached `op`, the first operation after the current one (or after the
   // last, ended; then the caller saw its end long enough ago that R's counters as observed are
   // where it ended): for a ring all-reduce, all-gather or reduce-scatter, plans `op` now and
-  // returns its first `max_units` receives of each channel it runs on with a paced send and
-  // receive. The agent kernel releases them from R's first send on the channel, so a short
-  // operation's start does not wait for the CPU to see that send (an 8-rank group's 1 MiB
-  // all-gather on the H100 ran +31 to +45 % so). While an operation runs, R's counts before
-  // `op` are where that one ends, which only a ring all-reduce, all-gather or reduce-scatter
-  // on every channel `op` uses says. nullopt, nothing armed, otherwise. opStarted of the same
-  // operation takes this plan, counts its receives from these bases and starts it at the
-  // earliest first send seen or anchored; the current one's receives stop at its own units.
+  // returns its first `max_units` receives of each channel it runs on with a paced receive.
+  // The agent kernel releases them itself from the operation's start: R's stream reached it
+  // when R took the last operation's receives, the operation's schedule starts the model's base
+  // cost later (setOpBase), so a short operation's start does not wait for the CPU to see its
+  // stream (an 8-rank group's 1 MiB all-gather on the H100 ran +31 to +45 % so). `issued`: when
+  // the program called it (-1: unknown), no sooner than which it starts. While an operation
+  // runs, R's counts before `op` are where that one ends, which only a ring all-reduce,
+  // all-gather or reduce-scatter says. nullopt, nothing armed, otherwise. opStarted of the
+  // same operation takes this plan, counts its receives from these bases and starts it at the
+  // earliest anchor (anchored); till one comes its receives wait for the kernel's.
   std::optional<P2pPrelude> arm(const std::optional<live::CollectiveEntry>& op,
-                                std::size_t max_units);
-  // The agent kernel saw R's first send of the armed operation on a channel at `now`.
+                                std::size_t max_units, live::TimeNs issued = -1);
+  // The agent kernel anchored the armed operation (or the current one, armed) on a channel at
+  // `now`; or every channel's anchor was missed (R took its receives before the arm reached
+  // the kernel): it starts as an operation not armed, at its first send.
   void anchored(live::TimeNs now);
+  void anchorsMissed();
+  // The model's base cost of an operation (NcclModel::opOverheadUs, ns): an armed operation's
+  // schedule starts that long after R's stream reached it.
+  void setOpBase(live::TimeNs ns) { op_base_ns_ = std::max<live::TimeNs>(0, ns); }
   // The current operation was armed (arm).
   // An operation is current (opStarted, until opsDone).
   [[nodiscard]] bool inOp() const { return in_op_; }
@@ -233,9 +243,7 @@ class P2pPacer {
     // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
     std::uint64_t early_sends = 0;
     std::uint64_t early_from = 0;    // R's send count before the first of them
-    std::uint64_t op_send_base = 0;  // R's send count before the current operation
-    // arm: R's counts before the armed operation (its first send passes armed_from).
-    std::uint64_t armed_from = 0, armed_base = 0;
+    std::uint64_t armed_base = 0;    // arm: R's recv count before the armed operation
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
@@ -327,8 +335,16 @@ class P2pPacer {
   // send of it seen or anchored, and whether the current operation was armed.
   std::optional<live::CollectiveEntry> armed_;
   Plan armed_plan_;
-  live::TimeNs armed_start_ = kNever;
+  live::TimeNs armed_anchor_ = kNever;      // the earliest anchor of the armed operation
+  live::TimeNs armed_first_send_ = kNever;  // its first send seen
+  bool armed_missed_ = false;               // every anchor of it missed
   bool prelude_op_ = false;
+  // The current (armed) operation's receives wait for its anchor; or, past kAnchorWaitNs
+  // after its first send, start at that send.
+  bool prelude_wait_ = false;
+  live::TimeNs prelude_first_send_ = kNever;
+  static constexpr live::TimeNs kAnchorWaitNs = 50'000;
+  live::TimeNs op_base_ns_ = 0;
   // The current chain operation's timing (chain_op_), and the last one's (function, root,
   // unit bytes) while no other operation came between: the next streams on from it.
   bool chain_op_ = false;

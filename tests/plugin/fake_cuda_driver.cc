@@ -333,12 +333,13 @@ struct FakeAgentConn {
   bool mine = false;
   std::uint64_t seen = 0, stored = 0;
   plugin::p2p_agent::CreditQueue q;
-  // Preludes, as the kernel's connection thread keeps them.
+  // Preludes, as the kernel's receive thread keeps them.
   std::uint32_t arm = 0;
   bool pending = false;
-  std::uint64_t from = 0, prev = ~std::uint64_t{0}, changed_at = 0, pre = 0;
-  std::uint64_t anchor = 0;  // send: published for arm `anchor_seq`
-  std::uint32_t anchor_seq = 0;
+  std::uint64_t base = 0, start = 0, delay = 0, prev = 0, changed_at = 0, pre = 0;
+  // The schedules of the arm pending and of the prelude running (the kernel's two buffers).
+  std::vector<std::uint64_t> armed_at, at;
+  std::uint32_t armed_units = 0, armed_steps = 1, units = 0, steps = 1;
   plugin::p2p_agent::Prelude p;
 };
 std::vector<FakeAgentConn> g_agent_conns;
@@ -557,42 +558,41 @@ bool p2pAgentPass() {
                         std::atomic_ref(t->unit_steps[i]).load());
       std::atomic_ref(t->seen_at[i]).store(now);
       std::atomic_ref(t->seen[i]).store(w);
-      c.prev = c.seen;
+      c.prev = c.seen == ~std::uint64_t{0} ? 0 : c.seen;
       c.changed_at = now;
       c.seen = w;
     }
     // Preludes (the kernel's reader copy is the table itself here).
-    const std::uint32_t seq = std::atomic_ref(t->pre_seq).load();
-    if (send) {
+    if (!send) {
+      const std::uint32_t seq = std::atomic_ref(t->pre_seq).load();
       if (seq != c.arm) {
         c.arm = seq;
-        c.from = std::atomic_ref(t->pre_value[i]).load();
-        c.pending = c.from != pa::kNoPrelude;
+        c.base = std::atomic_ref(t->pre_value[i]).load();
+        c.pending = c.base != pa::kNoPrelude;
+        c.start = std::atomic_ref(t->pre_start).load();
+        c.delay = std::atomic_ref(t->pre_delay).load();
+        c.armed_units = std::min(std::atomic_ref(t->pre_units).load(), pa::kPreUnits);
+        c.armed_steps = std::atomic_ref(t->pre_steps).load();
+        c.armed_at.assign(std::begin(t->pre_at), std::end(t->pre_at));
       }
       if (c.pending) {
-        if (const std::uint64_t a = pa::anchorOf(c.from, c.prev, c.seen, c.changed_at);
+        if (const std::uint64_t a =
+                pa::anchorOf(c.base, c.prev, c.seen, c.changed_at, c.start, c.delay);
             a != pa::kAnchorPending) {
           c.pending = false;
-          c.anchor = a;
-          c.anchor_seq = c.arm;
+          if (a != pa::kAnchorMissed) {
+            c.p = {a, c.base, 0};
+            c.units = c.armed_units;
+            c.steps = c.armed_steps;
+            c.at = c.armed_at;
+          }
           std::atomic_ref(t->anchor_at[i]).store(a);
           std::atomic_ref(t->anchor_seq[i]).store(c.arm);
         }
       }
-    } else if (seq != c.arm) {
-      const std::uint32_t pair = std::atomic_ref(t->pre_pair[i]).load();
-      if (pair == pa::kNoPair) {
-        c.arm = seq;
-        c.p = {};
-        c.pre = 0;
-      } else if (pair < n && g_agent_conns[pair].anchor_seq == seq) {
-        c.arm = seq;
-        c.p = {g_agent_conns[pair].anchor, std::atomic_ref(t->pre_value[i]).load(), 0};
-      }
+      if (c.p.anchor > pa::kAnchorMissed)
+        c.pre = pa::preludeTail(c.p, c.at.data(), c.units, c.steps, now);
     }
-    if (!send && c.p.anchor > pa::kAnchorMissed)
-      c.pre =
-          pa::preludeTail(c.p, t->pre_at, std::min(t->pre_units, pa::kPreUnits), t->pre_steps, now);
     const std::uint64_t release = std::max(std::atomic_ref(t->release[i]).load(), c.pre);
     std::uint64_t v = send ? pa::creditsDue(c.q, now) : pa::gatedTail(release, w);
     if (leaving) v = send ? w : pa::gatedTail(release, w);

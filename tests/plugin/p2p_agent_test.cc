@@ -76,7 +76,10 @@ class P2pAgentTest : public ::testing::Test {
 };
 
 TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
+  // The CPU's pacing alone (an armed operation starts on the GPU: the tests below).
+  ::setenv("CRYSTAL_P2P_PRELUDE", "0", 1);
   auto a = make();
+  ::unsetenv("CRYSTAL_P2P_PRELUDE");
   ASSERT_TRUE(a);
   EXPECT_EQ(P2pAgent::find(kHash), a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
@@ -115,8 +118,9 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
 }
 
 // Preludes (p2p_agent_abi.h): an all-gather queued while R's stream has not reached it is
-// armed; R's first send of it opens its receives from the kernel alone, before the CPU saw
-// the stream reach it (here it never does until the end), within R's slots.
+// armed, and the kernel opens its receives by itself the model's base cost after the
+// program's call (nothing received before: its first operation), within R's slots, before
+// the CPU saw the stream reach it (here it never does until the end) and before R sent.
 TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
   auto a = make();
   ASSERT_TRUE(a);
@@ -129,14 +133,12 @@ TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
       {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
   const P2pAgent::Op op = a->before(nullptr);
   a->after(op);
-  ASSERT_TRUE(eventually([&] {
-    return a->stateLine().find("1 armed with a prelude") != std::string::npos;
-  })) << a->stateLine();
-  EXPECT_FALSE(eventually([&] { return load(r_tail_) != 0; }, 0.1)) << "before R's first send";
-  std::atomic_ref(v_tail_).store(2);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
-  EXPECT_NE(a->stateLine().find("(1 channels anchored one, 0 too late)"), std::string::npos)
-      << a->stateLine();
+  EXPECT_TRUE(eventually([&] {
+    return a->stateLine().find("1 armed with a prelude (1 channels anchored one, 0 too late)") !=
+           std::string::npos;
+  })) << a->stateLine();
+  EXPECT_EQ(load(r_head_), 0u) << "no credit without a send";
   // R consumed what came: the rest of the 14, never more.
   std::atomic_ref(v_head_).store(8);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 16; }));
@@ -150,8 +152,8 @@ TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
 }
 
 // Back to back: the operation queued after the running one is armed once the running one's
-// anchors came in, from where that one ends (its 14 slices), and R's first send past them
-// opens its receives before the CPU saw the stream reach it.
+// anchors came in, from where that one ends (its 14 slices); once R took them its receives
+// open, before the CPU saw the stream reach it.
 TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
   auto a = make();
   ASSERT_TRUE(a);
@@ -166,29 +168,27 @@ TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
     a->after(op);
   };
   queue();
-  ASSERT_TRUE(eventually([&] {
-    return a->stateLine().find("1 armed with a prelude") != std::string::npos;
-  })) << a->stateLine();
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
   std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);  // reached it
   queue();
-  // The first runs: its first send anchors it, then every slice comes and R takes it.
-  std::atomic_ref(v_tail_).store(2);
   ASSERT_TRUE(eventually([&] {
     return a->stateLine().find("2 armed with a prelude (1 channels anchored one") !=
            std::string::npos;
   })) << a->stateLine();
-  for (std::uint64_t v = 8; v <= 28; v += 4) {
-    std::atomic_ref(v_head_).store(std::min<std::uint64_t>(v, 28));
-    ASSERT_TRUE(eventually([&] { return load(r_tail_) >= std::min<std::uint64_t>(v + 4, 28); }))
+  // The first runs: R takes every slice as it comes, never one past its 14.
+  std::atomic_ref(v_tail_).store(28);
+  for (std::uint64_t v = 8; v <= 24; v += 8) {
+    std::atomic_ref(v_head_).store(v);
+    ASSERT_TRUE(eventually([&] { return load(r_tail_) >= std::min<std::uint64_t>(v + 8, 28); }))
         << load(r_tail_);
   }
-  std::atomic_ref(v_tail_).store(28);
   EXPECT_FALSE(eventually([&] { return load(r_tail_) > 28; }, 0.1)) << "past the first";
-  // The second's first send: its receives open, R's 8 slots of them.
-  std::atomic_ref(v_tail_).store(30);
+  // R took its last: the second's receives open, R's 8 slots of them.
+  std::atomic_ref(v_head_).store(28);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 36; })) << a->stateLine();
-  EXPECT_NE(a->stateLine().find("(2 channels anchored one, 0 too late)"), std::string::npos)
-      << a->stateLine();
+  EXPECT_TRUE(eventually([&] {
+    return a->stateLine().find("(2 channels anchored one, 0 too late)") != std::string::npos;
+  })) << a->stateLine();
   gpu_->complete = true;
   EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
   EXPECT_NE(a->stateLine().find("2 operations done"), std::string::npos) << a->stateLine();

@@ -57,12 +57,10 @@ TEST(P2pPrelude, UnitsComeWhenThePacersOwnReleasesWould) {
     ASSERT_EQ(pre->at.size(), k.units);
     EXPECT_EQ(pre->steps, 2);
     EXPECT_GT(pre->send_occupancy, 0);
-    ASSERT_EQ(pre->pairs.size(), 2u);
+    ASSERT_EQ(pre->recvs.size(), 2u);
     for (std::size_t c = 0; c < 2; ++c) {
-      EXPECT_EQ(pre->pairs[c].send, armed->chans[c].send_conn);
-      EXPECT_EQ(pre->pairs[c].recv, armed->chans[c].recv_conn);
-      EXPECT_EQ(pre->pairs[c].from, 0u);
-      EXPECT_EQ(pre->pairs[c].base, 0u);
+      EXPECT_EQ(pre->recvs[c].conn, armed->chans[c].recv_conn);
+      EXPECT_EQ(pre->recvs[c].base, 0u);
     }
     for (std::size_t u = 1; u < pre->at.size(); ++u) EXPECT_GT(pre->at[u], pre->at[u - 1]);
 
@@ -137,19 +135,35 @@ TEST(P2pPrelude, OnlyOperationsWithARingScheduleAreArmed) {
   EXPECT_FALSE(send_only->pacer.arm(ring(Func::AllGather, MiB, 1), plugin::p2p_agent::kPreUnits));
 }
 
-TEST(P2pPrelude, ASendSeenPastTheLastOperationIsTheArmedOnesFirst) {
+// Armed while one runs, an operation counts from where that one ends (R's head then); armed
+// after the last one ended, from R's head as seen.
+TEST(P2pPrelude, TheBaseIsWhereTheOperationBeforeEnds) {
   const live::CollectiveEntry e = ring(Func::AllGather, MiB, 1);  // 14 slices, 28 steps
   auto s = connect(8, 1);
   s->pacer.opStarted(0, e);
-  for (std::uint64_t v = 2; v <= 30; v += 2) s->pacer.observe(s->chans[0].send_conn, v, 1'000 * v);
+  s->pacer.observe(s->chans[0].send_conn, 2, 1'000);
   std::vector<plugin::P2pRelease> out;
-  (void)s->pacer.release(100'000'000, out);  // the 14 and, past them, one for R's 15th send
-  s->pacer.observe(s->chans[0].recv_conn, 30, 100'000'000);  // R consumed all 15
-  const auto pre = s->pacer.arm(e, plugin::p2p_agent::kPreUnits);
+  (void)s->pacer.release(12'000, out);                 // its first ones
+  s->pacer.observe(s->chans[0].recv_conn, 4, 12'000);  // R took 2 of its 14 so far
+  const auto pre = s->pacer.arm(e, plugin::p2p_agent::kPreUnits, 7'000);
   ASSERT_TRUE(pre);
-  ASSERT_EQ(pre->pairs.size(), 1u);
-  EXPECT_EQ(pre->pairs[0].from, 28u);  // before the 15th send: the armed operation's first
-  EXPECT_EQ(pre->pairs[0].base, 28u);  // the last one's end, not R's head past it
+  ASSERT_EQ(pre->recvs.size(), 1u);
+  EXPECT_EQ(pre->recvs[0].conn, s->chans[0].recv_conn);
+  EXPECT_EQ(pre->recvs[0].base, 28u);
+  EXPECT_EQ(pre->start, 7'000);
+  // The running one's receives stop at its 14 (R's sends past them are the armed one's).
+  for (std::uint64_t v = 4; v <= 30; v += 2) s->pacer.observe(s->chans[0].send_conn, v, 13'000);
+  out.clear();
+  (void)s->pacer.release(100'000'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].value, 28u);
+
+  auto idle = connect(8, 1);
+  idle->pacer.observe(idle->chans[0].recv_conn, 6, 1'000);
+  const auto later = idle->pacer.arm(e, plugin::p2p_agent::kPreUnits);
+  ASSERT_TRUE(later);
+  EXPECT_EQ(later->recvs[0].base, 6u);
+  EXPECT_EQ(later->start, -1);
 }
 
 }  // namespace
