@@ -509,10 +509,10 @@ void P2pAgent::armFront(live::TimeNs now) {
   const std::uint64_t done = ops_done_.load(std::memory_order_relaxed);
   if (next->seq == tried_seq_ && done == tried_done_) return;  // not armable as things stand
   const bool running = pacer_.inOp();
-  // Running: R's counts before `next` are where the running one ends (P2pPacer::arm), and its
-  // own prelude's anchors must all be in first (a new one replaces them). Else they are where
-  // R's counters stand, once the kernel published the last moves.
-  if (running ? !anchors_wanted_.empty() : now - done_at_ < kSettleNs) return;
+  // Running: R's counts before `next` are where the running one ends (P2pPacer::arm), once it
+  // started on every channel it runs. Else they are where R's counters stand, once the kernel
+  // published the last moves.
+  if (running ? !pacer_.canArmAhead(now) : now - done_at_ < kSettleNs) return;
   const std::optional<P2pPrelude> pre = pacer_.arm(next->entry, pa::kPreUnits, next->issued);
   if (!pre) {
     tried_seq_ = next->seq;
@@ -707,8 +707,8 @@ void P2pAgent::run() {
                             .kind = 'o'});
         }
       }
+      readAnchors(now);  // the running operation's, before the next one's arm replaces them
       armFront(now);
-      readAnchors(now);
       if (trace_) traceKernel(now, stored);
       // A pacing bug must not hang the job: an operation that moved no counter for this long
       // gets the free-running counters (the kernel, if it waits on us, goes on).

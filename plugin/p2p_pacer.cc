@@ -147,9 +147,10 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   for (auto& [ordinal, ch] : channels_) {
     if (ch.recv < 0) continue;
     const std::uint64_t head = conns_[static_cast<std::size_t>(ch.recv)].seen;
-    ch.armed_base = !running                        ? head
-                    : runs(plan_.channels, ordinal) ? ch.op_recv_base + plan_.shape.units * steps
-                                                    : ch.op_recv_base;
+    // Running, a channel is in it once R sent there (NCCL may run it on fewer channels than
+    // the log's: canArmAhead waits until all started); the others are not armed.
+    if (running && (ch.op_sends == 0 || !runs(plan_.channels, ordinal))) continue;
+    ch.armed_base = running ? ch.op_recv_base + plan_.shape.units * steps : head;
     if (runs(op->channels, ordinal)) pre.recvs.push_back({ch.recv, ch.armed_base});
   }
   if (pre.recvs.empty()) return std::nullopt;
@@ -163,7 +164,7 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   dropPlan(armed_plan_);  // one armed before and not started
   armed_plan_ = std::move(plan);
   armed_ = *op;
-  armed_anchor_ = armed_first_send_ = kNever;
+  armed_anchor_ = kNever;
   armed_missed_ = false;
   return pre;
 }
@@ -181,9 +182,14 @@ void P2pPacer::anchorsMissed() {
   if (armed_) {
     armed_missed_ = true;
   } else if (in_op_ && prelude_op_ && prelude_wait_) {
-    op_start_ = std::min(op_start_, prelude_first_send_);
+    op_start_ = std::min(op_start_, op_first_send_);
     prelude_wait_ = false;
   }
+}
+
+bool P2pPacer::canArmAhead(live::TimeNs now) const {
+  return in_op_ && plan_.shape.symmetric && !tree_op_ && !chain_op_ && !prelude_wait_ &&
+         op_first_send_ != kNever && now >= op_first_send_ + kArmAheadNs;
 }
 
 void P2pPacer::dropPlan(Plan& p) {
@@ -236,8 +242,8 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // kernel's.
   op_start_ = armed && armed_anchor_ != kNever ? armed_anchor_ : now;
   prelude_wait_ = armed && armed_anchor_ == kNever && !armed_missed_;
-  prelude_first_send_ = armed ? armed_first_send_ : kNever;
-  if (armed && armed_missed_) op_start_ = std::min(now, armed_first_send_);
+  op_first_send_ = std::exchange(early_first_send_, kNever);
+  if (armed && armed_missed_) op_start_ = std::min(now, op_first_send_);
   op_released_ = false;
   const int connected = connectedChannels();
   if (armed) {
@@ -441,7 +447,6 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   // kernel's stamp): the operation started on the GPU by then, and the chain's schedule with
   // it, as long as no receive of it was released yet.
   if (symmetric && !prelude_op_ && !op_released_ && now < op_start_) op_start_ = now;
-  if (in_op_ && prelude_op_) prelude_first_send_ = std::min(prelude_first_send_, now);
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, plan_.shape.unit_bytes, plan_.channels);
@@ -450,8 +455,9 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     // follow, release()): the next operation's too.
     if (!in_op_ || ch.op_sends >= opSends()) {
       if (ch.early_sends++ == 0) ch.early_from = c.seen;
-      // The armed operation's first send, before the stream reached it as the CPU saw.
-      if (armed_) armed_first_send_ = std::min(armed_first_send_, now);
+      early_first_send_ = std::min(early_first_send_, now);
+    } else {
+      op_first_send_ = std::min(op_first_send_, now);
     }
     ++ch.op_sends;
     c.seen = end;
@@ -497,12 +503,12 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         if (plan_.shape.symmetric && prelude_wait_) {
           // Armed: the kernel starts it; this waits for its anchor, or gives up on it a while
           // after R's first send (the kernel's anchors did not come).
-          if (prelude_first_send_ == kNever) break;
-          if (now < prelude_first_send_ + kAnchorWaitNs) {
-            next = std::min(next, prelude_first_send_ + kAnchorWaitNs);
+          if (op_first_send_ == kNever) break;
+          if (now < op_first_send_ + kAnchorWaitNs) {
+            next = std::min(next, op_first_send_ + kAnchorWaitNs);
             break;
           }
-          op_start_ = std::min(op_start_, prelude_first_send_);
+          op_start_ = std::min(op_start_, op_first_send_);
           prelude_wait_ = false;
         }
         if (plan_.shape.symmetric) {

@@ -209,9 +209,14 @@ class P2pPacer {
   // The model's base cost of an operation (NcclModel::opOverheadUs, ns): an armed operation's
   // schedule starts that long after R's stream reached it.
   void setOpBase(live::TimeNs ns) { op_base_ns_ = std::max<live::TimeNs>(0, ns); }
-  // The current operation was armed (arm).
   // An operation is current (opStarted, until opsDone).
   [[nodiscard]] bool inOp() const { return in_op_; }
+  // The operation after the current one may be armed (arm): the current one is a ring
+  // schedule, started (armed: its anchor came) and R's kernel is in it on every channel it
+  // runs (its first send seen kArmAheadNs ago: R's blocks start together), so where it ends
+  // on each is known.
+  [[nodiscard]] bool canArmAhead(live::TimeNs now) const;
+  // The current operation was armed (arm).
   [[nodiscard]] bool preludeOp() const { return prelude_op_; }
   // R moved connection i's counter (V's recv tail for a send connector, V's send head for a
   // recv connector) to `value` at `now` (when R's kernel did, which may be before the
@@ -336,13 +341,15 @@ class P2pPacer {
   std::optional<live::CollectiveEntry> armed_;
   Plan armed_plan_;
   live::TimeNs armed_anchor_ = kNever;      // the earliest anchor of the armed operation
-  live::TimeNs armed_first_send_ = kNever;  // its first send seen
   bool armed_missed_ = false;               // every anchor of it missed
   bool prelude_op_ = false;
   // The current (armed) operation's receives wait for its anchor; or, past kAnchorWaitNs
   // after its first send, start at that send.
   bool prelude_wait_ = false;
-  live::TimeNs prelude_first_send_ = kNever;
+  // R's first send seen in the current operation, and past it or between operations (the
+  // next one's).
+  live::TimeNs op_first_send_ = kNever, early_first_send_ = kNever;
+  static constexpr live::TimeNs kArmAheadNs = 5'000;
   static constexpr live::TimeNs kAnchorWaitNs = 50'000;
   live::TimeNs op_base_ns_ = 0;
   // The current chain operation's timing (chain_op_), and the last one's (function, root,

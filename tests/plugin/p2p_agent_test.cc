@@ -171,6 +171,8 @@ TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
   std::atomic_ref(gpu_->done_through).store(gpu_->count("cuEventRecord") - 1);  // reached it
   queue();
+  // R is in the first (its first send): the second is armed from where the first ends.
+  std::atomic_ref(v_tail_).store(2);
   ASSERT_TRUE(eventually([&] {
     return a->stateLine().find("2 armed with a prelude (1 channels anchored one") !=
            std::string::npos;

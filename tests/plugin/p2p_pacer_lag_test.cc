@@ -137,9 +137,9 @@ double laggedLoopUs(Func f, int root, int n, int target_channels, int rank, std:
       }
     }
     // P2pAgent::armFront: the first operation the stream has not reached, once the one before
-    // ended (settle_ns ago) or, while that one runs, once its prelude's anchors came in.
-    const bool ahead = told == op && op + 1 < iters && op + 1 != lag.warmups &&
-                       (armed_op < op || anchors_in >= static_cast<int>(chans.size()));
+    // ended (settle_ns ago) or, while that one runs, once R is in it on every channel.
+    const bool ahead =
+        told == op && op + 1 < iters && op + 1 != lag.warmups && pacer.canArmAhead(now);
     if (lag.prelude && armed_op < op + (ahead ? 1 : 0) && (told < op || ahead)) {
       if (ahead || now >= done_seen + lag.settle_ns) {
         armed_op = ahead ? op + 1 : op;
