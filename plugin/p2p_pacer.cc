@@ -105,8 +105,7 @@ void P2pPacer::endOp() {
   }
   // Its schedule's receive is done; the rest of the plan stays (sizes of sends seen between
   // operations, a chain streaming on).
-  if (plan_.sched_ring) plan_.sched_ring->recvDone(true);
-  plan_.sched_ring.reset();
+  plan_.sched.reset();
 }
 
 live::TimeNs P2pPacer::scheduled(std::uint64_t k) { return scheduledIn(plan_, k); }
@@ -145,13 +144,16 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   const auto steps = static_cast<std::uint64_t>(std::max(1, plan_.shape.slice_steps));
   P2pPrelude pre;
   for (auto& [ordinal, ch] : channels_) {
-    if (ch.recv < 0) continue;
+    ch.armed = false;
+    if (ch.recv < 0 || !runs(op->channels, ordinal)) continue;
     const std::uint64_t head = conns_[static_cast<std::size_t>(ch.recv)].seen;
     // Running, a channel is in it once R sent there (NCCL may run it on fewer channels than
-    // the log's: canArmAhead waits until all started); the others are not armed.
+    // the log's: canArmAhead waits until all started); the others are not armed (their
+    // receives start as an operation's not armed).
     if (running && (ch.op_sends == 0 || !runs(plan_.channels, ordinal))) continue;
+    ch.armed = true;
     ch.armed_base = running ? ch.op_recv_base + plan_.shape.units * steps : head;
-    if (runs(op->channels, ordinal)) pre.recvs.push_back({ch.recv, ch.armed_base});
+    pre.recvs.push_back({ch.recv, ch.armed_base});
   }
   if (pre.recvs.empty()) return std::nullopt;
   Plan plan = planOf(op, connected);
@@ -159,6 +161,8 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   pre.send_occupancy = plan.send_occupancy;
   pre.start = issued;
   pre.delay = op_base_ns_;
+  // The schedule's first units (kept with the operation's shape: after the first of a loop,
+  // at no cost).
   const std::uint64_t units = std::min<std::uint64_t>(max_units, plan.shape.units);
   for (std::uint64_t k = 0; k < units; ++k) pre.at.push_back(scheduledIn(plan, k));
   dropPlan(armed_plan_);  // one armed before and not started
@@ -192,18 +196,16 @@ bool P2pPacer::canArmAhead(live::TimeNs now) const {
          op_first_send_ != kNever && now >= op_first_send_ + kArmAheadNs;
 }
 
-void P2pPacer::dropPlan(Plan& p) {
-  if (p.sched_ring) p.sched_ring->recvDone(true);
-  p = Plan{};
-}
+void P2pPacer::dropPlan(Plan& p) { p = Plan{}; }
 
 live::TimeNs P2pPacer::scheduledIn(Plan& p, std::uint64_t k) {
-  while (p.sched.size() <= k) {
+  Schedule& s = *p.sched;
+  while (s.at.size() <= k) {
     // Asked in order from 0: each unit once, the model's window never wraps under us.
-    const auto a = p.sched_ring->recvArrival(p.sched.size(), 0, p.shape.unit_bytes, 0);
-    p.sched.push_back(a.value_or(0));
+    const auto a = s.ring->recvArrival(s.at.size(), 0, p.shape.unit_bytes, 0);
+    s.at.push_back(a.value_or(0));
   }
-  return p.sched[k];
+  return s.at[k];
 }
 
 P2pPacer::Plan P2pPacer::planOf(const std::optional<live::CollectiveEntry>& op, int connected) {
@@ -212,13 +214,26 @@ P2pPacer::Plan P2pPacer::planOf(const std::optional<live::CollectiveEntry>& op, 
   p.channels = op && op->channels > 0 ? op->channels : 0;
   if (p.shape.symmetric) {
     // The chain every channel runs, from 0: R's idealised copy sends unit 0 at once (sizes
-    // from its first send) and each member forwards a step later.
+    // from its first send) and each member forwards a step later. It depends on the shape
+    // alone, and the model's ring costs ~2 us a unit on 64 ranks (the H100's host; 17 on a
+    // slow one): computed once a shape, as far as asked, for every operation of it.
     const int chans = p.channels > 0 ? p.channels : std::max(1, connected);
-    p.sched_ring = make_(false);
-    p.sched_ring->postRecv(0, 0, true, p.shape.slices_per_step,
+    const auto key = std::make_tuple(op->func, op->bytes, chans, op->target_channels);
+    auto& kept = schedules_[key];
+    if (!kept) {
+      if (schedules_.size() > kSchedulesKept) {
+        schedules_.clear();  // a program of many shapes: start over
+        return planOf(op, connected);
+      }
+      kept = std::make_shared<Schedule>();
+      kept->ring = make_(false);
+      kept->ring->postRecv(0, 0, true, p.shape.slices_per_step,
                            static_cast<int>(model::Proto::Simple), chans, 1);
-    (void)p.sched_ring->postSend(0, p.shape.unit_bytes, chans);  // the units' size
-    p.send_occupancy = p.sched_ring->sendOccupancy(p.shape.unit_bytes, chans);
+      (void)kept->ring->postSend(0, p.shape.unit_bytes, chans);  // the units' size
+      kept->send_occupancy = kept->ring->sendOccupancy(p.shape.unit_bytes, chans);
+    }
+    p.sched = kept;
+    p.send_occupancy = kept->send_occupancy;
   } else {
     // A chain root's sends are paced by the chain's slowest link (any channel's model).
     const auto first = channels_.begin();
@@ -265,9 +280,9 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     // before its start extend the last one's receives) would put every unit of this one that
     // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces). An
     // armed one's from its head at the arm: the prelude may have released units it consumed.
-    ch.op_recv_base = ch.recv < 0   ? 0
-                      : prelude_op_ ? ch.armed_base
-                                    : conns_[static_cast<std::size_t>(ch.recv)].seen;
+    ch.op_recv_base = ch.recv < 0               ? 0
+                      : prelude_op_ && ch.armed ? ch.armed_base
+                                                : conns_[static_cast<std::size_t>(ch.recv)].seen;
     ch.op_recv_done = 0;
   }
   // R's head changes a unit of this operation or a later one can still ask for (slotFree):

@@ -248,7 +248,9 @@ class P2pPacer {
     // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
     std::uint64_t early_sends = 0;
     std::uint64_t early_from = 0;    // R's send count before the first of them
-    std::uint64_t armed_base = 0;    // arm: R's recv count before the armed operation
+    // arm: in the armed operation's prelude, R's recv count before it.
+    bool armed = false;
+    std::uint64_t armed_base = 0;
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
@@ -284,19 +286,23 @@ class P2pPacer {
   void endOp();
   // The last operation ends (endOp) and what a chain streams on with is kept (`carried`).
   void finishOp();
+  // A symmetric operation's schedule (see the header comment): its chain and unit k's arrival
+  // after the start, as far as asked; one per operation shape (planOf).
+  struct Schedule {
+    std::shared_ptr<live::RingChannel> ring;
+    std::vector<live::TimeNs> at;
+    live::TimeNs send_occupancy = 0;
+  };
   // What opStarted plans for an operation (planOf), kept for an armed one until it starts.
   struct Plan {
     RingOpShape shape;
     int channels = 0;  // the log entry's (0: not logged)
-    // A symmetric operation's schedule (see the header comment): its chain and unit k's
-    // arrival after the start, as far as asked.
-    std::shared_ptr<live::RingChannel> sched_ring;
-    std::vector<live::TimeNs> sched;
+    std::shared_ptr<Schedule> sched;  // symmetric operations
     live::TimeNs send_occupancy = 0;  // a send unit on R's share of its link
   };
   [[nodiscard]] Plan planOf(const std::optional<live::CollectiveEntry>& op, int connected);
   [[nodiscard]] static live::TimeNs scheduledIn(Plan& p, std::uint64_t k);
-  static void dropPlan(Plan& p);  // its schedule's receive done (the rings' busy count)
+  static void dropPlan(Plan& p);
   [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
   // R's sends a channel in the current operation: a ring's slices, a chain member's units
   // (none at its tail); the maximum where not known.
@@ -350,6 +356,9 @@ class P2pPacer {
   // next one's).
   live::TimeNs op_first_send_ = kNever, early_first_send_ = kNever;
   static constexpr live::TimeNs kArmAheadNs = 5'000;
+  // Symmetric operations' schedules by shape (function, bytes, channels, target channels).
+  static constexpr std::size_t kSchedulesKept = 64;
+  std::map<std::tuple<model::Func, std::uint64_t, int, int>, std::shared_ptr<Schedule>> schedules_;
   static constexpr live::TimeNs kAnchorWaitNs = 50'000;
   live::TimeNs op_base_ns_ = 0;
   // The current chain operation's timing (chain_op_), and the last one's (function, root,

@@ -9,7 +9,9 @@
 // both receives). A tree unit is a whole 512 KiB step, which a channel's share of NVLink
 // (450 GB/s / 16) moves in ~19 us at best: target 5 us, a quarter of it. And one unit of a
 // broadcast on all 16 channels of a chain member (rank 5 of 64, root 0: its receive released
-// on the chain's clock, its forward seen): also a 512 KiB step, target 5 us.
+// on the chain's clock, its forward seen): also a 512 KiB step, target 5 us. And arming the
+// next operation (preludes, P2pPacer::arm): 2 us a pass while one runs; a new shape's first,
+// 10 us.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -207,6 +209,36 @@ void BM_P2pPacerChainUnitAllChannels(benchmark::State& state) {
   state.counters["target_ns"] = 5000;
 }
 BENCHMARK(BM_P2pPacerChainUnitAllChannels);
+
+// Preludes (P2pPacer::arm): arming the next all-reduce while one runs, every pass that may
+// (the pacing thread's pass: target 2 us), the operation's schedule kept from the first of
+// its shape; and the first of a new shape, which computes its first 32 units' schedule once
+// (target: well under a group's 40 us operation, which it delays).
+void BM_P2pPacerArmAhead(benchmark::State& state) {
+  std::vector<int> send, recv;
+  auto p = pacer(&send, &recv);
+  const live::CollectiveEntry e{model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple,
+                                std::uint64_t{4} << 20, kChannels};
+  p->opStarted(0, e);
+  for (int k = 0; k < kChannels; ++k) p->observe(send[static_cast<std::size_t>(k)], 2, 100);
+  for (auto _ : state) benchmark::DoNotOptimize(p->arm(e, 32, 0));
+  state.counters["target_ns"] = 2000;
+}
+BENCHMARK(BM_P2pPacerArmAhead);
+
+void BM_P2pPacerArmNewShape(benchmark::State& state) {
+  std::vector<int> send, recv;
+  auto p = pacer(&send, &recv);
+  std::uint64_t bytes = std::uint64_t{4} << 20;
+  for (auto _ : state) {
+    bytes += 4096;  // another shape each time
+    benchmark::DoNotOptimize(p->arm(live::CollectiveEntry{model::Func::AllReduce, model::Algo::Ring,
+                                                          model::Proto::Simple, bytes, kChannels},
+                                    32, 0));
+  }
+  state.counters["target_ns"] = 10'000;
+}
+BENCHMARK(BM_P2pPacerArmNewShape);
 
 }  // namespace
 }  // namespace crystal::plugin

@@ -166,5 +166,32 @@ TEST(P2pPrelude, TheBaseIsWhereTheOperationBeforeEnds) {
   EXPECT_EQ(later->start, -1);
 }
 
+// Armed while one runs on 2 of 3 channels: the third (no send of R's there yet: NCCL ran
+// the operation on fewer channels than the log's) is not armed, and when the armed one starts
+// its receives there count from R's head, not from a base of an arm before.
+TEST(P2pPrelude, AChannelTheRunningOperationLeftIdleIsNotArmed) {
+  const live::CollectiveEntry e = ring(Func::AllGather, MiB, 3);  // 14 slices, 28 steps
+  auto s = connect(8, 3);
+  // An earlier arm gave channel 2 a base; R has since gone past it there.
+  ASSERT_TRUE(s->pacer.arm(e, plugin::p2p_agent::kPreUnits, 0));
+  s->pacer.observe(s->chans[2].recv_conn, 100, 1'000);
+  s->pacer.opStarted(2'000, e);
+  s->pacer.anchored(2'000);
+  for (int c = 0; c < 2; ++c) s->pacer.observe(s->chans[c].send_conn, 2, 3'000);
+  ASSERT_TRUE(s->pacer.canArmAhead(10'000));
+  const auto pre = s->pacer.arm(e, plugin::p2p_agent::kPreUnits, 0);
+  ASSERT_TRUE(pre);
+  ASSERT_EQ(pre->recvs.size(), 2u);
+  EXPECT_EQ(pre->recvs[0].conn, s->chans[0].recv_conn);
+  EXPECT_EQ(pre->recvs[1].conn, s->chans[1].recv_conn);
+  s->pacer.opStarted(500'000, e);
+  s->pacer.anchored(500'000);
+  s->pacer.observe(s->chans[2].send_conn, 2, 501'000);
+  const auto due = releasesOf(s->pacer, s->chans[2].recv_conn, 501'000);
+  ASSERT_FALSE(due.empty());
+  EXPECT_EQ(due.begin()->first, 102u);   // R's head 100, the first unit
+  EXPECT_EQ(due.rbegin()->first, 128u);  // and its 14
+}
+
 }  // namespace
 }  // namespace crystal::test
