@@ -257,6 +257,8 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // kernel's.
   op_start_ = armed && armed_anchor_ != kNever ? armed_anchor_ : now;
   prelude_wait_ = armed && armed_anchor_ == kNever && !armed_missed_;
+  prelude_fell_back_ = false;
+  op_started_at_ = now;
   op_first_send_ = std::exchange(early_first_send_, kNever);
   if (armed && armed_missed_) op_start_ = std::min(now, op_first_send_);
   op_released_ = false;
@@ -517,21 +519,25 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         std::uint64_t end = 0;
         if (plan_.shape.symmetric && prelude_wait_) {
           // Armed: the kernel starts it; this waits for its anchor, or gives up on it a while
-          // after R's first send (the kernel's anchors did not come).
-          if (op_first_send_ == kNever) break;
-          if (now < op_first_send_ + kAnchorWaitNs) {
-            next = std::min(next, op_first_send_ + kAnchorWaitNs);
+          // after the operation started (the anchors did not come: R's head never reached a
+          // base, a count not as estimated). Then every channel of it runs (R's first sends
+          // may have been counted for the operation before) from its first send, or its start.
+          const live::TimeNs since = std::min(op_first_send_, op_started_at_);
+          if (now < since + kAnchorWaitNs) {
+            next = std::min(next, since + kAnchorWaitNs);
             break;
           }
-          op_start_ = std::min(op_start_, op_first_send_);
+          op_start_ = std::min(op_start_, since);
           prelude_wait_ = false;
+          prelude_fell_back_ = true;
         }
         if (plan_.shape.symmetric) {
           // Open loop once R's kernel is in the operation on this channel (its first send:
           // NCCL leaves channels without work idle), up to the operation's slices; past
           // that count (a partition NCCL cut differently) only as far as R's own sends.
           // A channel whose send R makes over the NET (none paced here) runs at once.
-          const std::uint64_t sent = ch.send >= 0 ? ch.op_sends : plan_.shape.units;
+          const std::uint64_t sent =
+              ch.send >= 0 && !prelude_fell_back_ ? ch.op_sends : plan_.shape.units;
           // With the next operation armed, R's sends past these are its (its prelude's).
           const std::uint64_t limit =
               armed_ ? plan_.shape.units : std::max(plan_.shape.units, sent);

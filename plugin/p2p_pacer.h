@@ -352,6 +352,8 @@ class P2pPacer {
   // The current (armed) operation's receives wait for its anchor; or, past kAnchorWaitNs
   // after its first send, start at that send.
   bool prelude_wait_ = false;
+  bool prelude_fell_back_ = false;  // it gave up waiting (every channel runs)
+  live::TimeNs op_started_at_ = 0;  // when opStarted was called
   // R's first send seen in the current operation, and past it or between operations (the
   // next one's).
   live::TimeNs op_first_send_ = kNever, early_first_send_ = kNever;

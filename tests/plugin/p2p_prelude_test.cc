@@ -193,5 +193,30 @@ TEST(P2pPrelude, AChannelTheRunningOperationLeftIdleIsNotArmed) {
   EXPECT_EQ(due.rbegin()->first, 128u);  // and its 14
 }
 
+// An armed operation whose anchors never come (R's head never reached a base: a count not as
+// estimated) and whose first sends the CPU counted for the operation before: its receives
+// still start, P2pPacer::kAnchorWaitNs (50 us) after it did, on every channel; R never waits
+// for the pacing's stall bound (the H100's split groups, 10 s each, before).
+TEST(P2pPrelude, AnArmedOperationWithoutAnchorsStillStarts) {
+  const live::CollectiveEntry e = ring(Func::AllGather, MiB, 1);  // 14 slices, 28 steps
+  auto s = connect(8, 1);
+  s->pacer.opStarted(0, e);
+  for (std::uint64_t v = 2; v <= 28; v += 2) s->pacer.observe(s->chans[0].send_conn, v, 1'000);
+  std::vector<plugin::P2pRelease> out;
+  (void)s->pacer.release(1'000'000, out);
+  s->pacer.observe(s->chans[0].recv_conn, 28, 1'000'000);
+  ASSERT_TRUE(s->pacer.canArmAhead(1'000'000));
+  ASSERT_TRUE(s->pacer.arm(e, plugin::p2p_agent::kPreUnits, 0));
+  s->pacer.opStarted(2'000'000, e);
+  out.clear();
+  EXPECT_EQ(s->pacer.release(2'049'000, out), 2'050'000);
+  EXPECT_TRUE(out.empty());
+  out.clear();
+  (void)s->pacer.release(2'050'000, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].conn, s->chans[0].recv_conn);
+  EXPECT_GT(out[0].value, 28u);
+}
+
 }  // namespace
 }  // namespace crystal::test
