@@ -269,14 +269,8 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     dropPlan(armed_plan_);
     plan_ = planOf(op, connected);
   }
-  const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
-    const std::uint64_t sent = ch.send < 0 ? 0 : conns_[static_cast<std::size_t>(ch.send)].seen;
-    // Its sends so far, in its units: those seen before were counted in the last operation's
-    // (the first one's: single steps).
-    const std::uint64_t before = ch.early_sends > 0 ? ch.early_from : sent;
-    ch.op_sends = (sent - std::min(sent, before) + steps - 1) / steps;
-    ch.early_sends = 0;
+    ch.op_sends = std::exchange(ch.early_sends, 0);
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
     // before its start extend the last one's receives) would put every unit of this one that
@@ -471,7 +465,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     // Between operations, or past this one's sends (which still let a ring's receives
     // follow, release()): the next operation's too.
     if (!in_op_ || ch.op_sends >= opSends()) {
-      if (ch.early_sends++ == 0) ch.early_from = c.seen;
+      ++ch.early_sends;
       early_first_send_ = std::min(early_first_send_, now);
     } else {
       op_first_send_ = std::min(op_first_send_, now);

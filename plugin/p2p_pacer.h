@@ -247,7 +247,6 @@ class P2pPacer {
     // before and dropped at the start, the channel's receives never opened (R waited until
     // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
     std::uint64_t early_sends = 0;
-    std::uint64_t early_from = 0;    // R's send count before the first of them
     // arm: in the armed operation's prelude, R's recv count before it.
     bool armed = false;
     std::uint64_t armed_base = 0;

@@ -85,11 +85,11 @@ constexpr Param kParams[] = {
      "CRYSTAL_P2P_POOL) follow the ring model, through the plugin's P2P agent kernel; 0, a "
      "plugin built without nvcc, or a non-ring connection: those GPUs never make the rank "
      "wait."},
-    {"CRYSTAL_P2P_PRELUDE", "1",
-     "1: a paced ring operation the real rank's stream has not reached yet is armed: the P2P "
-     "agent kernel releases its first receives itself, timed from the rank's first send of it "
-     "on the channel (docs/plugin.md \"Preludes\"); 0: every receive waits for the pacing "
-     "thread."},
+    {"CRYSTAL_P2P_PRELUDE", "0",
+     "1 (experimental): a paced ring operation the real rank's stream has not reached yet is "
+     "armed: the P2P agent kernel releases its first receives itself, the model's base cost "
+     "after the rank took the last operation's receives (docs/plugin.md \"Preludes\"); 0: "
+     "every receive waits for the pacing thread."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations and how many of them it received as a chain from "

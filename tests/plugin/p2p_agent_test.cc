@@ -76,10 +76,7 @@ class P2pAgentTest : public ::testing::Test {
 };
 
 TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
-  // The CPU's pacing alone (an armed operation starts on the GPU: the tests below).
-  ::setenv("CRYSTAL_P2P_PRELUDE", "0", 1);
   auto a = make();
-  ::unsetenv("CRYSTAL_P2P_PRELUDE");
   ASSERT_TRUE(a);
   EXPECT_EQ(P2pAgent::find(kHash), a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
@@ -122,7 +119,9 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
 // program's call (nothing received before: its first operation), within R's slots, before
 // the CPU saw the stream reach it (here it never does until the end) and before R sent.
 TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
+  ::setenv("CRYSTAL_P2P_PRELUDE", "1", 1);
   auto a = make();
+  ::unsetenv("CRYSTAL_P2P_PRELUDE");
   ASSERT_TRUE(a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
   ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
@@ -155,7 +154,9 @@ TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
 // anchors came in, from where that one ends (its 14 slices); once R took them its receives
 // open, before the CPU saw the stream reach it.
 TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
+  ::setenv("CRYSTAL_P2P_PRELUDE", "1", 1);
   auto a = make();
+  ::unsetenv("CRYSTAL_P2P_PRELUDE");
   ASSERT_TRUE(a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
   ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next

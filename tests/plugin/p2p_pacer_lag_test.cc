@@ -36,11 +36,11 @@ struct Lags {
   TimeNs start_ns = 0;    // R's stream reaching an operation to the pacer (`start_lag`)
   TimeNs gap_ns = 0;      // R's stream from one operation's kernel to the next's
   bool tell_next = true;  // the pacer knows the operation queued next (nextOp)
-  // Preludes (P2pPacer::arm, p2p_agent_abi.h; on by default in the plugin): the pacing thread
-  // arms the operation after the one R's stream is in once that one's anchors came in, or
+  // Preludes (P2pPacer::arm, p2p_agent_abi.h; CRYSTAL_P2P_PRELUDE=1 in the plugin): the pacing
+  // thread arms the operation after the one R's stream is in once that one's anchors came in, or
   // `settle_ns` after it saw the last one end, and the agent kernel releases its first
   // receives from R's first send of it (P2pAgent::armFront).
-  bool prelude = true;
+  bool prelude = false;
   TimeNs settle_ns = 10'000;
   // hybrid_nccl's and nccl-tests' start: `warmups` operations, the program waits until they
   // ended, `pause_ns` later it calls the timed ones (timed from their first's call).
@@ -383,7 +383,7 @@ TEST(P2pPacerLag, MoreRealChannelsThanTheTargetsKeepItsFill) {
 // operation before and dropped at its start, R waited on a receive nothing released (the
 // H100's split groups, 8 ranks on 28 channels, stalled 10 s on their first timed 1 KiB
 // all-reduce, 2026-12-05; here every case stalled). The loop keeps the model's time, within
-// 4 us an operation (armed, as by default, each starts the model's base cost after the last).
+// 4 us an operation, armed or not.
 TEST(P2pPacerLag, FirstSendsSeenBeforeTheStreamStartOpenItsReceives) {
   Lags lag = deviceLags();
   lag.warmups = 2;
@@ -398,19 +398,26 @@ TEST(P2pPacerLag, FirstSendsSeenBeforeTheStreamStartOpenItsReceives) {
         Ring{Func::AllGather, 8, 28, 0, 64 * 1024}, Ring{Func::AllGather, 64, 16, 0, 64 * MiB},
         Ring{Func::ReduceScatter, 64, 16, 5, 16 * MiB}}) {
     const Config cfg = targetNodes(k.n / 8);
-    const double paced = laggedLoopUs(k.f, -1, k.n, k.channels, k.rank, k.bytes, 20, cfg, lag);
     const model::NcclModel m(cfg.cluster, cfg.model);
-    // Armed (preludes, as by default), each starts the model's base cost after the last.
-    const double want =
+    const double model_us =
         m.timeAtRank(k.f, k.bytes, live::blockShape(cfg.cluster, k.n), model::Algo::Ring,
                      model::Proto::Simple, k.channels, k.rank, -1);
-    const std::string what = std::string(model::toString(k.f)) + " rank " + std::to_string(k.rank) +
-                             " of " + std::to_string(k.n) + ", " + std::to_string(k.bytes) + " B";
-    std::printf("%-38s: 2 warm-ups, 20 timed: paced %6.1f us, model %6.1f\n", what.c_str(), paced,
-                want);
-    EXPECT_GT(paced, 0) << what << ": stalled";
-    EXPECT_LE(paced, want + 4.0) << what;
-    EXPECT_GE(paced, want - 4.0) << what;
+    // Not armed (the plugin's default), from R's first send: the ring's time, the model's less
+    // its base cost; armed (CRYSTAL_P2P_PRELUDE=1), each starts that base after the last.
+    for (const bool prelude : {false, true}) {
+      lag.prelude = prelude;
+      const double paced = laggedLoopUs(k.f, -1, k.n, k.channels, k.rank, k.bytes, 20, cfg, lag);
+      const double want =
+          prelude ? model_us : model_us - m.opOverheadUs(model::Algo::Ring, model::Proto::Simple);
+      const std::string what = std::string(model::toString(k.f)) + " rank " +
+                               std::to_string(k.rank) + " of " + std::to_string(k.n) + ", " +
+                               std::to_string(k.bytes) + " B" + (prelude ? ", armed" : "");
+      std::printf("%-46s: 2 warm-ups, 20 timed: paced %6.1f us, model %6.1f\n", what.c_str(), paced,
+                  want);
+      EXPECT_GT(paced, 0) << what << ": stalled";
+      EXPECT_LE(paced, want + 4.0) << what;
+      EXPECT_GE(paced, want - 4.0) << what;
+    }
   }
 }
 
