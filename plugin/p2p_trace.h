@@ -9,6 +9,10 @@
 //      kernel saw it
 //   r  the CPU released `value` for R's own counter; due_ns: when the model made it due
 //   g  the agent kernel stored `value` at R's counter at gpu_ns
+//   a  an operation armed with a prelude (CRYSTAL_P2P_PRELUDE; value: its units, conn: its
+//      receive connections, due_ns: its last unit's offset from the anchor)
+//   A  the agent kernel anchored the armed operation on receive connection `conn` at gpu_ns
+//      (value 1: missed, R took its receives before the arm)
 // GPU times are mapped onto the CPU clock by the smallest (CPU time - GPU timer) seen over the
 // run: a GPU time is late by at most that sample's PCIe read, ~1 us.
 //
