@@ -69,6 +69,24 @@ class P2pAgentTest : public ::testing::Test {
     EXPECT_TRUE(a) << why;
     return a;
   }
+  // An agent with preludes on (CRYSTAL_P2P_PRELUDE=1) pacing R's ring connections to its
+  // neighbours (send to rank 1, receive from rank 7 of 8).
+  std::shared_ptr<P2pAgent> makeArmed() {
+    ::setenv("CRYSTAL_P2P_PRELUDE", "1", 1);
+    auto a = make();
+    ::unsetenv("CRYSTAL_P2P_PRELUDE");
+    if (!a) return a;
+    const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+    EXPECT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+    EXPECT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
+    return a;
+  }
+  // The program calls `e` on the comm (the tuner logged it, the interposer brackets the call).
+  static void call(P2pAgent& a, const live::CollectiveEntry& e) {
+    live::collectiveLog(kHash)->append(e);
+    const P2pAgent::Op op = a.before(nullptr);
+    a.after(op);
+  }
   static constexpr std::uint64_t kHash = 0x5eed;
   FakeGpu* gpu_ = nullptr;
   // R's own counters (targets) and the pool blocks' counters R's kernel moves (watched).
@@ -119,19 +137,11 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
 // program's call (nothing received before: its first operation), within R's slots, before
 // the CPU saw the stream reach it (here it never does until the end) and before R sent.
 TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
-  ::setenv("CRYSTAL_P2P_PRELUDE", "1", 1);
-  auto a = make();
-  ::unsetenv("CRYSTAL_P2P_PRELUDE");
+  auto a = makeArmed();
   ASSERT_TRUE(a);
-  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
-  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
-  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
   gpu_->complete = false;
   // 1 MiB on one channel: 14 slices of 2 steps each way, all in the prelude.
-  live::collectiveLog(kHash)->append(
-      {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
-  const P2pAgent::Op op = a->before(nullptr);
-  a->after(op);
+  call(*a, {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
   EXPECT_TRUE(eventually([&] {
     return a->stateLine().find("1 armed with a prelude (1 channels anchored one, 0 too late)") !=
@@ -154,19 +164,11 @@ TEST_F(P2pAgentTest, AnArmedOperationsFirstReceivesComeFromTheKernel) {
 // anchors came in, from where that one ends (its 14 slices); once R took them its receives
 // open, before the CPU saw the stream reach it.
 TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
-  ::setenv("CRYSTAL_P2P_PRELUDE", "1", 1);
-  auto a = make();
-  ::unsetenv("CRYSTAL_P2P_PRELUDE");
+  auto a = makeArmed();
   ASSERT_TRUE(a);
-  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
-  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));   // send to next
-  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));  // recv from prev
   gpu_->complete = false;
   const auto queue = [&] {
-    live::collectiveLog(kHash)->append(
-        {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
-    const P2pAgent::Op op = a->before(nullptr);
-    a->after(op);
+    call(*a, {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
   };
   queue();
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8; })) << a->stateLine();
