@@ -532,9 +532,11 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
           // A channel whose send R makes over the NET (none paced here) runs at once.
           const std::uint64_t sent =
               ch.send >= 0 && !prelude_fell_back_ ? ch.op_sends : plan_.shape.units;
-          // With the next operation armed, R's sends past these are its (its prelude's).
-          const std::uint64_t limit =
-              armed_ ? plan_.shape.units : std::max(plan_.shape.units, sent);
+          // Past the slices, as far as R's sends, armed next or not: the counts the CPU gives
+          // each operation are its view of R's (a send seen before the stream's start counts
+          // for the one before), and only this keeps a channel whose count came short going
+          // (the H100's world, armed: one channel of 16 a unit short, 10 s, 2026-12-06).
+          const std::uint64_t limit = std::max(plan_.shape.units, sent);
           if (sent == 0 || ch.op_recv_done >= limit) break;
           end = ch.op_recv_base +
                 (ch.op_recv_done + 1) * static_cast<std::uint64_t>(sendUnitSteps());
