@@ -165,7 +165,6 @@ std::optional<P2pPrelude> P2pPacer::arm(const std::optional<live::CollectiveEntr
   // at no cost).
   const std::uint64_t units = std::min<std::uint64_t>(max_units, plan.shape.units);
   for (std::uint64_t k = 0; k < units; ++k) pre.at.push_back(scheduledIn(plan, k));
-  dropPlan(armed_plan_);  // one armed before and not started
   armed_plan_ = std::move(plan);
   armed_ = *op;
   armed_anchor_ = kNever;
@@ -195,8 +194,6 @@ bool P2pPacer::canArmAhead(live::TimeNs now) const {
   return in_op_ && plan_.shape.symmetric && !tree_op_ && !chain_op_ && !prelude_wait_ &&
          op_first_send_ != kNever && now >= op_first_send_ + kArmAheadNs;
 }
-
-void P2pPacer::dropPlan(Plan& p) { p = Plan{}; }
 
 live::TimeNs P2pPacer::scheduledIn(Plan& p, std::uint64_t k) {
   Schedule& s = *p.sched;
@@ -266,7 +263,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   if (armed) {
     plan_ = std::exchange(armed_plan_, Plan{});
   } else {
-    dropPlan(armed_plan_);
+    armed_plan_ = Plan{};  // one armed and not started
     plan_ = planOf(op, connected);
   }
   for (auto& [ordinal, ch] : channels_) {

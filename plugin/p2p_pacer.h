@@ -301,7 +301,6 @@ class P2pPacer {
   };
   [[nodiscard]] Plan planOf(const std::optional<live::CollectiveEntry>& op, int connected);
   [[nodiscard]] static live::TimeNs scheduledIn(Plan& p, std::uint64_t k);
-  static void dropPlan(Plan& p);
   [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
   // R's sends a channel in the current operation: a ring's slices, a chain member's units
   // (none at its tail); the maximum where not known.
