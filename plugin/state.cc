@@ -39,12 +39,13 @@ bool isTreeConn(const VirtualConn& c) {
 struct ReadyLink {
   live::LinkParams params;
   std::shared_ptr<live::PortQueue> port;
+  std::shared_ptr<live::PortQueue> proxy;  // NET only: the target's NVLink needs no proxy
 };
 ReadyLink readyLink(PluginState& st, const live::CommLinks& links, const VirtualConn& c,
                     const live::LinkParams& net) {
   if (links.sameNode(c.self_rank, c.peer_rank))
-    return {links.nvl, c.send ? st.nvlOut() : st.nvlIn()};
-  return {net, c.send ? st.ownNicOut() : st.ownNicIn()};
+    return {links.nvl, c.send ? st.nvlOut() : st.nvlIn(), nullptr};
+  return {net, c.send ? st.ownNicOut() : st.ownNicIn(), st.proxy()};
 }
 }  // namespace
 
@@ -138,7 +139,8 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
     // Transfers of other operations on this connection (a tree whose chain runs through
     // the same neighbour, op_segments.h) are timed peer-ready on the link they would use.
     ReadyLink r = readyLink(st, p.links, c, p.links.net);
-    return std::make_shared<live::VirtualLink>(ch.ring, r.params, std::move(r.port));
+    return std::make_shared<live::VirtualLink>(ch.ring, r.params, std::move(r.port),
+                                               std::move(r.proxy));
   }
   if (isTreeConn(c)) {
     // A tree neighbour: the model's tree all-reduce for the real rank's place in the target
@@ -148,7 +150,7 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
       // (opSegmentsFor): its transfers are timed peer-ready on the link they would use.
       const live::CommLinks& links = linksFor(c.nranks);
       ReadyLink r = readyLink(st, links, c, links.net);
-      l->setPeerReady(r.params, std::move(r.port));
+      l->setPeerReady(r.params, std::move(r.port), std::move(r.proxy));
       return l;
     }
   }
@@ -162,11 +164,11 @@ std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c,
   // that did not say who it is gets the world's NIC link.
   NicInfo& n = st.nic(dev);
   if (c.nranks < 2 || c.self_rank < 0 || c.peer_rank < 0)
-    return std::make_shared<live::VirtualLink>(st.link(), c.send ? n.out : n.in);
+    return std::make_shared<live::VirtualLink>(st.link(), c.send ? n.out : n.in, st.proxy());
   const live::CommLinks& links = linksFor(c.nranks);
   // A p2p channel's virtual sender is a target GPU: it writes chunks at NCCL's p2p pace.
   ReadyLink r = readyLink(st, links, c, c.graph == live::kGraphP2p ? links.net_p2p : links.net);
-  return std::make_shared<live::VirtualLink>(r.params, std::move(r.port));
+  return std::make_shared<live::VirtualLink>(r.params, std::move(r.port), std::move(r.proxy));
 }
 
 NetContext::RealLink NetContext::realLink(int self_rank, int peer_rank, int nranks, int dev,

@@ -154,6 +154,9 @@ class PluginState {
   // channels over several of the emulated NICs; the model's p2p time uses one NIC).
   [[nodiscard]] const std::shared_ptr<live::PortQueue>& ownNicOut() const { return nic_out_; }
   [[nodiscard]] const std::shared_ptr<live::PortQueue>& ownNicIn() const { return nic_in_; }
+  // NCCL's proxy thread of the real rank, as the target's runs it: every peer-ready NET
+  // transfer takes a turn of LinkParams::request_ns on it (crystal/live/link_timing.h).
+  [[nodiscard]] const std::shared_ptr<live::PortQueue>& proxy() const { return proxy_; }
   [[nodiscard]] int maxRecvs() const { return max_recvs_; }
   [[nodiscard]] std::size_t maxBytes() const { return max_bytes_; }
   [[nodiscard]] bool tunerEnabled() const { return tuner_; }
@@ -259,6 +262,7 @@ class PluginState {
   std::shared_ptr<live::PortQueue> nvl_in_ = std::make_shared<live::PortQueue>();
   std::shared_ptr<live::PortQueue> nic_out_ = std::make_shared<live::PortQueue>();
   std::shared_ptr<live::PortQueue> nic_in_ = std::make_shared<live::PortQueue>();
+  std::shared_ptr<live::PortQueue> proxy_ = std::make_shared<live::PortQueue>();
   int max_recvs_ = 8;
   std::size_t max_bytes_ = std::size_t{1} << 40;
   bool tuner_ = true;

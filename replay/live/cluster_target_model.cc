@@ -85,6 +85,7 @@ class ClusterTargetModel final : public TargetModel {
 
   double opOverheadUs(Algo, Proto) const override { return kLaunchUs; }
   double p2pNetChannelGBps() const override { return 0.0; }  // the NIC's pace
+  double netRequestUs() const override { return 0.0; }       // no proxy bound
   // Links only: the stand-in knows no measured kernel.
   model::ChainKernel chainKernel(model::Func, Proto) const override { return {}; }
   const char* name() const override { return "cluster closed form (NcclModel not linked)"; }
@@ -168,6 +169,7 @@ CommLinks commLinks(const TargetModel& m, const ClusterConfig& cluster, int nran
   model::CommShape net_shape = c.shape;
   if (net_shape.nnodes < 2) net_shape = model::CommShape{2, 2, 1};
   c.net = toLink(m.netStep(Proto::Simple, 1, net_shape), cluster.fabric.nic.bandwidth_GBps);
+  c.net.request_ns = static_cast<TimeNs>(m.netRequestUs() * 1e3 + 0.5);
   c.net_p2p = c.net;
   if (const double pace = m.p2pNetChannelGBps(); pace > 0) c.net_p2p.sender_ns_per_byte = 1.0 / pace;
   // Rail-optimised nodes: each member drives its own share of the node's NICs.
@@ -214,6 +216,7 @@ LinkParams linkParams(const TargetModel& m, const ClusterConfig& cluster) {
   LinkParams lp;
   lp.latency_ns = static_cast<TimeNs>(st.latency_us * 1e3 + 0.5);
   lp.ns_per_byte = bw > 0 ? 1.0 / bw : 0.0;
+  lp.request_ns = static_cast<TimeNs>(m.netRequestUs() * 1e3 + 0.5);
   return lp;
 }
 

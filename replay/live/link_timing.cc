@@ -60,17 +60,26 @@ TimeNs PortQueue::freeAt() const noexcept {
 }
 
 VirtualLink::VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
-                         std::shared_ptr<PortQueue> port)
-    : params_(params), port_(std::move(port)), ring_(std::move(ring)) {}
+                         std::shared_ptr<PortQueue> port, std::shared_ptr<PortQueue> proxy)
+    : params_(params), port_(std::move(port)), proxy_(std::move(proxy)), ring_(std::move(ring)) {}
 
 VirtualLink::VirtualLink(std::shared_ptr<TreeChannel> tree, TreeRole role)
     : tree_(std::move(tree)), role_(role) {}
 
 VirtualLink::VirtualLink(TreeBinder bind) : bind_(std::move(bind)) {}
 
-void VirtualLink::setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port) {
+void VirtualLink::setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port,
+                               std::shared_ptr<PortQueue> proxy) {
   params_ = params;
   port_ = std::move(port);
+  proxy_ = std::move(proxy);
+}
+
+TimeNs VirtualLink::afterProxy(TimeNs t) {
+  if (!proxy_ || params_.request_ns <= 0) return t;
+  // The proxy's turn for this transfer ends at its completion if the proxy is free then (a
+  // lone transfer pays nothing), else in the first gap after the turns before it.
+  return proxy_->reserve(t - params_.request_ns, params_.request_ns);
 }
 
 bool VirtualLink::bindTree() {
@@ -117,7 +126,7 @@ TimeNs VirtualLink::postSend(TimeNs now, std::uint64_t bytes, bool idle, bool ow
   const bool burst = idle && now >= send_left_ + params_.latency_ns;
   send_left_ = port_->reserve(burst ? now : std::max(now, send_left_), params_.occupancy(bytes));
   if (burst) burst_delivered_ = send_left_ + params_.latency_ns;
-  return std::max(send_left_, burst_delivered_);
+  return afterProxy(std::max(send_left_, burst_delivered_));
 }
 
 void VirtualLink::postRecv(std::uint64_t step, TimeNs now, bool idle, int units_per_step,
@@ -162,7 +171,7 @@ std::optional<TimeNs> VirtualLink::recvArrival(std::uint64_t step, TimeNs posted
     ready = std::max(ready, recv_written_);
   }
   recv_left_ = port_->reserve(ready, params_.occupancy(bytes));
-  return std::max(posted, recv_left_ + params_.latency_ns);
+  return afterProxy(std::max(posted, recv_left_ + params_.latency_ns));
 }
 
 }  // namespace crystal::live

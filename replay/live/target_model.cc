@@ -41,6 +41,7 @@ class NcclTargetModel final : public TargetModel {
     return m_.channels(f, bytes, s, a, p);
   }
   double p2pNetChannelGBps() const override { return m_.p2pNetChannelGBps(); }
+  double netRequestUs() const override { return m_.netRequestUs(); }
   model::ChainKernel chainKernel(model::Func f, model::Proto p) const override {
     return m_.chainKernel(f, p);
   }

@@ -395,6 +395,8 @@ double NcclModel::opOverheadUs(Algo a, Proto p) const { return baseLatency(a, p,
 
 double NcclModel::p2pNetChannelGBps() const { return impl_->opt.step.p2p_net_channel_GBps; }
 
+double NcclModel::netRequestUs() const { return impl_->opt.net_request_us; }
+
 ChainKernel NcclModel::chainKernel(Func f, Proto p) const {
   return chainKernelOf(impl_->opt, f, p);
 }

@@ -6,6 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <memory>
+#include <string_view>
+#include <vector>
+
 #include "crystal/live/ring_timing.h"
 #include "crystal/live/target_model.h"
 
@@ -80,6 +85,63 @@ TEST(LinkTiming, UnpairedReceiveBurstStreamsFromItsFirstPost) {
   // A new burst (none outstanding): from its post, latency again.
   lone.postRecv(4, 20'000, true);
   EXPECT_EQ(lone.recvArrival(4, 20'000, 50'000, 20'000), 22'000);
+}
+
+// One proxy thread posts and tests every NET transfer of a rank: 16 NET peers (one send and
+// one receive each, 1 kB, 1 us latency) whose transfers the link alone would finish at once
+// complete one proxy turn (600 ns) apart, sends and receives on one queue; the first at the
+// link's time (a lone transfer pays nothing). NVLink peers (no proxy queue) do not wait.
+TEST(LinkTiming, NetTransfersTakeTurnsOfTheRanksProxy) {
+  LinkParams net{1000, 0.001};  // 1 kB: 1 ns on the port
+  net.request_ns = 600;
+  auto proxy = std::make_shared<PortQueue>();
+  auto out = std::make_shared<PortQueue>();
+  auto in = std::make_shared<PortQueue>();
+  std::vector<std::unique_ptr<VirtualLink>> sends, recvs;
+  std::vector<TimeNs> done;
+  for (int peer = 0; peer < 16; ++peer) {
+    sends.push_back(std::make_unique<VirtualLink>(net, out, proxy));
+    recvs.push_back(std::make_unique<VirtualLink>(net, in, proxy));
+    done.push_back(sends.back()->postSend(0, 1000));
+    recvs.back()->postRecv(0, 0, true);
+    done.push_back(*recvs.back()->recvArrival(0, 0, 1000, 0));
+  }
+  std::sort(done.begin(), done.end());
+  EXPECT_EQ(done.front(), 1001) << "the first at the link's own time";
+  for (std::size_t i = 1; i < done.size(); ++i) EXPECT_GE(done[i] - done[i - 1], 600) << i;
+  EXPECT_EQ(done.back(), 1001 + 31 * 600) << "32 transfers: 31 turns after the first";
+
+  // The same without a proxy queue (NVLink), or with request_ns 0: the link's times only.
+  LinkParams free_net = net;
+  free_net.request_ns = 0;
+  VirtualLink nvl(net, std::make_shared<PortQueue>());
+  VirtualLink unpaced(free_net, std::make_shared<PortQueue>(), proxy);
+  EXPECT_EQ(nvl.postSend(0, 1000), 1001);
+  EXPECT_EQ(unpaced.postSend(0, 1000), 1001);
+
+  // A transfer done long after the proxy's last turn is not held back; one done within a
+  // turn of another waits for the gap.
+  VirtualLink late(net, std::make_shared<PortQueue>(), proxy);
+  EXPECT_EQ(late.postSend(100'000, 1000), 101'001);
+  VirtualLink close(net, std::make_shared<PortQueue>(), proxy);
+  EXPECT_EQ(close.postSend(100'100, 1000), 101'601);
+}
+
+// The closed-form and NcclModel targets give NET links the model's proxy turn.
+TEST(LinkTiming, CommLinksCarryTheProxysTurnOnNetLinksOnly) {
+  Config cfg;
+  cfg.cluster.nodes = 8;
+  cfg.cluster.gpus_per_node = 8;
+  const auto m = makeTargetModel(cfg);
+  const CommLinks links = commLinks(*m, cfg.cluster, 64);
+  const auto want = static_cast<TimeNs>(m->netRequestUs() * 1e3 + 0.5);
+  if (std::string_view(m->name()) == "NcclModel") {
+    EXPECT_EQ(want, 610) << "net_request_us 0.61";
+  }
+  EXPECT_EQ(links.net.request_ns, want);
+  EXPECT_EQ(links.net_p2p.request_ns, want);
+  EXPECT_EQ(links.nvl.request_ns, 0);
+  EXPECT_EQ(linkParams(*m, cfg.cluster).request_ns, want);
 }
 
 // 1 us hops of 50 GB/s (50'000 B: 1000 ns), no cap, so that numbers are easy to follow.

@@ -19,6 +19,11 @@
 //     whatever NCCL's 8-slot window (docs/plugin.md "Peer-ready connections").
 //   * Links to a member of the real rank's own target node are NVLink, others NIC ports
 //     (crystal/live/target_model.h commLinks).
+//   * One proxy thread posts and tests every NET transfer of a rank: a peer-ready NET
+//     transfer completes no sooner than `request_ns` after the one before it on the rank's
+//     proxy queue (the model's net_request_us; an all-to-all's many small NET transfers are
+//     bound by it). Where the real rank's proxy is faster than the target's, its completions
+//     keep the target's pace; a slower one sets its own.
 // Limits: members are identical (no stragglers).
 #pragma once
 
@@ -41,6 +46,9 @@ struct LinkParams {
   // A peer-ready receive's virtual sender writes its units no faster than this (its GPU's
   // pace on a NET p2p channel); 0 = as fast as the link takes them.
   double sender_ns_per_byte = 0;
+  // The target proxy thread's time per NET transfer (TargetModel::netRequestUs); 0 = none.
+  // Only a link with a proxy queue (a NIC's, not NVLink's) pays it.
+  TimeNs request_ns = 0;
   [[nodiscard]] TimeNs occupancy(std::uint64_t bytes) const noexcept {
     return static_cast<TimeNs>(static_cast<double>(bytes) * ns_per_byte + 0.5);
   }
@@ -102,13 +110,15 @@ enum class TreeRole : std::uint8_t;
 // its sends go out when posted, its receives arrive one step after they were posted.
 class VirtualLink {
  public:
-  VirtualLink(LinkParams params, std::shared_ptr<PortQueue> port)
-      : params_(params), port_(std::move(port)) {}
+  // `proxy`: the rank's proxy queue, for a NET link (LinkParams::request_ns); none: NVLink.
+  VirtualLink(LinkParams params, std::shared_ptr<PortQueue> port,
+              std::shared_ptr<PortQueue> proxy = nullptr)
+      : params_(params), port_(std::move(port)), proxy_(std::move(proxy)) {}
   // A ring channel's send or receive. Other operations' transfers on the same connection
   // (NCCL shares it with a tree whose chain runs through the same neighbour) are timed
   // peer-ready on `params`/`port`, apart from the ring's recurrence (`own_op` false below).
-  VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params,
-              std::shared_ptr<PortQueue> port);
+  VirtualLink(std::shared_ptr<RingChannel> ring, LinkParams params, std::shared_ptr<PortQueue> port,
+              std::shared_ptr<PortQueue> proxy = nullptr);
   // One connection of a tree channel (to/from the real rank's parent or a child). Other
   // operations' transfers on it (a ring whose neighbour is this tree neighbour: NCCL reuses
   // the tree's connection when the ring connects after it) are timed peer-ready once
@@ -120,7 +130,8 @@ class VirtualLink {
   explicit VirtualLink(TreeBinder bind);
 
   // The link and port other operations' transfers on a tree connection are timed on.
-  void setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port);
+  void setPeerReady(LinkParams params, std::shared_ptr<PortQueue> port,
+                    std::shared_ptr<PortQueue> proxy = nullptr);
 
   // Send step posted at `now`: returns its completion time. `idle`: no other send was
   // outstanding on the connection (a burst starts). `own_op` false: the transfer belongs to
@@ -167,6 +178,9 @@ class VirtualLink {
  private:
   LinkParams params_;
   std::shared_ptr<PortQueue> port_;
+  std::shared_ptr<PortQueue> proxy_;  // the rank's proxy thread (request_ns each), or none
+  // A peer-ready transfer done at `t` by the link, later if the proxy is still busy.
+  [[nodiscard]] TimeNs afterProxy(TimeNs t);
   std::shared_ptr<RingChannel> ring_;
   std::shared_ptr<TreeChannel> tree_;
   TreeBinder bind_;

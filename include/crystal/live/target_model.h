@@ -46,6 +46,9 @@ class TargetModel {
   // A virtual sender's GPU pace per channel of a NET p2p connection, GB/s (0 = none: the
   // NIC's): NCCL's p2p kernel writes chunks at it (model p2p_net_channel_gbps).
   [[nodiscard]] virtual double p2pNetChannelGBps() const = 0;
+  // The target proxy thread's time per NET transfer, us (0 = none): one thread posts and
+  // tests every NET transfer of a rank (model net_request_us).
+  [[nodiscard]] virtual double netRequestUs() const = 0;
   // A broadcast's or reduce's (`f`) member kernel with peers that never make it wait (model
   // StepOptions::chain_broadcast, chain_reduce; empty: none).
   [[nodiscard]] virtual model::ChainKernel chainKernel(model::Func f, model::Proto p) const = 0;

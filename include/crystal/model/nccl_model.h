@@ -129,6 +129,10 @@ class NcclModel {
   // What one channel of a NET p2p transfer moves per direction (the GPU's pace), GB/s; 0 =
   // no cap (model.overrides.p2p_net_channel_gbps).
   [[nodiscard]] double p2pNetChannelGBps() const;
+  // The proxy thread's time per NET transfer (one isend or irecv, posted and tested to
+  // completion), us: a rank's NET transfers complete no closer together than this
+  // (model.overrides.net_request_us; allToAllTime's proxy bound).
+  [[nodiscard]] double netRequestUs() const;
   // A chain member's kernel floor for a broadcast or reduce `f` (others: a broadcast's) of
   // protocol `p` (Simple only; see ChainKernel).
   [[nodiscard]] ChainKernel chainKernel(Func f, Proto p) const;
