@@ -12,14 +12,56 @@
 
 namespace crystal::live {
 
-TimeNs PortQueue::reserve(TimeNs ready, TimeNs occupancy) noexcept {
-  std::lock_guard lock(mu_);
+void PortQueue::forgetOld(TimeNs ready) {
   newest_ready_ = std::max(newest_ready_, ready);
   while (head_ < busy_.size() && busy_[head_].end < newest_ready_ - kHorizonNs) ++head_;
   if (head_ > 64 && head_ * 2 > busy_.size()) {
     busy_.erase(busy_.begin(), busy_.begin() + static_cast<std::ptrdiff_t>(head_));
     head_ = 0;
   }
+}
+
+TimeNs PortQueue::reserveSpread(TimeNs ready, TimeNs occupancy) noexcept {
+  std::lock_guard lock(mu_);
+  forgetOld(ready);
+  if (occupancy <= 0) return ready;
+  // From the last interval starting at or before `ready`, take the gaps in order; every gap
+  // taken joins the intervals on both sides into one, so what is walked is merged away.
+  const auto live = busy_.begin() + static_cast<std::ptrdiff_t>(head_);
+  auto next = std::upper_bound(live, busy_.end(), ready,
+                               [](TimeNs t, const Busy& b) { return t < b.start; });
+  TimeNs t = ready;
+  if (next != live) t = std::max(t, std::prev(next)->end);
+  TimeNs left = occupancy;
+  while (next != busy_.end() && next->start - t < left) {
+    left -= next->start - t;  // this gap (possibly empty) is used up
+    t = next->end;
+    ++next;
+  }
+  const TimeNs end_at = t + left;
+  // [first gap's start, end_at) is now busy, along with every interval `next` walked past.
+  auto first = std::upper_bound(live, busy_.end(), ready,
+                                [](TimeNs x, const Busy& b) { return x < b.start; });
+  TimeNs from = ready;
+  if (first != live && std::prev(first)->end >= ready) {
+    --first;  // the interval `ready` falls in (or touches) joins too
+    from = first->start;
+  }
+  if (next != busy_.end() && next->start == end_at) {
+    const TimeNs to = next->end;
+    ++next;
+    first = busy_.erase(first, next);
+    busy_.insert(first, {from, to});
+  } else {
+    first = busy_.erase(first, next);
+    busy_.insert(first, {from, end_at});
+  }
+  return end_at;
+}
+
+TimeNs PortQueue::reserve(TimeNs ready, TimeNs occupancy) noexcept {
+  std::lock_guard lock(mu_);
+  forgetOld(ready);
   if (occupancy <= 0) return ready;
   // Most reservations come after every other one (a burst's next unit): append or extend.
   if (head_ == busy_.size() || ready >= busy_.back().end) {
@@ -78,8 +120,9 @@ void VirtualLink::setPeerReady(LinkParams params, std::shared_ptr<PortQueue> por
 TimeNs VirtualLink::afterProxy(TimeNs t) {
   if (!proxy_ || params_.request_ns <= 0) return t;
   // The proxy's turn for this transfer ends at its completion if the proxy is free then (a
-  // lone transfer pays nothing), else in the first gap after the turns before it.
-  return proxy_->reserve(t - params_.request_ns, params_.request_ns);
+  // lone transfer pays nothing), else once the proxy found a turn's time in the gaps after
+  // it: the thread interleaves its requests, so slivers between turns are not lost.
+  return proxy_->reserveSpread(t - params_.request_ns, params_.request_ns);
 }
 
 bool VirtualLink::bindTree() {

@@ -39,6 +39,26 @@ TEST(LinkTiming, PortReservationsFillGaps) {
   EXPECT_EQ(port.reserve(0, 0), 0);
 }
 
+// Spread reservations take the free time from `ready` on, across gaps, and leave the
+// queue merged.
+TEST(LinkTiming, SpreadReservationsUseEveryGap) {
+  PortQueue q;
+  EXPECT_EQ(q.reserve(0, 10), 10);
+  EXPECT_EQ(q.reserve(14, 10), 24);
+  EXPECT_EQ(q.reserve(27, 10), 37);
+  // 4 in [10, 14), 3 in [24, 27), 3 after 37: ends at 40, one interval [0, 40).
+  EXPECT_EQ(q.reserveSpread(5, 10), 40);
+  EXPECT_EQ(q.reserve(0, 1), 41) << "no gap left before 40";
+  EXPECT_EQ(q.reserveSpread(100, 5), 105) << "free: from ready";
+  EXPECT_EQ(q.reserveSpread(99, 1), 100) << "exactly the gap before [100, 105)";
+  EXPECT_EQ(q.reserveSpread(98, 1), 99);
+  EXPECT_EQ(q.reserveSpread(95, 5), 107) << "3 in [95, 98), 2 after [98, 105)";
+  EXPECT_EQ(q.reserveSpread(41, 54), 95) << "the gap [41, 95) to the end";
+  EXPECT_EQ(q.reserve(0, 1), 108) << "one interval [0, 107)";
+  EXPECT_EQ(q.freeAt(), 108);
+  EXPECT_EQ(q.reserveSpread(7, 0), 7);
+}
+
 // A p2p connection's virtual sender writes a unit per chunk / pace (its GPU), then the unit
 // crosses the port and the latency: 10 kB at 0.1 ns/B written every 1000 ns, 200 ns on the
 // wire, 1000 ns latency.
@@ -110,6 +130,17 @@ TEST(LinkTiming, NetTransfersTakeTurnsOfTheRanksProxy) {
   EXPECT_EQ(done.front(), 1001) << "the first at the link's own time";
   for (std::size_t i = 1; i < done.size(); ++i) EXPECT_GE(done[i] - done[i - 1], 600) << i;
   EXPECT_EQ(done.back(), 1001 + 31 * 600) << "32 transfers: 31 turns after the first";
+  // Transfers the link finishes 650 ns apart, a turn of 600 each: the proxy keeps up; the
+  // 50 ns slivers between turns are not lost: one more, done by the link with the first,
+  // takes 9 x 50 of them and 150 after the last turn.
+  auto spaced = std::make_shared<PortQueue>();
+  std::vector<std::unique_ptr<VirtualLink>> keep;
+  for (int k = 0; k < 10; ++k) {
+    keep.push_back(std::make_unique<VirtualLink>(net, std::make_shared<PortQueue>(), spaced));
+    EXPECT_EQ(keep.back()->postSend(650 * k, 1000), 650 * k + 1001) << k;
+  }
+  VirtualLink extra(net, std::make_shared<PortQueue>(), spaced);
+  EXPECT_EQ(extra.postSend(0, 1000), 9 * 650 + 1001 + 150);
 
   // The same without a proxy queue (NVLink), or with request_ns 0: the link's times only.
   LinkParams free_net = net;

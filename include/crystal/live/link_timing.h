@@ -63,6 +63,10 @@ class PortQueue {
  public:
   // Reserves `occupancy` in the first free gap at or after `ready`; returns its end.
   [[nodiscard]] TimeNs reserve(TimeNs ready, TimeNs occupancy) noexcept;
+  // The first `occupancy` of free time at or after `ready`, in as many gaps as it takes;
+  // returns the end of the last piece. A server's work that can be interleaved (the proxy
+  // thread's turns, LinkParams::request_ns): no gap shorter than one turn is left unused.
+  [[nodiscard]] TimeNs reserveSpread(TimeNs ready, TimeNs occupancy) noexcept;
   // End of the latest reservation.
   [[nodiscard]] TimeNs freeAt() const noexcept;
   // Busy intervals that end this long before the newest ready time are forgotten (a later
@@ -80,6 +84,7 @@ class PortQueue {
   std::vector<Busy> busy_;
   std::size_t head_ = 0;
   TimeNs newest_ready_ = 0;
+  void forgetOld(TimeNs ready);  // the horizon (caller holds mu_)
 };
 
 class RingChannel;  // crystal/live/ring_timing.h
