@@ -152,6 +152,20 @@ P2pRun runLanes(std::vector<Lane> lanes, live::TimeNs start, live::TimeNs turnar
   return out;
 }
 
+// What the emulated span leaves out and the model's time has: an operation's fixed cost
+// (NCCL's base latency of Ring/Simple plus the kernel launch).
+double baseUs(const Config& cfg) {
+  return model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
+                              [static_cast<int>(model::Proto::Simple)] +
+         cfg.model.kernel_launch_us.value_or(0.0);
+}
+
+// The GPU's time to write one chunk of a p2p channel (the model's per-channel pace on the
+// H200, model.overrides.p2p_net_channel_gbps: 14.3 GB/s).
+live::TimeNs gpuChunkNs(std::uint64_t chunk) {
+  return static_cast<live::TimeNs>(static_cast<double>(chunk) / 14.3);
+}
+
 struct Setup {
   int nranks;  // the communicator (8 GPUs per node): NCCL's channels per peer follow from it
   int devs;    // emulated NICs the channels are spread over
@@ -166,11 +180,8 @@ double emulatedUs(std::uint64_t bytes, const Setup& s, double* model_us, int* ch
   *model_us = m.p2pTime(bytes, /*same_node=*/false, s.nranks);
   const model::CommShape shape{s.nranks, s.nranks / 8, 8};
   const int channels = m.choose(model::Func::SendRecv, bytes, shape).channels;
-  // The GPU's pace per channel (the model's cap, model.overrides.p2p_net_channel_gbps).
-  const auto chunk_ns = static_cast<live::TimeNs>(static_cast<double>(kChunk) / 14.3);
-  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
-                                              [static_cast<int>(model::Proto::Simple)] +
-                         cfg.model.kernel_launch_us.value_or(0.0);
+  const live::TimeNs chunk_ns = gpuChunkNs(kChunk);
+  const double base_us = baseUs(cfg);
   static std::uint64_t comm = 0x9000;
   void* ctx = nullptr;
   EXPECT_EQ(plugin::net::init(&ctx, comm, nullptr, nullptr, nullptr), nccl::ncclSuccess);
@@ -231,10 +242,8 @@ std::pair<double, double> allToAll(std::uint64_t bytes, int nranks) {
   const std::uint64_t chunk = per_peer < kChunk       ? kChunk / 4
                               : per_peer < 8 * kChunk ? kChunk / 2
                                                       : kChunk;
-  const auto chunk_ns = static_cast<live::TimeNs>(static_cast<double>(chunk) / 14.3);
-  const double base_us = model::nccl::kBaseLat[static_cast<int>(model::Algo::Ring)]
-                                              [static_cast<int>(model::Proto::Simple)] +
-                         cfg.model.kernel_launch_us.value_or(0.0);
+  const live::TimeNs chunk_ns = gpuChunkNs(chunk);
+  const double base_us = baseUs(cfg);
   static std::uint64_t comm = 0xa000;
   void* ctx = nullptr;
   EXPECT_EQ(plugin::net::init(&ctx, comm, nullptr, nullptr, nullptr), nccl::ncclSuccess);
