@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +58,40 @@ TEST(LinkTiming, SpreadReservationsUseEveryGap) {
   EXPECT_EQ(q.reserve(0, 1), 108) << "one interval [0, 107)";
   EXPECT_EQ(q.freeAt(), 108);
   EXPECT_EQ(q.reserveSpread(7, 0), 7);
+}
+
+// Both kinds of reservation against a slot-by-slot timeline, mixed at random: reserve takes
+// the first run of free slots long enough, reserveSpread the first free slots.
+TEST(LinkTiming, ReservationsMatchASlotBySlotTimeline) {
+  std::mt19937 rng(7);
+  PortQueue q;
+  std::vector<bool> busy(1 << 14, false);
+  for (int i = 0; i < 2000; ++i) {
+    const auto ready = static_cast<TimeNs>(rng() % 6000);
+    const auto occ = static_cast<TimeNs>(rng() % 12);
+    const bool spread = rng() % 2 == 0;
+    TimeNs want = ready;
+    if (spread) {
+      TimeNs left = occ;
+      for (TimeNs t = ready; left > 0; ++t)
+        if (!busy[static_cast<std::size_t>(t)]) {
+          busy[static_cast<std::size_t>(t)] = true;
+          want = t + 1;
+          --left;
+        }
+    } else if (occ > 0) {
+      TimeNs t = ready;
+      for (;; ++t) {
+        TimeNs k = 0;
+        while (k < occ && !busy[static_cast<std::size_t>(t + k)]) ++k;
+        if (k == occ) break;
+      }
+      for (TimeNs k = 0; k < occ; ++k) busy[static_cast<std::size_t>(t + k)] = true;
+      want = t + occ;
+    }
+    ASSERT_EQ(spread ? q.reserveSpread(ready, occ) : q.reserve(ready, occ), want)
+        << i << (spread ? " spread " : " whole ") << ready << " + " << occ;
+  }
 }
 
 // A p2p connection's virtual sender writes a unit per chunk / pace (its GPU), then the unit
