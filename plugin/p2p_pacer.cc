@@ -273,9 +273,10 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     // before its start extend the last one's receives) would put every unit of this one that
     // far ahead of R, and R ran ahead of the model (64 ranks: -26 % after all-reduces). An
     // armed one's from its head at the arm: the prelude may have released units it consumed.
-    ch.op_recv_base = ch.recv < 0               ? 0
-                      : prelude_op_ && ch.armed ? ch.armed_base
-                                                : conns_[static_cast<std::size_t>(ch.recv)].seen;
+    ch.op_from_arm = prelude_op_ && ch.armed;
+    ch.op_recv_base = ch.recv < 0      ? 0
+                      : ch.op_from_arm ? ch.armed_base
+                                       : conns_[static_cast<std::size_t>(ch.recv)].seen;
     ch.op_recv_done = 0;
   }
   // R's head changes a unit of this operation or a later one can still ask for (slotFree):
@@ -423,7 +424,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     if (tree_op_ && ch.tree) {
       if (c.tree_only && ch.child_done == 0) ch.child_base = std::max(ch.child_base, value);
       if (!c.tree_only && ch.op_recv_done == 0) ch.op_recv_base = std::max(ch.op_recv_base, value);
-    } else if (in_op_ && !prelude_op_ && (plan_.shape.symmetric || chain_op_) &&
+    } else if (in_op_ && !ch.op_from_arm && (plan_.shape.symmetric || chain_op_) &&
                ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
     }

@@ -251,6 +251,9 @@ class P2pPacer {
     bool armed = false;
     std::uint64_t armed_base = 0;
     std::uint64_t op_recv_base = 0;  // R's recv tail released when the operation started
+    // The running operation's base is its arm's (armed_base), which a head seen later does
+    // not move; a channel left out of the arm counts from R's head, as an unarmed one's.
+    bool op_from_arm = false;
     std::uint64_t recv_units = 0;   // asymmetric receive slices over its life (`ring`'s unit)
     std::uint64_t op_recv_done = 0;  // receive slices released in the operation
     bool recv_in_op = false;         // postRecv'd this operation (asymmetric)

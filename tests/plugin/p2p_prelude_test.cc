@@ -194,6 +194,31 @@ TEST(P2pPrelude, AChannelTheRunningOperationLeftIdleIsNotArmed) {
   EXPECT_EQ(due.rbegin()->first, 128u);  // and its 14
 }
 
+// The same, but R takes the last operation's last receive on the channel left out of the arm
+// only after the pacing thread saw its stream reach the armed one (the H100's split groups,
+// 2026-12-06: R's head 26 at the start, 28 just after): that channel counts from where R's
+// head went, as an unarmed operation's channels do, not from the head at the start (a unit
+// short: R waited 10 s for its last receive).
+TEST(P2pPrelude, AChannelLeftOutOfTheArmCountsFromRsHeadSeenLate) {
+  const live::CollectiveEntry e = ring(Func::AllGather, MiB, 3);  // 14 slices, 28 steps
+  auto s = connect(8, 3);
+  s->pacer.opStarted(2'000, e);
+  for (int c = 0; c < 2; ++c) s->pacer.observe(s->chans[c].send_conn, 2, 3'000);
+  ASSERT_TRUE(s->pacer.canArmAhead(10'000));
+  const auto pre = s->pacer.arm(e, plugin::p2p_agent::kPreUnits, 0);
+  ASSERT_TRUE(pre);
+  ASSERT_EQ(pre->recvs.size(), 2u) << "channel 2 had no send of R's: not armed";
+  s->pacer.observe(s->chans[2].recv_conn, 98, 400'000);
+  s->pacer.opStarted(500'000, e);
+  s->pacer.anchored(500'000);
+  s->pacer.observe(s->chans[2].recv_conn, 100, 500'100);  // the last one's, seen late
+  for (std::uint64_t v = 2; v <= 28; v += 2) s->pacer.observe(s->chans[2].send_conn, v, 501'000);
+  const auto due = releasesOf(s->pacer, s->chans[2].recv_conn, 501'000);
+  ASSERT_FALSE(due.empty());
+  EXPECT_EQ(due.begin()->first, 102u);
+  EXPECT_EQ(due.rbegin()->first, 128u) << "all 14 from R's head 100";
+}
+
 // An armed operation whose anchors never come (R's head never reached a base: a count not as
 // estimated) and whose first sends the CPU counted for the operation before: its receives
 // still start, P2pPacer::kAnchorWaitNs (50 us) after it did, on every channel; R never waits
