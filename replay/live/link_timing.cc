@@ -25,36 +25,32 @@ TimeNs PortQueue::reserveSpread(TimeNs ready, TimeNs occupancy) noexcept {
   std::lock_guard lock(mu_);
   forgetOld(ready);
   if (occupancy <= 0) return ready;
-  // From the last interval starting at or before `ready`, take the gaps in order; every gap
-  // taken joins the intervals on both sides into one, so what is walked is merged away.
+  // The gaps from `ready` on, in order; every gap taken joins the intervals on both sides,
+  // so all the walk passes becomes one interval [from, to).
   const auto live = busy_.begin() + static_cast<std::ptrdiff_t>(head_);
-  auto next = std::upper_bound(live, busy_.end(), ready,
-                               [](TimeNs t, const Busy& b) { return t < b.start; });
-  TimeNs t = ready;
-  if (next != live) t = std::max(t, std::prev(next)->end);
-  TimeNs left = occupancy;
-  while (next != busy_.end() && next->start - t < left) {
-    left -= next->start - t;  // this gap (possibly empty) is used up
-    t = next->end;
-    ++next;
-  }
-  const TimeNs end_at = t + left;
-  // [first gap's start, end_at) is now busy, along with every interval `next` walked past.
   auto first = std::upper_bound(live, busy_.end(), ready,
                                 [](TimeNs x, const Busy& b) { return x < b.start; });
   TimeNs from = ready;
+  TimeNs t = ready;
   if (first != live && std::prev(first)->end >= ready) {
     --first;  // the interval `ready` falls in (or touches) joins too
     from = first->start;
+    t = first->end;
   }
-  if (next != busy_.end() && next->start == end_at) {
-    const TimeNs to = next->end;
-    ++next;
-    first = busy_.erase(first, next);
+  auto next = first != busy_.end() && first->start <= ready ? std::next(first) : first;
+  TimeNs left = occupancy;
+  while (next != busy_.end() && next->start - t < left) {
+    left -= next->start - t;  // this gap is used up
+    t = (next++)->end;
+  }
+  const TimeNs end_at = t + left;
+  TimeNs to = end_at;
+  if (next != busy_.end() && next->start == end_at) to = (next++)->end;
+  if (first == next) {
     busy_.insert(first, {from, to});
   } else {
-    first = busy_.erase(first, next);
-    busy_.insert(first, {from, end_at});
+    *first = {from, to};
+    busy_.erase(std::next(first), next);
   }
   return end_at;
 }
