@@ -266,8 +266,13 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     armed_plan_ = Plan{};  // one armed and not started
     plan_ = planOf(op, connected);
   }
+  // R's kernel sent before this thread saw its stream reach the operation (its first sends
+  // seen before now, stamped when R made them): the schedule of a ring operation started on
+  // the GPU by then, as for those seen after (observe).
+  if (!armed && plan_.shape.symmetric) op_start_ = std::min(op_start_, op_first_send_);
   for (auto& [ordinal, ch] : channels_) {
-    ch.op_sends = std::exchange(ch.early_sends, 0);
+    const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
+    ch.op_sends = (std::exchange(ch.early_steps, 0) + steps - 1) / steps;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
     // before its start extend the last one's receives) would put every unit of this one that
@@ -438,7 +443,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
         ++ch.up_sent;
       } else {
         // Past the plan's sends down on the ring's connection: the next operation's too.
-        if (ch.down_sent >= tree_plan_->units) ++ch.early_sends;
+        if (ch.down_sent >= tree_plan_->units) ++ch.early_steps;
         ++ch.down_sent;
       }
     }
@@ -463,7 +468,7 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
     // Between operations, or past this one's sends (which still let a ring's receives
     // follow, release()): the next operation's too.
     if (!in_op_ || ch.op_sends >= opSends()) {
-      ++ch.early_sends;
+      ch.early_steps += end - c.seen;
       early_first_send_ = std::min(early_first_send_, now);
     } else {
       op_first_send_ = std::min(op_first_send_, now);

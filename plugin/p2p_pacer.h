@@ -240,13 +240,15 @@ class P2pPacer {
     std::shared_ptr<live::RingChannel> net_ring;  // R's receive on this channel is NET's
     int send = -1, recv = -1;  // connection indices
     std::uint64_t op_sends = 0;      // R's send slices in the current operation
-    // R's send slices seen between operations, or past the current one's sends: the next
-    // operation's first (opStarted starts op_sends there). R's kernel starts an operation a
-    // few microseconds before the pacing thread sees its stream reach it, and its first sends
-    // (a small one's only ones on a channel) may be seen before: counted for the operation
-    // before and dropped at the start, the channel's receives never opened (R waited until
-    // the stall bound; the H100's split groups' first timed 1 KiB all-reduce, 2026-12-05).
-    std::uint64_t early_sends = 0;
+    // R's send counter steps seen between operations, or past the current one's sends: the
+    // next operation's first (opStarted starts op_sends there, in that operation's slices). R's
+    // kernel starts an operation a few microseconds before the pacing thread sees its stream
+    // reach it, and its first sends (a small one's only ones on a channel) may be seen before:
+    // counted for the operation before and dropped at the start, the channel's receives never
+    // opened (R waited until the stall bound; the H100's split groups' first timed 1 KiB
+    // all-reduce, 2026-12-05). Steps, not slices: before the first operation no slice size is
+    // known, and a 2-step slice counted as 2 let the CPU release a slice past the operation.
+    std::uint64_t early_steps = 0;
     // arm: in the armed operation's prelude, R's recv count before it.
     bool armed = false;
     std::uint64_t armed_base = 0;

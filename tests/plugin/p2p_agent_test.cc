@@ -187,7 +187,8 @@ TEST_F(P2pAgentTest, TheNextOperationIsArmedWhileOneRuns) {
     ASSERT_TRUE(eventually([&] { return load(r_tail_) >= std::min<std::uint64_t>(v + 8, 28); }))
         << load(r_tail_);
   }
-  EXPECT_FALSE(eventually([&] { return load(r_tail_) > 28; }, 0.1)) << "past the first";
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) > 28; }, 0.1))
+      << "past the first: " << load(r_tail_) << "; " << a->stateLine();
   // R took its last: the second's receives open, R's 8 slots of them.
   std::atomic_ref(v_head_).store(28);
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 36; })) << a->stateLine();

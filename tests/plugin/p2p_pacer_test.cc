@@ -212,6 +212,12 @@ TEST(P2pPacer, SendsSeenBeforeTheStreamReachesTheOperationCount) {
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0].conn, s->chans[0].recv_conn);
     EXPECT_EQ(out[0].value, 56u);  // the operation's 28 slices of 2 steps
+    // R sends the rest: 28 slices in all, the early one counted once (in steps: before the
+    // first operation no slice size is known), and no receive past them.
+    for (std::uint64_t v = 4; v <= 56; v += 2) s->pacer.observe(s->chans[0].send_conn, v, 6'000);
+    out.clear();
+    (void)s->pacer.release(2'000'000'000, out);
+    EXPECT_TRUE(out.empty()) << out[0].value;
   }
   {
     auto s = connect(8, 2);
