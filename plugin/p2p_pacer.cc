@@ -268,8 +268,12 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   }
   // R's kernel sent before this thread saw its stream reach the operation (its first sends
   // seen before now, stamped when R made them): the schedule of a ring operation started on
-  // the GPU by then, as for those seen after (observe).
-  if (!armed && plan_.shape.symmetric) op_start_ = std::min(op_start_, op_first_send_);
+  // the GPU by then, as for those seen after (observe). An older send than a start's lag can
+  // be is the last operation's, past the slices counted for it (NCCL cut it into more): from
+  // there a ring after a pause (a training step's compute) would be due at once.
+  if (!armed && plan_.shape.symmetric && op_first_send_ != kNever &&
+      now - op_first_send_ <= kEarlyStartNs)
+    op_start_ = std::min(op_start_, op_first_send_);
   for (auto& [ordinal, ch] : channels_) {
     const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
     ch.op_sends = (std::exchange(ch.early_steps, 0) + steps - 1) / steps;

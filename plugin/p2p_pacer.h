@@ -129,6 +129,9 @@ struct P2pRelease {
 class P2pPacer {
  public:
   static constexpr live::TimeNs kNever = std::numeric_limits<live::TimeNs>::max();
+  // The longest R's kernel can run an operation before this thread sees its stream reach it
+  // (the H100's start lag 3-4 us, a pass, a late one): an earlier send is not its first.
+  static constexpr live::TimeNs kEarlyStartNs = 20'000;
   // `connection`: true = one ring channel R connected (shared by its send and recv
   // connection); false = an operation's schedule (not a channel R connected), which shares no
   // busy count (RingChannel's `busy`): the running operation's and an armed one's (arm) may

@@ -663,5 +663,27 @@ TEST(P2pPacer, RsEarlierFirstSendStartsTheSchedule) {
   EXPECT_EQ(s->pacer.release(0, out), at_start) << "channel 1's first receive";
 }
 
+// The same for a first send the CPU saw before it saw the stream reach the operation (R's
+// kernel starts first): the schedule starts at it. One older than a start's lag can be
+// (P2pPacer::kEarlyStartNs) is a send of the last operation past the slices counted for it
+// (NCCL cut that one into more): the operation starts when the CPU saw its stream.
+TEST(P2pPacer, RsFirstSendSeenBeforeTheStartStartsTheSchedule) {
+  const live::CollectiveEntry op{Func::AllGather, model::Algo::Ring, model::Proto::Simple, 8 * MiB,
+                                 2};
+  auto firstDue = [&](TimeNs send_at) {
+    auto s = connect(8, 2);
+    if (send_at >= 0) s->pacer.observe(s->chans[0].send_conn, 2, send_at);
+    s->pacer.opStarted(1'000'000, op);
+    if (send_at < 0) s->pacer.observe(s->chans[0].send_conn, 2, 1'000'000);
+    std::vector<plugin::P2pRelease> out;
+    return s->pacer.release(0, out);  // nothing due yet: when the first receive is
+  };
+  const TimeNs at_start = firstDue(-1);
+  EXPECT_EQ(at_start - firstDue(996'000), 4'000);
+  EXPECT_EQ(at_start - firstDue(1'000'000 - P2pPacer::kEarlyStartNs), P2pPacer::kEarlyStartNs);
+  EXPECT_EQ(firstDue(1'000'000 - P2pPacer::kEarlyStartNs - 1), at_start) << "a stale send";
+  EXPECT_EQ(firstDue(200'000), at_start) << "a stale send";
+}
+
 }  // namespace
 }  // namespace crystal::test
