@@ -274,9 +274,9 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // A ring operation R's kernel sent in before that: its schedule started on the GPU by then,
   // as for a first send seen after (observe).
   if (!armed && plan_.shape.symmetric) op_start_ = std::min(op_start_, op_first_send_);
+  const auto slice_steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
-    const auto steps = static_cast<std::uint64_t>(sendUnitSteps());
-    ch.op_sends = (std::exchange(ch.early_steps, 0) + steps - 1) / steps;
+    ch.op_sends = (std::exchange(ch.early_steps, 0) + slice_steps - 1) / slice_steps;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
     // before its start extend the last one's receives) would put every unit of this one that
