@@ -256,12 +256,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   prelude_wait_ = armed && armed_anchor_ == kNever && !armed_missed_;
   prelude_fell_back_ = false;
   op_started_at_ = now;
-  // R's first send seen before now, stamped when R made it (its kernel starts before this
-  // thread sees its stream reach the operation). One older than a start's lag can be is the
-  // last operation's, past the slices counted for it (NCCL cut that one into more): from
-  // there a ring after a pause (a training step's compute) would be due at once.
   op_first_send_ = std::exchange(early_first_send_, kNever);
-  if (op_first_send_ != kNever && now - op_first_send_ > kEarlyStartNs) op_first_send_ = kNever;
   if (armed && armed_missed_) op_start_ = std::min(now, op_first_send_);
   op_released_ = false;
   const int connected = connectedChannels();
@@ -271,9 +266,16 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
     armed_plan_ = Plan{};  // one armed and not started
     plan_ = planOf(op, connected);
   }
-  // A ring operation R's kernel sent in before that: its schedule started on the GPU by then,
-  // as for a first send seen after (observe).
-  if (!armed && plan_.shape.symmetric) op_start_ = std::min(op_start_, op_first_send_);
+  // R's kernel sent before this thread saw its stream reach the operation (its first send
+  // seen before now, stamped when R made it): the schedule of a ring operation started on the
+  // GPU by then, as for one seen after (observe). An older send than a start's lag can be is
+  // the last operation's, past the slices counted for it (NCCL cut it into more): from there
+  // a ring after a pause (a training step's compute) would be due at once. (It still counts
+  // as the operation's first send for arming the next: a loaded CPU may take longer than
+  // that from seeing the send to seeing the stream, and the next would never be armed.)
+  if (!armed && plan_.shape.symmetric && op_first_send_ != kNever &&
+      now - op_first_send_ <= kEarlyStartNs)
+    op_start_ = std::min(op_start_, op_first_send_);
   const auto slice_steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
     ch.op_sends = (std::exchange(ch.early_steps, 0) + slice_steps - 1) / slice_steps;
