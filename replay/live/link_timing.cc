@@ -30,6 +30,7 @@ TimeNs PortQueue::reserveSpread(TimeNs ready, TimeNs occupancy) noexcept {
   const auto live = busy_.begin() + static_cast<std::ptrdiff_t>(head_);
   auto first = std::upper_bound(live, busy_.end(), ready,
                                 [](TimeNs x, const Busy& b) { return x < b.start; });
+  auto next = first;  // the first interval starting after `ready`
   TimeNs from = ready;
   TimeNs t = ready;
   if (first != live && std::prev(first)->end >= ready) {
@@ -37,7 +38,6 @@ TimeNs PortQueue::reserveSpread(TimeNs ready, TimeNs occupancy) noexcept {
     from = first->start;
     t = first->end;
   }
-  auto next = first != busy_.end() && first->start <= ready ? std::next(first) : first;
   TimeNs left = occupancy;
   while (next != busy_.end() && next->start - t < left) {
     left -= next->start - t;  // this gap is used up
