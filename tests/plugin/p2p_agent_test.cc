@@ -132,6 +132,84 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
 }
 
+// Where the driver has cuStreamWriteValue32 (CRYSTAL_P2P_MARKS, on by default) the program's
+// stream writes numbers into the table's mark words before and after an operation, and no
+// event is recorded or queried: the operation starts when the stream's first number lands and
+// ends with the second. Each stream has its own word.
+TEST_F(P2pAgentTest, HostWordsTheStreamWritesMarkItsOperationsWithoutEvents) {
+  uninstallFakeDriver();
+  gpu_ = &installFakeDriver(/*stream_mem_ops=*/true);
+  auto a = make();
+  ASSERT_TRUE(a);
+  const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
+  ASSERT_TRUE(a->add({addr(r_head_), addr(v_tail_), 1, 8, 0, true, 1}));
+  ASSERT_TRUE(a->add({addr(r_tail_), addr(v_head_), 7, 8, 0, false, 2}));
+  const std::size_t records = gpu_->count("cuEventRecord");  // the first launch's wait
+  gpu_->complete = false;  // the writes are held: the stream is elsewhere
+  auto* stream = reinterpret_cast<void*>(0x51);
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+  a->after(a->before(stream));
+  const auto writes = gpu_->named("cuStreamWriteValue32");
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].dst, writes[1].dst);
+  EXPECT_EQ(writes[0].value, 1u);
+  EXPECT_EQ(writes[1].value, 2u);
+  EXPECT_EQ(gpu_->count("cuEventRecord"), records);
+  auto* mark = reinterpret_cast<std::uint32_t*>(writes[0].dst);
+  // R sends before its stream's first number landed: the operation has not started.
+  std::atomic_ref(v_tail_).store(2);
+  EXPECT_FALSE(eventually([&] { return load(r_tail_) != 0; }, 0.2));
+  // The stream reaches the operation: its receives follow at the model's pace.
+  std::atomic_ref(*mark).store(1);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 8 && load(r_head_) == 2; }))
+      << a->stateLine();
+  std::atomic_ref(v_tail_).store(56);
+  std::atomic_ref(v_head_).store(56);
+  ASSERT_TRUE(eventually([&] { return load(r_tail_) == 56; }));
+  EXPECT_NE(a->stateLine().find("0 operations done"), std::string::npos) << a->stateLine();
+  // It passes the operation: done, nothing outstanding, the kernel leaves.
+  std::atomic_ref(*mark).store(2);
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+  // Another stream: its own word, its own numbers.
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllReduce, model::Algo::Ring, model::Proto::Simple, 8u << 20, 1});
+  a->after(a->before(reinterpret_cast<void*>(0x52)));
+  const auto more = gpu_->named("cuStreamWriteValue32");
+  ASSERT_EQ(more.size(), 4u);
+  EXPECT_EQ(more[2].dst, writes[0].dst + sizeof(std::uint32_t));
+  EXPECT_EQ(more[2].value, 1u);
+  EXPECT_EQ(more[3].value, 2u);
+  EXPECT_EQ(gpu_->count("cuEventRecord"), records);
+}
+
+// A driver that refuses the stream's first write (MPS, an old driver): the agent says so and
+// follows the stream by events, as with CRYSTAL_P2P_MARKS=0.
+TEST_F(P2pAgentTest, MarksFallBackToEventsWhereTheDriverRefusesTheWrite) {
+  for (const bool refused : {true, false}) {
+    uninstallFakeDriver();
+    gpu_ = &installFakeDriver(/*stream_mem_ops=*/true);
+    gpu_->write_value_ok = !refused;
+    if (!refused) ::setenv("CRYSTAL_P2P_MARKS", "0", 1);
+    auto a = make();
+    ::unsetenv("CRYSTAL_P2P_MARKS");
+    ASSERT_TRUE(a);
+    const std::size_t records = gpu_->count("cuEventRecord");
+    live::collectiveLog(kHash)->append(
+        {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+    a->after(a->before(nullptr));
+    EXPECT_EQ(gpu_->count("cuEventRecord"), records + 2) << "refused " << refused;
+    EXPECT_EQ(gpu_->count("cuStreamWriteValue32"), refused ? 1u : 0u);
+    // The events complete at once (complete is set): done.
+    EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+    EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+    P2pAgent::forget(kHash);
+    a.reset();
+    (void)freeLeftHostAllocs();
+  }
+}
+
 // Preludes (p2p_agent_abi.h): an all-gather queued while R's stream has not reached it is
 // armed, and the kernel opens its receives by itself the model's base cost after the
 // program's call (nothing received before: its first operation), within R's slots, before
