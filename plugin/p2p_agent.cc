@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -207,7 +206,6 @@ void P2pAgent::start(const void* image) {
         "cuMemHostAlloc (P2P agent table)");
   std::memset(host, 0, sizeof(pa::Table));
   table_ = static_cast<pa::Table*>(host);
-  marks_on_ = d_.streamWriteValue32 != nullptr && paramBool("CRYSTAL_P2P_MARKS");
   table_->trace = trace_ ? 1 : 0;
   check(d_.memHostGetDevicePointer(&table_dev_, host, 0), "cuMemHostGetDevicePointer");
   // One launch now (want = 0: it leaves at once), waited for with a bound: under CUDA's lazy
@@ -244,12 +242,8 @@ P2pAgent::~P2pAgent() {
   // (want is 0); the module and the table stay, in case it has not yet.
   {
     std::lock_guard lock(in_mu_);
-    for (const Pending& p : ops_)
-      for (cuda::Event e : {p.before, p.after})
-        if (e) (void)d_.eventDestroy(e);
-    for (const Pending& p : in_ops_)
-      for (cuda::Event e : {p.before, p.after})
-        if (e) (void)d_.eventDestroy(e);
+    for (const Pending& p : ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
+    for (const Pending& p : in_ops_) free_events_.insert(free_events_.end(), {p.before, p.after});
     ops_.clear();
     in_ops_.clear();
     for (cuda::Event e : free_events_)
@@ -373,12 +367,6 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
   op.stream = stream;
   op.issued = live::nowNs();
   {
-    std::lock_guard lock(mark_mu_);
-    op.mark_slot = markSlot(stream);
-    if (op.mark_slot >= 0 && writeMark(op.mark_slot, &op.before_mark)) return op;
-    op.mark_slot = -1;
-  }
-  {
     // Both of the operation's events from the pool now; recorded outside the lock: a driver
     // call under in_mu_ would hold up the pacing thread's pass (which takes it every pass),
     // and a pass the program's call.
@@ -398,52 +386,8 @@ void P2pAgent::giveBack(const Op& op) {
   free_events_.insert(free_events_.end(), {op.before, op.after});
 }
 
-int P2pAgent::markSlot(cuda::Stream stream) {
-  if (!marks_on_) return -1;
-  for (std::size_t i = 0; i < mark_streams_.size(); ++i)
-    if (mark_streams_[i] == stream) return static_cast<int>(i);
-  if (mark_streams_.size() >= pa::kMarkStreams) return -1;  // that stream's operations: events
-  mark_streams_.push_back(stream);
-  return static_cast<int>(mark_streams_.size() - 1);
-}
-
-bool P2pAgent::writeMark(int slot, std::uint32_t* value) {
-  const auto i = static_cast<std::size_t>(slot);
-  const std::uint32_t next = mark_next_[i] + 1;
-  const cuda::DevicePtr at = table_dev_ + static_cast<cuda::DevicePtr>(offsetof(pa::Table, mark) +
-                                                                       i * sizeof(std::uint32_t));
-  const cuda::Result r = d_.streamWriteValue32(mark_streams_[i], at, next, 0);
-  if (r != cuda::kSuccess) {
-    if (mark_next_[i] != 0) check(r, "cuStreamWriteValue32");  // it worked on this stream before
-    // Refused at once (MPS, an old driver, a stream kind it does not take): events from now on.
-    marks_on_ = false;
-    CRYSTAL_INFO(
-        "P2P pacing: comm {:#x} rank {}: the stream's operations are followed by CUDA "
-        "events (cuStreamWriteValue32 failed, CUDA error {})",
-        hash_, rank_, r);
-    return false;
-  }
-  mark_next_[i] = next;
-  *value = next;
-  return true;
-}
-
-bool P2pAgent::passed(int slot, std::uint32_t mark, cuda::Event e) {
-  if (slot < 0) return d_.eventQuery(e) != cuda::kNotReady;
-  // The stream writes a slot's numbers in increasing order; 32 bits wrap, and far fewer than
-  // 2^31 marks are ever outstanding.
-  const std::uint32_t at =
-      word(table_->mark[static_cast<std::size_t>(slot)]).load(std::memory_order_acquire);
-  return static_cast<std::int32_t>(at - mark) >= 0;
-}
-
 void P2pAgent::after(const Op& op) {
-  std::uint32_t after_mark = 0;
-  if (op.mark_slot >= 0) {
-    std::lock_guard lock(mark_mu_);
-    if (!writeMark(op.mark_slot, &after_mark))  // not at a first write: writeMark threw
-      throw PluginError(Errc::System, "P2P pacing: a mark word could not be written");
-  } else if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
+  if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
     giveBack(op);
     check(r, "cuEventRecord");
   }
@@ -453,9 +397,6 @@ void P2pAgent::after(const Op& op) {
     Pending p;
     p.before = op.before;
     p.after = op.after;
-    p.mark_slot = op.mark_slot;
-    p.before_mark = op.before_mark;
-    p.after_mark = after_mark;
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
@@ -705,7 +646,7 @@ void P2pAgent::run() {
       while (!ops_.empty()) {
         Pending& p = ops_.front();
         if (!p.started) {
-          if (!passed(p.mark_slot, p.before_mark, p.before)) break;
+          if (d_.eventQuery(p.before) == cuda::kNotReady) break;
           p.started = true;
           if (!free_running_) {
             pacer_.opStarted(now, p.entry, p.issued);
@@ -722,14 +663,12 @@ void P2pAgent::run() {
                                 p.entry ? static_cast<int>(p.entry->func) : -1)});
           ++ops_started_;
         }
-        if (!passed(p.mark_slot, p.after_mark, p.after)) break;
+        if (d_.eventQuery(p.after) == cuda::kNotReady) break;
         if (trace_)
           trace_->record(
               {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});
-        if (p.mark_slot < 0) {
-          done_events.push_back(p.before);
-          done_events.push_back(p.after);
-        }
+        done_events.push_back(p.before);
+        done_events.push_back(p.after);
         ops_.pop_front();
         ops_done_.fetch_add(1, std::memory_order_relaxed);
         progress_at = now;

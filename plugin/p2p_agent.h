@@ -4,10 +4,9 @@
 // One agent per communicator of the real rank (R) that holds P2P pool connections: a table in
 // mapped host memory, an agent kernel on its own stream in R's CUDA context, and a CPU thread
 // that runs the P2pPacer. The interposer tells it about each collective on the comm:
-// `before` (before NCCL's call: a mark on the caller's stream, a host word it writes or an
-// event) and `after` (once NCCL enqueued it: a second mark, the tuner's log entry, and the
-// kernel running). The thread sees the first mark pass (the stream reached the operation)
-// and the second (it is done); while
+// `before` (before NCCL's call: an event on the caller's stream) and `after` (once NCCL
+// enqueued it: a second event, the tuner's log entry, and the kernel running). The thread sees the
+// first event complete (the stream reached the operation) and the second (it is done); while
 // any operation is outstanding it spins, copying what R's kernel moved into the pacer and
 // what the pacer released into the table; with none it tells the kernel to leave, so a
 // cudaDeviceSynchronize of the program returns.
@@ -137,14 +136,9 @@ class P2pAgent {
 
   // Around NCCL's call of a collective on `stream`: throws PluginError on a CUDA error or a
   // stream under graph capture (the pacing needs the stream's events).
-  // Where the stream is comes from mark words (CRYSTAL_P2P_MARKS: the stream writes
-  // `before_mark` into Table::mark[mark_slot] ahead of the operation and `after_mark` behind
-  // it) or, with mark_slot -1, from two events.
   struct Op {
     cuda::Event before = nullptr;
     cuda::Event after = nullptr;  // taken with `before`, recorded by after()
-    int mark_slot = -1;
-    std::uint32_t before_mark = 0, after_mark = 0;
     cuda::Stream stream = nullptr;
     live::TimeNs issued = 0;  // when before() was called (the program's call)
     int root = -1;            // ncclBroadcast/ncclReduce: the root (the interposer sets it)
@@ -165,13 +159,6 @@ class P2pAgent {
   void launch();
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void giveBack(const Op& op);        // an operation's events back to the pool (a failed record)
-  // The stream's mark slot (under mark_mu_): -1 where marks are off or all slots are taken.
-  [[nodiscard]] int markSlot(cuda::Stream stream);
-  // Writes the slot's next mark number on its stream (under mark_mu_): false where the driver
-  // refused the first write (marks are then off for good, said once).
-  [[nodiscard]] bool writeMark(int slot, std::uint32_t* value);
-  // Whether the stream passed a mark (pacing thread): the word, or the event where none.
-  [[nodiscard]] bool passed(int slot, std::uint32_t mark, cuda::Event e);
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
   void findNetRings();
@@ -194,8 +181,6 @@ class P2pAgent {
 
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
-    int mark_slot = -1;
-    std::uint32_t before_mark = 0, after_mark = 0;
     std::optional<live::CollectiveEntry> entry;
     live::TimeNs issued = -1;
     std::uint64_t seq = 0;  // from 1, in the order after() queued them
@@ -223,12 +208,6 @@ class P2pAgent {
   std::vector<Pending> in_ops_;
   std::vector<P2pConnection> in_conns_;
   std::vector<cuda::Event> free_events_;
-  // Mark words (CRYSTAL_P2P_MARKS): the program's threads take mark_mu_ across a slot's
-  // number and its cuStreamWriteValue32, so a stream writes its numbers in increasing order.
-  std::mutex mark_mu_;
-  bool marks_on_ = false;                                  // mark_mu_
-  std::vector<cuda::Stream> mark_streams_;                 // mark_mu_: slot i's stream
-  std::uint32_t mark_next_[p2p_agent::kMarkStreams] = {};  // mark_mu_: slot i's last number
   std::atomic<std::uint64_t> launches_{0};
   // A cuLaunchKernel costs the program's thread a few microseconds, more than the rest of
   // after(); a host-bound loop of small collectives lets the kernel leave between every two

@@ -48,8 +48,6 @@ inline constexpr std::uint32_t kThreads = 256;   // one per connection
 inline constexpr std::uint32_t kReaderThreads = 32;
 inline constexpr std::uint32_t kRunning = 1, kExiting = 2;
 inline constexpr std::uint32_t kPreUnits = 32;  // a prelude's units at most (one reader lane each)
-// Program streams whose operations the CPU follows through `mark` words (more: events).
-inline constexpr std::uint32_t kMarkStreams = 16;
 
 // One array per field (a connection is an index): a warp's 32 `release` words are one
 // 256-byte read over PCIe, and the CPU's scan of `seen` touches n / 8 cache lines.
@@ -86,11 +84,8 @@ struct Table {
   std::uint64_t pre_value[kMaxConns];   // receive: R's count before it (kNoPrelude: not armed)
   std::uint64_t anchor_at[kMaxConns];   // kernel -> CPU: the anchor (rules: kAnchorMissed)
   std::uint32_t anchor_seq[kMaxConns];  // kernel -> CPU: the pre_seq of anchor_at
-  // Program stream -> CPU, not the kernel's: the last mark number a stream of the program
-  // wrote before or after an operation (cuStreamWriteValue32; P2pAgent::before/after).
-  std::uint32_t mark[kMarkStreams];
 };
 static_assert(sizeof(Table) == 64 + 8 * 8 * kMaxConns + 2 * 4 * kMaxConns + 32 + 8 * kPreUnits +
-                                   2 * 8 * kMaxConns + 4 * kMaxConns + 4 * kMarkStreams);
+                                   2 * 8 * kMaxConns + 4 * kMaxConns);
 
 }  // namespace crystal::plugin::p2p_agent

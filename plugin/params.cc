@@ -90,11 +90,6 @@ constexpr Param kParams[] = {
      "armed: the P2P agent kernel releases its first receives itself, the model's base cost "
      "after the rank took the last operation's receives (docs/plugin.md \"Preludes\"); 0: "
      "every receive waits for the pacing thread."},
-    {"CRYSTAL_P2P_MARKS", "1",
-     "1: the P2P pacing agent learns where the program's stream is (before and after each "
-     "paced operation) from host words the stream writes (cuStreamWriteValue32), its thread "
-     "reading memory; 0, or a driver without it: two CUDA events an operation, recorded on the "
-     "program's thread and queried by the pacing thread."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations and how many of them it received as a chain from "
