@@ -55,8 +55,9 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
   local cfg=$1 split=$2
   shift 2
   local t0=$(date +%s%N)
+  # EMULATE_ARGS: more `crystal emulate` options (e.g. --no-record).
   timeout -k 5 ${EMULATE_TIMEOUT:-200} $B/cli/crystal emulate "$cfg" ${split:+--split $split} \
-      --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" "$@"
+      --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" ${EMULATE_ARGS:-} "$@"
   local rc=$?
   echo "crystal emulate: rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"
   return $rc
@@ -258,7 +259,10 @@ case "$case_name" in
          # P2P_SPLIT=G: also a split into groups of G consecutive ranks (`--split block:G`),
          # used alternately with the world, each beside its own model.
          n=${P2P_N:-8}; r=${P2P_RANK:-0}; cfg=$OUT/config-p2p.yaml; g=${P2P_SPLIT:-}
+         # The target's GPU is this machine's card, as config() makes it for the other cases
+         # (the model's chain kernels are the card's that runs them).
          sed "s/real_ranks: \[0\]/real_ranks: [$r]/" tests/gpu/hybrid/hybrid64.yaml |
+           if [ -n "$TARGET_GPU" ]; then sed "s/^  gpus_per_node: 8$/&\n  gpu: {model: \"$TARGET_GPU\"}/"; else cat; fi |
            if [ "$n" = 8 ]; then sed "s/nodes: 8/nodes: 1/; s/world_size: 64/world_size: 8/; s/dp: 8/dp: 1/"; else cat; fi >"$cfg"
          echo "  p2p_peers: true" >>"$cfg"
          # P2P_REAL_CHANNELS=N: emulation.real_channels (NCCL_MIN_NCHANNELS above the target's).

@@ -7,8 +7,9 @@
 // Each "call" is what a paced small collective does on the program's thread: mark, launch one
 // short kernel (NCCL's), mark. Printed: the median and 90th percentile host ns of a call for
 //   launch only | events (2 records) | words (2 writes), each with the watcher idle and busy,
-// the ns of one cuStreamIsCapturing, and a check that a word write lands only after the
-// kernel before it ends (stream order: the whole point of a mark).
+// then events with the watcher asking every 0-5 us, the ns of one cuStreamIsCapturing, and a
+// check that a word write lands only after the kernel before it ends (stream order: the whole
+// point of a mark).
 //
 // Build and run (on the GPU machine):
 //   nvcc -O2 -std=c++17 -o /tmp/mark tests/gpu/hybrid/stream_mark_probe.cu -lcuda && /tmp/mark
@@ -60,7 +61,7 @@ struct Result {
 // `calls` paced calls on `s`, a kernel of `kernel_ns` each; the watcher thread polls the marks
 // while `watch` is set. Drains the stream every 64 calls so the queue never fills.
 Result run(CUstream s, Mark mark, bool watch, int calls, long long kernel_ns, CUdeviceptr word_dev,
-           volatile unsigned* word_host) {
+           volatile unsigned* word_host, long long gap_ns = 0) {
   std::vector<CUevent> events(128);
   for (auto& e : events) CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
   std::atomic<bool> stop{false};
@@ -75,6 +76,11 @@ Result run(CUstream s, Mark mark, bool watch, int calls, long long kernel_ns, CU
         (void)cuEventQuery(e);
       }
       polls.fetch_add(1, std::memory_order_relaxed);
+      if (gap_ns > 0) {  // a watcher that asks every gap_ns, spinning between (no sleep)
+        const auto until = Clock::now() + std::chrono::nanoseconds(gap_ns);
+        while (Clock::now() < until) {
+        }
+      }
     }
   });
   std::vector<long long> ns;
@@ -167,6 +173,14 @@ int main() {
                     m == Mark::None ? "launch" : m == Mark::Event ? "events" : "words",
                     watch ? "busy" : "idle", r.p50, r.p90);
       }
+  }
+  // The pacing thread's cuEventQuery every pass contends with the program's driver calls:
+  // how often may it ask before the program's thread pays for it?
+  std::printf("events, kernel 2000 ns: host ns a call p50 / p90 by the watcher's query gap\n");
+  for (long long gap : {0LL, 500LL, 1000LL, 2000LL, 5000LL}) {
+    run(s, Mark::Event, true, 2000, 2000, word_dev, word_host, gap);
+    const Result r = run(s, Mark::Event, true, calls, 2000, word_dev, word_host, gap);
+    std::printf("  gap %5lld ns  %6lld / %6lld\n", gap, r.p50, r.p90);
   }
   CU(cuMemFreeHost(host));
   return 0;
