@@ -141,6 +141,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
                                              st.config().cluster.gpus_per_node, links, trees));
     a->pacer_.setTreeBase(tree_channels);
     a->preludes_on_ = paramBool(kEnvP2pPrelude);
+    a->query_gap_ns_ = paramIntIn(kEnvP2pQueryGap, 0, 100'000);
     a->pacer_.setOpBase(static_cast<live::TimeNs>(
         1e3 * st.model().opOverheadUs(model::Algo::Ring, model::Proto::Simple)));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
@@ -384,6 +385,19 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
 void P2pAgent::giveBack(const Op& op) {
   std::lock_guard lock(in_mu_);
   free_events_.insert(free_events_.end(), {op.before, op.after});
+}
+
+bool P2pAgent::passed(cuda::Event e, live::TimeNs now, live::TimeNs* at) {
+  if (query_gap_ns_ > 0 && now < next_query_at_) return false;
+  if (d_.eventQuery(e) == cuda::kNotReady) {
+    not_ready_at_ = now;
+    next_query_at_ = now + query_gap_ns_;
+    return false;
+  }
+  // Asked every query_gap_ns_: the stream passed it between the last "not yet" and now.
+  if (query_gap_ns_ > 0 && not_ready_at_ > 0 && now - not_ready_at_ <= 2 * query_gap_ns_)
+    *at = not_ready_at_ + (now - not_ready_at_) / 2;
+  return true;
 }
 
 void P2pAgent::after(const Op& op) {
@@ -646,10 +660,11 @@ void P2pAgent::run() {
       while (!ops_.empty()) {
         Pending& p = ops_.front();
         if (!p.started) {
-          if (d_.eventQuery(p.before) == cuda::kNotReady) break;
+          live::TimeNs at = now;
+          if (!passed(p.before, now, &at)) break;
           p.started = true;
           if (!free_running_) {
-            pacer_.opStarted(now, p.entry, p.issued);
+            pacer_.opStarted(at, p.entry, p.issued);
             if (pacer_.chainOp()) chain_ops_.fetch_add(1, std::memory_order_relaxed);
             publishSendPace();
             findNetRings();  // none wanted on one node
@@ -663,7 +678,7 @@ void P2pAgent::run() {
                                 p.entry ? static_cast<int>(p.entry->func) : -1)});
           ++ops_started_;
         }
-        if (d_.eventQuery(p.after) == cuda::kNotReady) break;
+        if (live::TimeNs at = now; !passed(p.after, now, &at)) break;
         if (trace_)
           trace_->record(
               {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});

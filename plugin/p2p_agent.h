@@ -41,6 +41,7 @@ namespace crystal::plugin {
 
 inline constexpr const char* kEnvP2pPace = "CRYSTAL_P2P_PACE";
 inline constexpr const char* kEnvP2pPrelude = "CRYSTAL_P2P_PRELUDE";
+inline constexpr const char* kEnvP2pQueryGap = "CRYSTAL_P2P_QUERY_GAP_NS";
 
 // One connection as the host named it (control WRITES, host/bootstrap_host.h DeviceWrite).
 struct P2pConnection {
@@ -159,6 +160,10 @@ class P2pAgent {
   void launch();
   [[nodiscard]] cuda::Event event();  // under in_mu_
   void giveBack(const Op& op);        // an operation's events back to the pool (a failed record)
+  // Whether the stream passed event `e` (pacing thread): asked at most every query_gap_ns_
+  // (each cuEventQuery contends with the program's driver calls); `at`: when it passed, the
+  // middle of the last gap where the gap bounds it, else `now`.
+  [[nodiscard]] bool passed(cuda::Event e, live::TimeNs now, live::TimeNs* at);
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
   void findNetRings();
@@ -221,6 +226,8 @@ class P2pAgent {
   std::uint32_t unpaced_ = 0;  // connections offered and left to run free (in_mu_)
   bool free_running_ = false;  // pacing failed: every counter released for good
   live::TimeNs stall_ns_ = kStallNs;
+  live::TimeNs query_gap_ns_ = 0;  // CRYSTAL_P2P_QUERY_GAP_NS
+  live::TimeNs next_query_at_ = 0, not_ready_at_ = 0;  // pacing thread
   live::TimeNs idle_spin_ns_ = kIdleSpinNs;
 
   P2pPacer pacer_;

@@ -90,6 +90,10 @@ constexpr Param kParams[] = {
      "armed: the P2P agent kernel releases its first receives itself, the model's base cost "
      "after the rank took the last operation's receives (docs/plugin.md \"Preludes\"); 0: "
      "every receive waits for the pacing thread."},
+    {"CRYSTAL_P2P_QUERY_GAP_NS", "0",
+     "The P2P pacing thread asks the driver whether the program's stream reached or passed an "
+     "operation (cuEventQuery) at most every this many ns (0: every pass of the thread), "
+     "0..100000: each query contends with the program thread's own driver calls."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations and how many of them it received as a chain from "

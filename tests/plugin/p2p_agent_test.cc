@@ -132,6 +132,40 @@ TEST_F(P2pAgentTest, PacesRingConnectionsOnlyAndLeavesWhenIdle) {
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
 }
 
+// CRYSTAL_P2P_QUERY_GAP_NS: while an operation runs, the pacing thread asks the driver about
+// the stream at most once a gap (each cuEventQuery contends with the program's own driver
+// calls), and still sees the operation end.
+TEST_F(P2pAgentTest, EventQueriesKeepTheirGap) {
+  ::setenv(plugin::kEnvP2pQueryGap, "100000", 1);  // 100 us
+  auto a = make();
+  ::unsetenv(plugin::kEnvP2pQueryGap);
+  ASSERT_TRUE(a);
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+  const auto q0 = gpu_->event_queries.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  a->after(a->before(nullptr));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto queries = gpu_->event_queries.load() - q0;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(queries, 1u);
+  EXPECT_LE(queries, static_cast<std::uint64_t>(ms / 0.1) + 2) << ms << " ms";
+  gpu_->complete = true;
+  EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+  // Out of range: no agent, and why.
+  P2pAgent::forget(kHash);
+  a.reset();
+  (void)freeLeftHostAllocs();
+  ::setenv(plugin::kEnvP2pQueryGap, "-1", 1);
+  std::string why;
+  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
+  ::unsetenv(plugin::kEnvP2pQueryGap);
+  EXPECT_NE(why.find("CRYSTAL_P2P_QUERY_GAP_NS"), std::string::npos) << why;
+}
+
 // Preludes (p2p_agent_abi.h): an all-gather queued while R's stream has not reached it is
 // armed, and the kernel opens its receives by itself the model's base cost after the
 // program's call (nothing received before: its first operation), within R's slots, before
