@@ -395,7 +395,7 @@ bool P2pAgent::passed(cuda::Event e, live::TimeNs now, live::TimeNs* at) {
     return false;
   }
   // Asked every query_gap_ns_: the stream passed it between the last "not yet" and now.
-  if (query_gap_ns_ > 0 && not_ready_at_ > 0 && now - not_ready_at_ <= 2 * query_gap_ns_)
+  if (at && query_gap_ns_ > 0 && not_ready_at_ > 0 && now - not_ready_at_ <= 2 * query_gap_ns_)
     *at = not_ready_at_ + (now - not_ready_at_) / 2;
   return true;
 }
@@ -678,7 +678,7 @@ void P2pAgent::run() {
                                 p.entry ? static_cast<int>(p.entry->func) : -1)});
           ++ops_started_;
         }
-        if (live::TimeNs at = now; !passed(p.after, now, &at)) break;
+        if (!passed(p.after, now)) break;
         if (trace_)
           trace_->record(
               {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});

@@ -162,8 +162,8 @@ class P2pAgent {
   void giveBack(const Op& op);        // an operation's events back to the pool (a failed record)
   // Whether the stream passed event `e` (pacing thread): asked at most every query_gap_ns_
   // (each cuEventQuery contends with the program's driver calls); `at`: when it passed, the
-  // middle of the last gap where the gap bounds it, else `now`.
-  [[nodiscard]] bool passed(cuda::Event e, live::TimeNs now, live::TimeNs* at);
+  // middle of the last gap where the gap bounds it, else left as it is (nullptr: not wanted).
+  [[nodiscard]] bool passed(cuda::Event e, live::TimeNs now, live::TimeNs* at = nullptr);
   void takeConnection(const P2pConnection& c);  // the pacing thread
   // The NET path's ring models of the channels whose receive is NET's (multi-node comms).
   void findNetRings();
