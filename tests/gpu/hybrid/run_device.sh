@@ -54,11 +54,19 @@ config() {
 emulate() {  # emulate CONFIG SPLIT -- CMD...
   local cfg=$1 split=$2
   shift 2
-  local t0=$(date +%s%N)
+  local t0=$(date +%s%N) sampler=
+  # SAMPLE_THREADS=1: every thread of the run's processes (crystal emulate's and the real
+  # ranks', whose command lines name hybrid_nccl) sampled every 100 ms: CPU share, CPUs, and
+  # busy threads sharing one (thread_sample.py; $OUT/threads-CASE.txt, printed at the end).
+  if [ "${SAMPLE_THREADS:-}" = 1 ]; then
+    python3 tests/gpu/hybrid/thread_sample.py hybrid_nccl "$OUT/threads-$case_name.txt" >&2 &
+    sampler=$!
+  fi
   # EMULATE_ARGS: more `crystal emulate` options (e.g. --no-record).
   timeout -k 5 ${EMULATE_TIMEOUT:-200} $B/cli/crystal emulate "$cfg" ${split:+--split $split} \
       --plugin "$PWD/$B/plugin/libnccl-net-crystal.so" ${EMULATE_ARGS:-} "$@"
   local rc=$?
+  if [ -n "$sampler" ]; then kill -TERM "$sampler"; wait "$sampler"; fi
   echo "crystal emulate: rc=$rc wall=$(( ($(date +%s%N) - t0) / 1000000 )) ms"
   return $rc
 }

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""thread_sample.py's summary on hand-made samples (no GPU, no sampling)."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import thread_sample  # noqa: E402
+
+HZ = 100
+
+
+def snap(**threads):
+    """threads: name=(tid, ticks, cpu) -> one sample's dict for pid 7."""
+    return {(7, tid): (name, ticks, cpu, "R", "0-15") for name, (tid, ticks, cpu) in threads.items()}
+
+
+class Summary(unittest.TestCase):
+    def test_shares_and_a_shared_cpu(self):
+        # Over each 1 s interval: proxy 100 ticks (1.0 CPU), pacer 60 (0.6), main 2 (0.02).
+        samples = [
+            (0.0, snap(proxy=(11, 0, 3), pacer=(12, 0, 5), main=(10, 0, 1))),
+            (1.0, snap(proxy=(11, 100, 3), pacer=(12, 60, 5), main=(10, 2, 1))),
+            (2.0, snap(proxy=(11, 200, 3), pacer=(12, 120, 3), main=(10, 4, 1))),
+        ]
+        lines = thread_sample.summarise(samples, HZ)
+        self.assertEqual(lines[0], "3 samples, 3 threads")
+        self.assertEqual(lines[1], "  proxy/11: cpu share mean 1.00 max 1.00, on cpus 3x2, allowed 0-15")
+        self.assertEqual(lines[2], "  pacer/12: cpu share mean 0.60 max 0.60, on cpus 5x1, 3x1, allowed 0-15")
+        # main (0.02 of a CPU) is left out; the second interval has both busy ones on CPU 3.
+        self.assertEqual(lines[3], "busy threads sharing a CPU: 1 sample(s)")
+        self.assertEqual(lines[4], "  t=2.00s cpu 3: proxy/11, pacer/12")
+        self.assertEqual(len(lines), 5)
+
+    def test_a_thread_born_between_samples_has_no_share_yet(self):
+        samples = [(0.0, snap(main=(10, 0, 1))), (0.5, snap(main=(10, 50, 1), late=(13, 40, 2)))]
+        lines = thread_sample.summarise(samples, HZ)
+        self.assertEqual(lines, ["2 samples, 2 threads",
+                                 "  main/10: cpu share mean 1.00 max 1.00, on cpus 1x1, allowed 0-15",
+                                 "busy threads sharing a CPU: 0 sample(s)"])
+
+    def test_reads_this_process_threads(self):
+        r = thread_sample.read_thread(os.getpid(), os.getpid())
+        self.assertIsNotNone(r)
+        name, ticks, cpu, state, allowed = r
+        self.assertTrue(name)
+        self.assertGreaterEqual(ticks, 0)
+        self.assertGreaterEqual(cpu, 0)
+        self.assertIn(state, "RSD")
+        self.assertNotEqual(allowed, "?")
+
+
+if __name__ == "__main__":
+    unittest.main()
