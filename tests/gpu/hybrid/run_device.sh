@@ -56,10 +56,12 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
   shift 2
   local t0=$(date +%s%N) sampler=
   # SAMPLE_THREADS=1: every thread of the run's processes (crystal emulate's and the real
-  # ranks', whose command lines name hybrid_nccl) sampled every 100 ms: CPU share, CPUs, and
-  # busy threads sharing one (thread_sample.py; $OUT/threads-CASE.txt, printed at the end).
+  # ranks', whose command lines name hybrid_nccl) sampled every SAMPLE_EVERY_MS (100): CPU
+  # share, CPUs, busy threads sharing one, run-queue wait (thread_sample.py;
+  # $OUT/threads-CASE.txt, printed at the end).
   if [ "${SAMPLE_THREADS:-}" = 1 ]; then
-    python3 tests/gpu/hybrid/thread_sample.py hybrid_nccl "$OUT/threads-$case_name.txt" >&2 &
+    python3 tests/gpu/hybrid/thread_sample.py hybrid_nccl "$OUT/threads-$case_name.txt" \
+        --every-ms "${SAMPLE_EVERY_MS:-100}" >&2 &
     sampler=$!
   fi
   # EMULATE_ARGS: more `crystal emulate` options (e.g. --no-record).

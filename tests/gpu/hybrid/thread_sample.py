@@ -8,8 +8,10 @@ program, e.g. "hybrid_nccl --ops") until it is sent SIGTERM or SIGINT, then writ
 and stdout a summary: per thread (name, tid) the CPU share between samples (from
 /proc/PID/task/TID/stat utime + stime), the CPUs it last ran on, its allowed CPU list; and
 every sample where two busy threads (>= 50 % of a CPU over the interval) were last seen on
-the same CPU. run_device.sh runs it when SAMPLE_THREADS=1 (the thirty-seventh session's
-4-5 ms stalls: a thread off a CPU for a time slice, or not?).
+the same CPU; and per thread the time it spent runnable but waiting for a CPU (the run-queue
+wait of /proc/PID/task/TID/schedstat, total and the most in one interval) and its involuntary
+context switches. run_device.sh runs it when SAMPLE_THREADS=1 (the thirty-seventh session's
+4-5 ms stalls: a thread off a CPU for a time slice, or not?); SAMPLE_EVERY_MS sets the interval.
 """
 import collections
 import os
@@ -21,32 +23,46 @@ BUSY = 0.5  # share of a CPU over one interval that makes a thread busy
 
 
 def read_thread(pid, tid):
-    """(name, utime+stime ticks, last CPU, state, allowed list) or None when gone."""
+    """(name, utime+stime ticks, last CPU, state, allowed list, run-queue wait ns or -1 where
+    the kernel keeps no schedstat, involuntary context switches) or None when gone."""
     base = f"/proc/{pid}/task/{tid}"
     try:
         with open(f"{base}/stat") as f:
             stat = f.read()
         with open(f"{base}/status") as f:
-            allowed = next((l.split(":", 1)[1].strip() for l in f if l.startswith("Cpus_allowed_list")), "?")
+            status = dict(l.split(":", 1) for l in f if ":" in l)
     except OSError:
         return None
+    try:
+        with open(f"{base}/schedstat") as f:
+            wait_ns = int(f.read().split()[1])  # on-CPU ns, run-queue wait ns, time slices
+    except (OSError, IndexError, ValueError):
+        wait_ns = -1
+    allowed = status.get("Cpus_allowed_list", "?").strip()
+    invol = int(status.get("nonvoluntary_ctxt_switches", "0").strip() or 0)
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     rest = stat[stat.rindex(")") + 2:].split()  # fields from 3 (state) on
     state, ticks, cpu = rest[0], int(rest[11]) + int(rest[12]), int(rest[36])
-    return name, ticks, cpu, state, allowed
+    return name, ticks, cpu, state, allowed, wait_ns, invol
 
 
 def summarise(samples, hz):
-    """samples: [(t_seconds, {(pid, tid): (name, ticks, cpu, state, allowed)})] -> lines."""
+    """samples: [(t_seconds, {(pid, tid): read_thread's tuple})] -> lines."""
     share = collections.defaultdict(list)
+    waits = collections.defaultdict(list)  # run-queue wait ns per interval, where known
+    invol = collections.Counter()
     cpus = collections.defaultdict(collections.Counter)
     info = {}
     shared = []
     for (t0, a), (t1, b) in zip(samples, samples[1:]):
         busy_on = collections.defaultdict(list)
-        for key, (name, ticks, cpu, _state, allowed) in b.items():
+        for key, (name, ticks, cpu, _state, allowed, wait_ns, nvcsw) in b.items():
             info[key] = (name, allowed)
             cpus[key][cpu] += 1
+            if key in a and wait_ns >= 0 and a[key][5] >= 0:
+                waits[key].append(wait_ns - a[key][5])
+            if key in a:
+                invol[key] += nvcsw - a[key][6]
             if key in a and t1 > t0:
                 s = (ticks - a[key][1]) / hz / (t1 - t0)
                 share[key].append(s)
@@ -62,8 +78,11 @@ def summarise(samples, hz):
             continue
         name, allowed = info[key]
         top = ", ".join(f"{c}x{n}" for c, n in cpus[key].most_common(3))
+        w = waits[key]
+        rq = (f"run-queue wait {sum(w) / 1e6:.1f} ms (most in one interval {max(w) / 1e6:.1f})"
+              if w else "run-queue wait ?")
         lines.append(f"  {name}/{key[1]}: cpu share mean {sum(s) / len(s):.2f} max {max(s):.2f}, "
-                     f"on cpus {top}, allowed {allowed}")
+                     f"on cpus {top}, allowed {allowed}; {rq}, {invol[key]} involuntary switches")
     lines.append(f"busy threads sharing a CPU: {len(shared)} sample(s)")
     lines += ["  " + x for x in shared[:20]]
     return lines
