@@ -11,6 +11,7 @@
 #include <string>
 
 #include "crystal/base/error.h"
+#include "crystal/base/thread_name.h"
 #include "params.h"
 
 namespace crystal::plugin {
@@ -32,6 +33,7 @@ ConnTrace* makeGlobal() {
     throw InputError(fmt::format("CRYSTAL_TRACE_CONN_EVERY_S={}: must be >= 0", every));
   if (every > 0)
     std::thread([t, every] {
+      nameThisThread("crystal trace");
       for (;;) {
         std::this_thread::sleep_for(std::chrono::seconds(every));
         (void)t->write();

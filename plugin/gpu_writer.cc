@@ -12,6 +12,7 @@
 
 #include "call_stats.h"
 #include "crystal/base/log.h"
+#include "crystal/base/thread_name.h"
 #include "errors.h"
 #include "params.h"
 
@@ -198,7 +199,10 @@ std::shared_ptr<GpuWriter> GpuWriter::make(const cuda::DriverApi& d, cuda::Conte
     *why = fmt::format("its first kernel did not finish within 2 s of its launch (CUDA {})", q);
     return nullptr;  // the destructor stops it and frees what it can
   }
-  p->watchdog_ = std::thread([raw = p.get()] { raw->watch(); });
+  p->watchdog_ = std::thread([raw = p.get()] {
+    nameThisThread("crystal gpu-wr");
+    raw->watch();
+  });
   return p;
 }
 

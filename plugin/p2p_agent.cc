@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "crystal/base/log.h"
+#include "crystal/base/thread_name.h"
 #include "errors.h"
 #include "p2p_agent_rules.h"
 #include "params.h"
@@ -228,7 +229,10 @@ void P2pAgent::start(const void* image) {
                                   "2 s (CUDA {}; kernel starts {}, state {}, want {})",
                                   q, word(table_->starts).load(), word(table_->state).load(),
                                   word(table_->want).load()));
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    nameThisThread("crystal pacer");
+    run();
+  });
 }
 
 P2pAgent::~P2pAgent() {

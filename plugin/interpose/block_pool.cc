@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "crystal/base/error.h"
+#include "crystal/base/thread_name.h"
 #include "crystal/control/protocol.h"
 #include "crystal/live/nccl_slots.h"
 #include "plugin/cuda_driver.h"
@@ -100,7 +101,10 @@ class WritePoller {
     comms_.push_back({comm_hash, rank, ctx});
     if (!started_) {
       started_ = true;
-      std::thread([this] { run(); }).detach();
+      std::thread([this] {
+        nameThisThread("crystal stores");
+        run();
+      }).detach();
     }
   }
 

@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "crystal/base/thread_name.h"
 #include "plugin/profiler/proxy_ops.h"
 
 namespace crystal::profiler {
@@ -182,7 +183,10 @@ class RecordFile {
     out_.reserve(kQueued);
     // Detached and never stopped: the file lives until exit (proxy threads may report late).
     try {
-      std::thread([this] { writeLoop(); }).detach();
+      std::thread([this] {
+        nameThisThread("crystal record");
+        writeLoop();
+      }).detach();
     } catch (const std::system_error&) {
       // No writer: the queue is written when it fills and at each finalize.
     }

@@ -13,6 +13,7 @@
 
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
+#include "crystal/base/thread_name.h"
 #include "crystal/control/codec.h"
 #include "crystal/control/server.h"
 #include "crystal/control/socket_io.h"
@@ -201,7 +202,10 @@ struct ControlServer::Impl {
 ControlServer::ControlServer(ControlHandler& handler, ControlServerOptions opts)
     : impl_(std::make_unique<Impl>(handler, std::move(opts))) {
   impl_->bind();
-  impl_->thread = std::thread([this] { impl_->run(); });
+  impl_->thread = std::thread([this] {
+    nameThisThread("crystal control");
+    impl_->run();
+  });
 }
 
 ControlServer::~ControlServer() {

@@ -15,6 +15,7 @@
 #include "comm.h"
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
+#include "crystal/base/thread_name.h"
 #include "loop.h"
 #include "net.h"
 #include "wire.h"
@@ -240,7 +241,10 @@ BootstrapHost::~BootstrapHost() { stop(); }
 
 void BootstrapHost::start() {
   if (impl_->running.exchange(true)) return;
-  impl_->thread = std::thread([this] { impl_->run(); });
+  impl_->thread = std::thread([this] {
+    nameThisThread("crystal host");
+    impl_->run();
+  });
 }
 
 void BootstrapHost::stop() {

@@ -21,6 +21,7 @@
 
 #include "crystal/base/error.h"
 #include "crystal/base/log.h"
+#include "crystal/base/thread_name.h"
 #include "crystal/control/socket_io.h"
 #include "store_core.h"
 
@@ -74,7 +75,10 @@ struct StoreServer::Impl {
       throw InputError(std::string("store: pipe: ") + std::strerror(errno));
     wake_rd = p[0];
     wake_wr = p[1];
-    thread = std::thread([this] { run(); });
+    thread = std::thread([this] {
+      nameThisThread("crystal store");
+      run();
+    });
   }
 
   ~Impl() {

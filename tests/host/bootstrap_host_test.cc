@@ -10,6 +10,8 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <set>
 #include <thread>
@@ -226,6 +228,25 @@ class HostTest : public ::testing::Test {
     EXPECT_TRUE(waitPhase(hash, CommPhase::Destroyed)) << "comm not released after destroy";
   }
 };
+
+// The host's thread carries a name (`top -H`, `ps -L`, thread_sample.py tell it from NCCL's
+// and the program's): it names itself as it starts, so it is looked for a while.
+TEST_F(HostTest, ItsThreadIsNamed) {
+  auto named = [] {
+    for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream f(t.path() / "comm");
+      std::string name;
+      if (std::getline(f, name) && name == "crystal host") return true;
+    }
+    return false;
+  };
+  bool found = named();
+  for (int i = 0; i < 200 && !found; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    found = named();
+  }
+  EXPECT_TRUE(found) << "no thread of this process is named \"crystal host\"";
+}
 
 // All-to-all from one real rank: a NET connection each way with every virtual peer (send/recv
 // setup, graph NULL, tags (i<<8)), plus one Hello per virtual sender.

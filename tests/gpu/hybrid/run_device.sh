@@ -60,6 +60,9 @@ emulate() {  # emulate CONFIG SPLIT -- CMD...
   # share, CPUs, busy threads sharing one, run-queue wait (thread_sample.py;
   # $OUT/threads-CASE.txt, printed at the end).
   if [ "${SAMPLE_THREADS:-}" = 1 ]; then
+    # NCCL names its threads ("NCCL Progress", "NCCL Service") only when asked; crystal's
+    # name themselves ("crystal pacer", ...).
+    export NCCL_SET_THREAD_NAME=${NCCL_SET_THREAD_NAME:-1}
     python3 tests/gpu/hybrid/thread_sample.py hybrid_nccl "$OUT/threads-$case_name.txt" \
         --every-ms "${SAMPLE_EVERY_MS:-100}" >&2 &
     sampler=$!
