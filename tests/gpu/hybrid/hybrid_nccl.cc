@@ -10,7 +10,9 @@
 //          --min BYTES --max BYTES --step F (size multiplier) --iters N --split G (also
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
 //          --init-only 1 (create the communicators, destroy them, exit)
-// Prints one line per (comm, op, size): avg microseconds over --iters after 2 warm-ups, and
+//          --warmup N (default 2): untimed operations before each measurement; as many as
+//          --iters lets NCCL's proxy grow its tables before the clock starts
+// Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
 // the GPU waited for the host, as a real cluster's would for the same calls).
 // Never hangs: it waits for the GPU by polling, checks every communicator's async error
@@ -226,7 +228,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;
-  int iters = 20, split = 0, init_only = 0;
+  int iters = 20, split = 0, init_only = 0, warmup = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--ops")
@@ -243,6 +245,8 @@ int main(int argc, char** argv) {
       split = std::atoi(v.c_str());
     else if (a == "--init-only")
       init_only = std::atoi(v.c_str());
+    else if (a == "--warmup")
+      warmup = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str());
       return 2;
@@ -311,7 +315,7 @@ int main(int argc, char** argv) {
         const bool pair = real_peer >= 0 && name == "world";
         const int peer = pair ? real_peer : (cr + 1) % cn;
         const int from = pair ? real_peer : (cr - 1 + cn) % cn;
-        for (int w = 0; w < 2; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
+        for (int w = 0; w < warmup; ++w) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
         // The warm-ups end before the clock starts (as nccl-tests does): else e0 runs when
         // they end, after the host has enqueued some measured iterations, and a host-bound
         // operation reads faster than its calls allow.

@@ -10,7 +10,8 @@ and stdout a summary: per thread (name, tid) the CPU share between samples (from
 every sample where two busy threads (>= 50 % of a CPU over the interval) were last seen on
 the same CPU; and per thread the time it spent runnable but waiting for a CPU (the run-queue
 wait of /proc/PID/task/TID/schedstat, total and the most in one interval) and its involuntary
-context switches. run_device.sh runs it when SAMPLE_THREADS=1 (the thirty-seventh session's
+context switches and minor page faults (first touches of new memory: a thread that
+grows a table a page at a time stalls so). run_device.sh runs it when SAMPLE_THREADS=1 (the thirty-seventh session's
 4-5 ms stalls: a thread off a CPU for a time slice, or not?); SAMPLE_EVERY_MS sets the interval.
 """
 import collections
@@ -24,7 +25,8 @@ BUSY = 0.5  # share of a CPU over one interval that makes a thread busy
 
 def read_thread(pid, tid):
     """(name, utime+stime ticks, last CPU, state, allowed list, run-queue wait ns or -1 where
-    the kernel keeps no schedstat, involuntary context switches) or None when gone."""
+    the kernel keeps no schedstat, involuntary context switches, minor page faults) or None
+    when gone."""
     base = f"/proc/{pid}/task/{tid}"
     try:
         with open(f"{base}/stat") as f:
@@ -42,8 +44,8 @@ def read_thread(pid, tid):
     invol = int(status.get("nonvoluntary_ctxt_switches", "0").strip() or 0)
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     rest = stat[stat.rindex(")") + 2:].split()  # fields from 3 (state) on
-    state, ticks, cpu = rest[0], int(rest[11]) + int(rest[12]), int(rest[36])
-    return name, ticks, cpu, state, allowed, wait_ns, invol
+    state, ticks, cpu, minflt = rest[0], int(rest[11]) + int(rest[12]), int(rest[36]), int(rest[7])
+    return name, ticks, cpu, state, allowed, wait_ns, invol, minflt
 
 
 def summarise(samples, hz):
@@ -51,18 +53,20 @@ def summarise(samples, hz):
     share = collections.defaultdict(list)
     waits = collections.defaultdict(list)  # run-queue wait ns per interval, where known
     invol = collections.Counter()
+    faults = collections.defaultdict(list)  # minor page faults per interval
     cpus = collections.defaultdict(collections.Counter)
     info = {}
     shared = []
     for (t0, a), (t1, b) in zip(samples, samples[1:]):
         busy_on = collections.defaultdict(list)
-        for key, (name, ticks, cpu, _state, allowed, wait_ns, nvcsw) in b.items():
+        for key, (name, ticks, cpu, _state, allowed, wait_ns, nvcsw, minflt) in b.items():
             info[key] = (name, allowed)
             cpus[key][cpu] += 1
             if key in a and wait_ns >= 0 and a[key][5] >= 0:
                 waits[key].append(wait_ns - a[key][5])
             if key in a:
                 invol[key] += nvcsw - a[key][6]
+                faults[key].append(minflt - a[key][7])
             if key in a and t1 > t0:
                 s = (ticks - a[key][1]) / hz / (t1 - t0)
                 share[key].append(s)
@@ -81,8 +85,10 @@ def summarise(samples, hz):
         w = waits[key]
         rq = (f"run-queue wait {sum(w) / 1e6:.1f} ms (most in one interval {max(w) / 1e6:.1f})"
               if w else "run-queue wait ?")
+        f = faults[key]
         lines.append(f"  {name}/{key[1]}: cpu share mean {sum(s) / len(s):.2f} max {max(s):.2f}, "
-                     f"on cpus {top}, allowed {allowed}; {rq}, {invol[key]} involuntary switches")
+                     f"on cpus {top}, allowed {allowed}; {rq}, {invol[key]} involuntary switches, "
+                     f"{sum(f)} minor faults (most in one interval {max(f, default=0)})")
     lines.append(f"busy threads sharing a CPU: {len(shared)} sample(s)")
     lines += ["  " + x for x in shared[:20]]
     return lines
