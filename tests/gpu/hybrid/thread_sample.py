@@ -10,9 +10,10 @@ and stdout a summary: per thread (name, tid) the CPU share between samples (from
 every sample where two busy threads (>= 50 % of a CPU over the interval) were last seen on
 the same CPU; and per thread the time it spent runnable but waiting for a CPU (the run-queue
 wait of /proc/PID/task/TID/schedstat, total and the most in one interval) and its involuntary
-context switches and minor page faults (first touches of new memory: a thread that
-grows a table a page at a time stalls so). run_device.sh runs it when SAMPLE_THREADS=1 (the thirty-seventh session's
-4-5 ms stalls: a thread off a CPU for a time slice, or not?); SAMPLE_EVERY_MS sets the interval.
+context switches and minor page faults (first touches of new memory: a thread that grows a
+table a page at a time stalls so). run_device.sh runs it when SAMPLE_THREADS=1 (the
+thirty-seventh session's 4-5 ms stalls: a thread off a CPU for a time slice, or not?);
+SAMPLE_EVERY_MS sets the interval.
 """
 import collections
 import os
@@ -22,11 +23,13 @@ import time
 
 BUSY = 0.5  # share of a CPU over one interval that makes a thread busy
 
+# One thread at one sample. wait_ns: run-queue wait so far, -1 where the kernel keeps no
+# schedstat; invol: involuntary context switches; minflt: minor page faults.
+Thread = collections.namedtuple("Thread", "name ticks cpu state allowed wait_ns invol minflt")
+
 
 def read_thread(pid, tid):
-    """(name, utime+stime ticks, last CPU, state, allowed list, run-queue wait ns or -1 where
-    the kernel keeps no schedstat, involuntary context switches, minor page faults) or None
-    when gone."""
+    """A Thread (ticks: utime + stime; cpu: the last it ran on), or None when gone."""
     base = f"/proc/{pid}/task/{tid}"
     try:
         with open(f"{base}/stat") as f:
@@ -45,11 +48,11 @@ def read_thread(pid, tid):
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     rest = stat[stat.rindex(")") + 2:].split()  # fields from 3 (state) on
     state, ticks, cpu, minflt = rest[0], int(rest[11]) + int(rest[12]), int(rest[36]), int(rest[7])
-    return name, ticks, cpu, state, allowed, wait_ns, invol, minflt
+    return Thread(name, ticks, cpu, state, allowed, wait_ns, invol, minflt)
 
 
 def summarise(samples, hz):
-    """samples: [(t_seconds, {(pid, tid): read_thread's tuple})] -> lines."""
+    """samples: [(t_seconds, {(pid, tid): Thread})] -> lines."""
     share = collections.defaultdict(list)
     waits = collections.defaultdict(list)  # run-queue wait ns per interval, where known
     invol = collections.Counter()
@@ -59,19 +62,21 @@ def summarise(samples, hz):
     shared = []
     for (t0, a), (t1, b) in zip(samples, samples[1:]):
         busy_on = collections.defaultdict(list)
-        for key, (name, ticks, cpu, _state, allowed, wait_ns, nvcsw, minflt) in b.items():
-            info[key] = (name, allowed)
-            cpus[key][cpu] += 1
-            if key in a and wait_ns >= 0 and a[key][5] >= 0:
-                waits[key].append(wait_ns - a[key][5])
-            if key in a:
-                invol[key] += nvcsw - a[key][6]
-                faults[key].append(minflt - a[key][7])
-            if key in a and t1 > t0:
-                s = (ticks - a[key][1]) / hz / (t1 - t0)
+        for key, now in b.items():
+            info[key] = (now.name, now.allowed)
+            cpus[key][now.cpu] += 1
+            before = a.get(key)
+            if before is None:
+                continue  # born between the samples: nothing to compare yet
+            if now.wait_ns >= 0 and before.wait_ns >= 0:
+                waits[key].append(now.wait_ns - before.wait_ns)
+            invol[key] += now.invol - before.invol
+            faults[key].append(now.minflt - before.minflt)
+            if t1 > t0:
+                s = (now.ticks - before.ticks) / hz / (t1 - t0)
                 share[key].append(s)
                 if s >= BUSY:
-                    busy_on[cpu].append(f"{name}/{key[1]}")
+                    busy_on[now.cpu].append(f"{now.name}/{key[1]}")
         for cpu, names in sorted(busy_on.items()):
             if len(names) > 1:
                 shared.append(f"t={t1 - samples[0][0]:.2f}s cpu {cpu}: {', '.join(names)}")

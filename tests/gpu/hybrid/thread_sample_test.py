@@ -13,8 +13,11 @@ HZ = 100
 def snap(**threads):
     """threads: name=(tid, ticks, cpu[, run-queue wait ns, involuntary switches, minor faults])
     -> one sample's dict for pid 7 (wait, switches and faults 0 where not given)."""
-    return {(7, t[0]): (name, t[1], t[2], "R", "0-15", *(t[3:] + (0, 0, 0)[len(t) - 3:]))
-            for name, t in threads.items()}
+    out = {}
+    for name, t in threads.items():
+        wait_invol_faults = t[3:] + (0, 0, 0)[len(t) - 3:]
+        out[(7, t[0])] = thread_sample.Thread(name, t[1], t[2], "R", "0-15", *wait_invol_faults)
+    return out
 
 
 class Summary(unittest.TestCase):
@@ -52,7 +55,7 @@ class Summary(unittest.TestCase):
     def test_reads_this_process_threads(self):
         r = thread_sample.read_thread(os.getpid(), os.getpid())
         self.assertIsNotNone(r)
-        name, ticks, cpu, state, allowed, wait_ns, invol, minflt = r
+        name, ticks, cpu, state, allowed, wait_ns, invol, minflt = r  # a Thread
         self.assertTrue(name)
         self.assertGreaterEqual(ticks, 0)
         self.assertGreaterEqual(cpu, 0)
