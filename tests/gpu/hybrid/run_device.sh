@@ -11,7 +11,8 @@
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
 #       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
-#   OPS, ITERS, CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
+#   OPS, ITERS, WARMUP (hybrid_nccl --warmup: untimed operations before each size, default 2),
+#   CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
 #   per receive, which costs the real rank time a target rank does not spend),
 #   GDR (default 1: NET buffers in GPU memory, forwarded as CRYSTAL_GDR; 0 = host memory),
 #   P2P (1: every case under emulation.p2p_peers; P2P_SLICE_US=X: emulation.gpu_slice_us), MPS (`two`: 1 (the default under `all`)
@@ -123,7 +124,7 @@ export CRYSTAL_GDR=${GDR:-1}
 # limit, so one that hangs cannot take the others with it.
 run_all() {
   local S=$OUT/summary.md ops=${OPS:-allreduce,allgather,reducescatter,broadcast,reduce,sendrecv,alltoall}
-  local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-20}"
+  local sizes="--min 1024 --max 1073741824 --step 4" it="--iters ${ITERS:-20}${WARMUP:+ --warmup $WARMUP}"
   local self=$PWD/tests/gpu/hybrid/run_device.sh
   local sweep=(-b 1K -e 1G -f 4 -n "${ITERS:-20}")  # -n: per operation of the same loop
   {
@@ -132,7 +133,7 @@ run_all() {
     echo "Target GPU (cluster.gpu.model): ${TARGET_GPU:-H200, the config default}; this machine: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)."
     echo
     echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
-    echo "average over ${ITERS:-20} iterations after 2 warm-ups on the real rank; model ="
+    echo "average over ${ITERS:-20} iterations after ${WARMUP:-2} warm-ups on the real rank; model ="
     echo "\`crystal simulate CONFIG --sweep -n ${ITERS:-20}\` for the same communicator; diff = (emulated - model) / model."
     echo "host us: the program's CPU time a call (hybrid_nccl's host_us); \"host-bound\": it is at"
     echo "least 0.9 of the emulated time, so the row times the emulating machine's CPU (compare.py)."
@@ -289,7 +290,7 @@ case "$case_name" in
            emulate "$cfg" "" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" "$@"
          else
            emulate "$cfg" "${g:+block:$g}" -- env RANK=$r NRANKS=$n ID_ROOT=1 "$P" --ops "$P2P_OPS" \
-             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-20} ${g:+--split $g} "$@" |
+             --min 1048576 --max 1073741824 --step 4 --iters ${ITERS:-20} ${WARMUP:+--warmup $WARMUP} ${g:+--split $g} "$@" |
              tee "$OUT/p2p.txt"
            rc=${PIPESTATUS[0]}
            $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 --ranks $n \
