@@ -14,7 +14,9 @@
 //          --iters lets NCCL's proxy grow its tables before the clock starts
 // Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
-// the GPU waited for the host, as a real cluster's would for the same calls).
+// the GPU waited for the host, as a real cluster's would for the same calls), then a "#" line
+// with the process's minor faults in the timed loop by thread (first touches of fresh memory:
+// NCCL growing its pools as the loop runs ahead; a long enough warm-up leaves few).
 // Never hangs: it waits for the GPU by polling, checks every communicator's async error
 // (an NCCL error from the plugin, e.g. the emulation host gone) and gives up after
 // WAIT_TIMEOUT seconds (default 120) per measurement; then it aborts the communicators and
@@ -24,6 +26,7 @@
 // once CUDA's launch queue is full, and only another thread can see the error and abort.
 #define CRYSTAL_GPU_PROGRAM "hybrid_nccl"
 #include "gpu_check.h"
+#include "thread_faults.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -321,6 +324,7 @@ int main(int argc, char** argv) {
         // operation reads faster than its calls allow.
         CUDA_OK(cudaEventRecord(e0, s));
         if (const int rc = waitOrFail(e0, *watchdog, rank, wait_s); rc != 0) return rc;
+        const auto faults0 = gpu_check::minorFaultsByThread();  // outside the clock
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
         g_group_end_s = 0;
@@ -335,6 +339,8 @@ int main(int argc, char** argv) {
         std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f\n", name.c_str(), op.c_str(), bytes, us,
                     bytes / us / 1000.0, host_us);
         if (op == "alltoall") std::printf("#   of host_us in ncclGroupEnd: %.1f\n", group_end_us);
+        std::printf("#   minor faults in the timed loop: %s\n",
+                    gpu_check::faultsBetween(faults0, gpu_check::minorFaultsByThread()).c_str());
         std::fflush(stdout);
       }
     }
