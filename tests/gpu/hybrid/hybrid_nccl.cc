@@ -11,12 +11,13 @@
 //          run on ncclCommSplit(color = rank / G) alternately with the world)
 //          --init-only 1 (create the communicators, destroy them, exit)
 //          --warmup N (default 2): untimed operations before each measurement; as many as
-//          --iters lets NCCL's proxy grow its tables before the clock starts
+//          --iters pays the process's first-use costs before the clock starts (with 2, a
+//          400-iteration loop's first ~40 ms stalled: tests/gpu/hybrid/README.md)
 // Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
 // the GPU waited for the host, as a real cluster's would for the same calls), then a "#" line
-// with the process's minor faults in the timed loop by thread (first touches of fresh memory:
-// NCCL growing its pools as the loop runs ahead; a long enough warm-up leaves few).
+// with the process's minor faults in the timed loop by thread (first touches of fresh memory,
+// e.g. NCCL growing a pool as the loop runs ahead; a long enough warm-up should leave few).
 // Never hangs: it waits for the GPU by polling, checks every communicator's async error
 // (an NCCL error from the plugin, e.g. the emulation host gone) and gives up after
 // WAIT_TIMEOUT seconds (default 120) per measurement; then it aborts the communicators and
