@@ -13,6 +13,10 @@
 //          --warmup N (default 2): untimed operations before each measurement; as many as
 //          --iters pays the process's first-use costs before the clock starts (with 2, a
 //          400-iteration loop's first ~40 ms stalled: tests/gpu/hybrid/README.md)
+//          --op-times 1: a CUDA event after every timed operation, and a "#" line per row with
+//          the spread of the operations' times (op_times.h: min, median, max, the slowest
+//          three by index in the loop and the mean without them), to tell a few slow
+//          operations from a uniformly slower loop; each record costs the host ~1-2 us a call
 // Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
 // the GPU waited for the host, as a real cluster's would for the same calls), then a "#" line
@@ -27,6 +31,7 @@
 // once CUDA's launch queue is full, and only another thread can see the error and abort.
 #define CRYSTAL_GPU_PROGRAM "hybrid_nccl"
 #include "gpu_check.h"
+#include "op_times.h"
 #include "thread_faults.h"
 #include <sys/stat.h>
 #include <unistd.h>
@@ -232,7 +237,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;
-  int iters = 20, split = 0, init_only = 0, warmup = 2;
+  int iters = 20, split = 0, init_only = 0, warmup = 2, op_times = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--ops")
@@ -251,6 +256,8 @@ int main(int argc, char** argv) {
       init_only = std::atoi(v.c_str());
     else if (a == "--warmup")
       warmup = std::atoi(v.c_str());
+    else if (a == "--op-times")
+      op_times = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str());
       return 2;
@@ -301,6 +308,8 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
+  std::vector<cudaEvent_t> op_end(op_times != 0 ? static_cast<size_t>(iters) : 0);
+  for (cudaEvent_t& e : op_end) CUDA_OK(cudaEventCreate(&e));
   std::printf("%-6s %-14s %12s %12s %10s %9s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps",
               "host_us");
   std::fflush(stdout);
@@ -329,7 +338,10 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
         g_group_end_s = 0;
-        for (int it = 0; it < iters; ++it) runOp(op, comm, cr, cn, b, bytes, peer, from, s);
+        for (int it = 0; it < iters; ++it) {
+          runOp(op, comm, cr, cn, b, bytes, peer, from, s);
+          if (!op_end.empty()) CUDA_OK(cudaEventRecord(op_end[static_cast<size_t>(it)], s));
+        }
         const double host_us = 1e6 * (now() - h0) / iters;
         const double group_end_us = 1e6 * g_group_end_s / iters;
         CUDA_OK(cudaEventRecord(e1, s));
@@ -340,6 +352,17 @@ int main(int argc, char** argv) {
         std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f\n", name.c_str(), op.c_str(), bytes, us,
                     bytes / us / 1000.0, host_us);
         if (op == "alltoall") std::printf("#   of host_us in ncclGroupEnd: %.1f\n", group_end_us);
+        if (!op_end.empty()) {
+          std::vector<double> each;
+          cudaEvent_t prev = e0;
+          for (cudaEvent_t e : op_end) {
+            float op_ms = 0;
+            CUDA_OK(cudaEventElapsedTime(&op_ms, prev, e));
+            each.push_back(1000.0 * op_ms);
+            prev = e;
+          }
+          std::printf("#   per operation (us): %s\n", gpu_check::formatOpTimes(each).c_str());
+        }
         std::printf("#   minor faults in the timed loop: %s\n",
                     gpu_check::faultsBetween(faults0, gpu_check::minorFaultsByThread()).c_str());
         std::fflush(stdout);
