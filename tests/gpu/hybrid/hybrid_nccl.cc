@@ -16,7 +16,9 @@
 //          --op-times 1: a CUDA event after every timed operation, and a "#" line per row with
 //          the spread of the operations' times (op_times.h: min, median, max, the slowest
 //          three by index in the loop and the mean without them), to tell a few slow
-//          operations from a uniformly slower loop; each record costs the host ~1-2 us a call
+//          operations from a uniformly slower loop, and a line of the same for each call's
+//          host time; each event costs the host ~1-2 us a call and the GPU ~2 us an operation
+//          between NCCL's kernels (tests/gpu/hybrid/README.md, fortieth session)
 // Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
 // the GPU waited for the host, as a real cluster's would for the same calls), then a "#" line
@@ -338,9 +340,14 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
         g_group_end_s = 0;
+        std::vector<double> call_us;  // --op-times: each call's host time (its enqueue)
         for (int it = 0; it < iters; ++it) {
+          const double c0 = op_end.empty() ? 0 : now();
           runOp(op, comm, cr, cn, b, bytes, peer, from, s);
-          if (!op_end.empty()) CUDA_OK(cudaEventRecord(op_end[static_cast<size_t>(it)], s));
+          if (!op_end.empty()) {
+            call_us.push_back(1e6 * (now() - c0));
+            CUDA_OK(cudaEventRecord(op_end[static_cast<size_t>(it)], s));
+          }
         }
         const double host_us = 1e6 * (now() - h0) / iters;
         const double group_end_us = 1e6 * g_group_end_s / iters;
@@ -362,6 +369,9 @@ int main(int argc, char** argv) {
             prev = e;
           }
           std::printf("#   per operation (us): %s\n", gpu_check::formatOpTimes(each).c_str());
+          // The first call after the warm-ups' wait runs while the GPU is idle: its host time
+          // is part of the first operation's.
+          std::printf("#   host time a call (us): %s\n", gpu_check::formatOpTimes(call_us).c_str());
         }
         std::printf("#   minor faults in the timed loop: %s\n",
                     gpu_check::faultsBetween(faults0, gpu_check::minorFaultsByThread()).c_str());
