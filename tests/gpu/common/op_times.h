@@ -27,19 +27,18 @@ struct OpTimesSummary {
 inline OpTimesSummary summarizeOpTimes(const std::vector<double>& us, std::size_t top = 3) {
   OpTimesSummary s;
   if (us.empty()) return s;
-  std::vector<double> sorted = us;
-  std::sort(sorted.begin(), sorted.end());
-  const double total = std::accumulate(us.begin(), us.end(), 0.0);
-  s.mean = total / static_cast<double>(us.size());
-  s.min = sorted.front();
-  s.max = sorted.back();
-  const std::size_t n = sorted.size();
-  s.median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  const std::size_t n = us.size();
+  // Slowest first; among equal times the earlier operation first (a stable, testable order).
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  // Slowest first; among equal times the earlier operation first (a stable, testable order).
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return us[a] > us[b]; });
+  const double total = std::accumulate(us.begin(), us.end(), 0.0);
+  s.mean = total / static_cast<double>(n);
+  s.max = us[order.front()];
+  s.min = us[order.back()];
+  // The middle of the descending order is the median either way round.
+  s.median = n % 2 == 1 ? us[order[n / 2]] : (us[order[n / 2 - 1]] + us[order[n / 2]]) / 2;
   top = std::min(top, n - 1);
   s.slowest.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top));
   double slow_sum = 0;
