@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <utility>
 
 #include "crystal/base/log.h"
 #include "params.h"
@@ -60,9 +61,45 @@ AppOperation::~AppOperation() {
     last.set_up_ops += 1;
     last.set_up_ns += ns;
     s = last;
+  } else {
+    AppCallStats::Op op;
+    op.index = last.ungrouped + last.group_ends;
+    op.ns = ns;
+    op.nccl_ns = s.call_nccl_ns + s.group_end_nccl_ns - last.call_nccl_ns - last.group_end_nccl_ns;
+    op.tuner_ns = s.tuner_ns - last.tuner_ns;
+    op.profiler_ns = s.profiler_ns - last.profiler_ns;
+    op.pacing_ns = s.pacing_ns - last.pacing_ns;
+    // Insert in order; the fastest of the kept ones drops out.
+    for (AppCallStats::Op& kept : s.slowest)
+      if (op.ns > kept.ns) std::swap(op, kept);
   }
   last = s;
 }
+
+namespace {
+
+std::string describeOp(const AppCallStats::Op& o) {
+  const std::int64_t ours_in_nccl = o.tuner_ns + o.profiler_ns;
+  return fmt::format("#{} {:.2f} us (NCCL's own {:.2f}, the tuner {:.2f}, the profiler {:.2f}, "
+                     "P2P pacing {:.2f}, the interposer's other work {:.2f})",
+                     o.index, us(o.ns, 1), us(o.nccl_ns - ours_in_nccl, 1), us(o.tuner_ns, 1),
+                     us(o.profiler_ns, 1), us(o.pacing_ns, 1),
+                     us(o.ns - o.nccl_ns - o.pacing_ns, 1));
+}
+
+// "; the slowest: #i … us (…), …" over the kept operations, when there were two or more.
+std::string slowestText(const AppCallStats& s) {
+  if (s.ungrouped + s.group_ends < 2 || s.slowest[0].ns == 0) return {};
+  std::string out = "; the slowest: ";
+  for (const AppCallStats::Op& o : s.slowest) {
+    if (o.ns == 0) break;
+    if (&o != &s.slowest[0]) out += ", ";
+    out += describeOp(o);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string describeAppCallStats(const AppCallStats& s) {
   const std::int64_t ops = s.ungrouped + s.group_ends;
@@ -83,7 +120,8 @@ std::string describeAppCallStats(const AppCallStats& s) {
                             : fmt::format("; {} operations over {} ms left out ({:.1f} ms in all: "
                                           "connection set-up)",
                                           s.set_up_ops, kSetUpNs / 1'000'000,
-                                          static_cast<double>(s.set_up_ns) / 1e6));
+                                          static_cast<double>(s.set_up_ns) / 1e6)) +
+         slowestText(s);
 }
 
 void logAppCallStats() noexcept {

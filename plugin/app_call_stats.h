@@ -33,6 +33,15 @@ struct AppCallStats {
   // at their first use (tens of ms for an all-to-all's 126 connections). They are left out
   // of every figure above, else one of them outweighs thousands of operations.
   std::int64_t set_up_ops = 0, set_up_ns = 0;
+  // The slowest counted operations, slowest first: where an operation's outlier went (the
+  // first call after the program waited for its stream took 5-7x the others on an H100,
+  // tests/gpu/hybrid/README.md, forty-first session). `index`: the operation's place among
+  // the counted ones since the record started, from 0.
+  struct Op {
+    std::int64_t index = -1, ns = 0, nccl_ns = 0, tuner_ns = 0, profiler_ns = 0, pacing_ns = 0;
+  };
+  static constexpr int kSlowest = 3;
+  Op slowest[kSlowest];
 };
 inline constexpr std::int64_t kSetUpNs = 1'000'000;
 

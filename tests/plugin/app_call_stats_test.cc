@@ -127,6 +127,49 @@ TEST(AppCallStats, SetUpOperationsAreLeftOut) {
   setAppCallStatsForTesting(false);
 }
 
+// The line also names the three slowest operations with their split, so one outlier (the
+// first call after the program waited for its stream) shows whose code it spent its time in.
+// The record's fields are set by hand inside each operation: exact, whatever the machine's load.
+TEST(AppCallStats, TheSlowestOperationsKeepTheirSplit) {
+  setAppCallStatsForTesting(true);
+  auto operation = [](std::int64_t us, std::int64_t nccl_us, std::int64_t pacing_us) {
+    const AppOperation op(true);
+    AppCallStats& s = appCallStats();
+    ++s.calls;
+    ++s.ungrouped;
+    s.call_ns += us * 1000;
+    s.call_nccl_ns += nccl_us * 1000;
+    s.pacing_ns += pacing_us * 1000;
+    s.tuner_ns += 100;
+    ++s.tuner_calls;
+  };
+  operation(20, 15, 2);
+  operation(300, 200, 90);   // #1
+  operation(20, 15, 2);
+  operation(2000, 2000, 0);  // connection set-up: left out, not counted
+  operation(150, 140, 5);    // #3
+  operation(20, 15, 2);
+  operation(80, 70, 2);      // #5
+  operation(60, 50, 2);
+  const AppCallStats s = appCallStats();
+  setAppCallStatsForTesting(false);
+  EXPECT_EQ(s.ungrouped, 7);
+  EXPECT_EQ(s.set_up_ops, 1);
+  ASSERT_EQ(s.slowest[0].index, 1);
+  EXPECT_EQ(s.slowest[0].ns, 300'000);
+  EXPECT_EQ(s.slowest[0].pacing_ns, 90'000);
+  EXPECT_EQ(s.slowest[1].index, 3);
+  EXPECT_EQ(s.slowest[2].index, 5);
+  EXPECT_EQ(s.slowest[2].nccl_ns, 70'000);
+  const std::string line = describeAppCallStats(s);
+  EXPECT_NE(line.find("; the slowest: #1 300.00 us (NCCL's own 199.90, the tuner 0.10, the "
+                      "profiler 0.00, P2P pacing 90.00, the interposer's other work 10.00), "
+                      "#3 150.00 us (NCCL's own 139.90, the tuner 0.10, the profiler 0.00, P2P "
+                      "pacing 5.00, the interposer's other work 5.00), #5 80.00 us"),
+            std::string::npos)
+      << line;
+}
+
 TEST(AppCallStats, TheLogPrintsOnStderrAndStartsOver) {
   setAppCallStatsForTesting(true);
   {
