@@ -340,18 +340,27 @@ std::vector<SweepRow> runSweep(const model::NcclModel& model, const SweepOptions
           row.time_us = c.time_us;
           const bool at_rank =
               op == TestOp::AllGather || op == TestOp::ReduceScatter || op == TestOp::AllReduce;
-          if (isRooted(op))
-            row.time_us = model.loopTimeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
-                                               c.channels, options.rank.value_or(-1), row.root,
-                                               options.iters);
-          else if (at_rank && options.rank)
+          if (isRooted(op)) {
+            auto loop = [&](int iters) {
+              return model.loopTimeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
+                                          c.channels, options.rank.value_or(-1), row.root, iters);
+            };
+            row.time_us = loop(options.iters);
+            if (options.iters >= 2)
+              row.time_after_first_us =
+                  std::max(0.0, (options.iters * row.time_us - loop(1)) / (options.iters - 1));
+          } else if (at_rank && options.rank) {
             row.time_us = model.timeAtRank(modelFunc(op), ts.size_bytes, shape, c.algo, c.proto,
                                            c.channels, *options.rank, row.root);
+          }
           row.algo = std::string(model::toString(c.algo));
           row.proto = std::string(model::toString(c.proto));
           row.channels = c.channels;
         }
       }
+      // Only a chain's loop differs from one operation to the next in the model.
+      if (options.iters >= 2 && row.time_after_first_us < 0 && row.time_us > 0)
+        row.time_after_first_us = row.time_us;
       fillBandwidth(row, n);
       rows.push_back(std::move(row));
     }

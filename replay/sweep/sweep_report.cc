@@ -52,6 +52,7 @@ nlohmann::json sweepJson(std::span<const SweepRow> rows, int nranks, RowSource s
                      {"type", r.type},    {"redop", r.redop},       {"root", r.root},
                      {"time", r.time_us}, {"alg_bw", r.algbw_GBps}, {"bus_bw", r.busbw_GBps}};
     if (source == RowSource::Model) {
+      if (r.time_after_first_us >= 0) j["time_after_first"] = r.time_after_first_us;
       j["algo"] = r.algo;
       j["proto"] = r.proto;
       j["channels"] = r.channels;

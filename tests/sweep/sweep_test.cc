@@ -301,6 +301,35 @@ TEST(Report, TableAndJson) {
   EXPECT_EQ(j["results"][3]["size"], 4096);
   EXPECT_EQ(j["results"][3]["root"], 0);
   EXPECT_DOUBLE_EQ(j["results"][0]["bus_bw"].get<double>(), rows[0].busbw_GBps);
+  EXPECT_DOUBLE_EQ(j["results"][3]["time_after_first"].get<double>(), rows[3].time_after_first_us);
+}
+
+// -n N: the time per operation after the loop's first, for a program that times its first
+// operation apart (hybrid_nccl's after_first_us). A reduce's chain fills once, in the first
+// operation, so the rest run at the chain's pace; an all-reduce's operations all cost the same.
+TEST(Sweep, TimeAfterTheFirstOperation) {
+  const model::NcclModel m(dgx(8), ModelConfig{});
+  SweepOptions o;
+  o.ops = {TestOp::Reduce, TestOp::AllReduce, TestOp::SendRecv};
+  o.steps = {1 << 20};
+  o.nranks = 64;
+  o.rank = 0;
+  o.proto = model::Proto::Simple;
+  o.iters = 20;
+  const auto loop = runSweep(m, o);
+  o.iters = 1;
+  const auto alone = runSweep(m, o);
+  ASSERT_EQ(loop.size(), 3u);
+  const double rest = (20 * loop[0].time_us - alone[0].time_us) / 19;
+  EXPECT_DOUBLE_EQ(loop[0].time_after_first_us, rest);
+  EXPECT_GT(alone[0].time_us, 5 * loop[0].time_us) << "the fill dominates one reduce alone";
+  EXPECT_LT(loop[0].time_after_first_us, loop[0].time_us);
+  o.iters = 1000;  // the fill spread over 1000: close to the rest's pace
+  EXPECT_NEAR(runSweep(m, o)[0].time_us, rest, 0.05 * rest);
+  EXPECT_DOUBLE_EQ(loop[1].time_after_first_us, loop[1].time_us);
+  EXPECT_DOUBLE_EQ(loop[2].time_after_first_us, loop[2].time_us);
+  EXPECT_LT(alone[1].time_after_first_us, 0) << "-n 1 has no operation after the first";
+  EXPECT_FALSE(sweepJson(alone, 64, RowSource::Model)["results"][1].contains("time_after_first"));
 }
 
 }  // namespace

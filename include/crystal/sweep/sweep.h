@@ -76,6 +76,12 @@ struct SweepRow {
   std::string redop;  // "sum" for reductions, "none" otherwise (NCCL-tests prints that)
   int root = -1;      // 0 for broadcast, -1 otherwise
   double time_us = 0;
+  // Model rows of a loop of -n N >= 2: the time per operation after the loop's first, i.e.
+  // (N x time_us - one operation alone) / (N - 1): what a program that times its first
+  // operation apart measures for the rest (a first operation after the program waited for its
+  // stream carries the program's own first call, which the model does not time; a chain's
+  // fill). The same as time_us where the loop's operations all take the same time; -1: none.
+  double time_after_first_us = -1;
   double algbw_GBps = 0;
   double busbw_GBps = 0;
   std::string algo;   // "Ring", "Tree", "PAT", "p2p", "a2a", "-" (nothing sent)
