@@ -19,9 +19,19 @@
 //          operations from a uniformly slower loop, and a line of the same for each call's
 //          host time; each event costs the host ~1-2 us a call and the GPU ~2 us an operation
 //          between NCCL's kernels (tests/gpu/hybrid/README.md, fortieth session)
-// Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups, and
+//          --wait-spin 1: wait for the GPU before each timed loop by polling without sleeping
+//          (default 0: a 50 us sleep between polls), --faults 0: leave out the minor-fault
+//          count (it reads /proc for every thread just before the clock starts): both for
+//          telling the program's own first call after a wait from the emulation's share
+// Prints one line per (comm, op, size): avg microseconds over --iters after the warm-ups,
 // host_us: the CPU's time per operation to enqueue them (NCCL's calls; when it is near avg_us
-// the GPU waited for the host, as a real cluster's would for the same calls), then a "#" line
+// the GPU waited for the host, as a real cluster's would for the same calls), and
+// after_first_us: the mean of the operations after the first (one CUDA event after the first
+// marks it; -1 with --iters 1). The first runs after the program waited for its stream, so it
+// carries the program's own first call with the GPU idle (100-160 us of NCCL's host time where
+// the rest took 13-25, an H100 VM, tests/gpu/hybrid/README.md, forty-first session), which
+// `crystal simulate --sweep` does not time; its JSON's time_after_first is the model's figure
+// for the rest. Then a "#" line
 // with the process's minor faults in the timed loop by thread (first touches of fresh memory,
 // e.g. NCCL growing a pool as the loop runs ahead; a long enough warm-up should leave few).
 // Never hangs: it waits for the GPU by polling, checks every communicator's async error
@@ -199,7 +209,8 @@ class Watchdog {
 
 // Waits for `ev` like cudaEventSynchronize, by polling; NCCL errors are the watchdog's, a
 // wait longer than `timeout_s` ends the run through it (exit 7).
-int waitOrFail(cudaEvent_t ev, Watchdog& watchdog, int rank, double timeout_s) {
+int waitOrFail(cudaEvent_t ev, Watchdog& watchdog, int rank, double timeout_s,
+               bool spin = false) {
   const double t0 = now();
   for (;;) {
     const cudaError_t q = cudaEventQuery(ev);
@@ -216,7 +227,7 @@ int waitOrFail(cudaEvent_t ev, Watchdog& watchdog, int rank, double timeout_s) {
       std::fflush(stdout);
       watchdog.abortAndExit(7);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -239,7 +250,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather,reducescatter,broadcast,sendrecv,alltoall";
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;
-  int iters = 20, split = 0, init_only = 0, warmup = 2, op_times = 0;
+  int iters = 20, split = 0, init_only = 0, warmup = 2, op_times = 0, wait_spin = 0, faults = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--ops")
@@ -260,6 +271,10 @@ int main(int argc, char** argv) {
       warmup = std::atoi(v.c_str());
     else if (a == "--op-times")
       op_times = std::atoi(v.c_str());
+    else if (a == "--wait-spin")
+      wait_spin = std::atoi(v.c_str());
+    else if (a == "--faults")
+      faults = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str());
       return 2;
@@ -312,8 +327,10 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaEventCreate(&e1));
   std::vector<cudaEvent_t> op_end(op_times != 0 ? static_cast<size_t>(iters) : 0);
   for (cudaEvent_t& e : op_end) CUDA_OK(cudaEventCreate(&e));
-  std::printf("%-6s %-14s %12s %12s %10s %9s\n", "comm", "op", "bytes", "avg_us", "algbw_GBps",
-              "host_us");
+  cudaEvent_t e_first;  // after the first timed operation
+  CUDA_OK(cudaEventCreate(&e_first));
+  std::printf("%-6s %-14s %12s %12s %10s %9s %14s\n", "comm", "op", "bytes", "avg_us",
+              "algbw_GBps", "host_us", "after_first_us");
   std::fflush(stdout);
   for (const std::string& op : splitList(ops)) {
     for (double sz = static_cast<double>(min_b); sz <= static_cast<double>(max_b) * 1.0001;
@@ -335,8 +352,10 @@ int main(int argc, char** argv) {
         // they end, after the host has enqueued some measured iterations, and a host-bound
         // operation reads faster than its calls allow.
         CUDA_OK(cudaEventRecord(e0, s));
-        if (const int rc = waitOrFail(e0, *watchdog, rank, wait_s); rc != 0) return rc;
-        const auto faults0 = gpu_check::minorFaultsByThread();  // outside the clock
+        if (const int rc = waitOrFail(e0, *watchdog, rank, wait_s, wait_spin != 0); rc != 0)
+          return rc;
+        const auto faults0 = faults != 0 ? gpu_check::minorFaultsByThread()  // outside the clock
+                                         : decltype(gpu_check::minorFaultsByThread()){};
         CUDA_OK(cudaEventRecord(e0, s));
         const double h0 = now();
         g_group_end_s = 0;
@@ -347,6 +366,8 @@ int main(int argc, char** argv) {
           if (!op_end.empty()) {
             call_us.push_back(1e6 * (now() - c0));
             CUDA_OK(cudaEventRecord(op_end[static_cast<size_t>(it)], s));
+          } else if (it == 0) {
+            CUDA_OK(cudaEventRecord(e_first, s));
           }
         }
         const double host_us = 1e6 * (now() - h0) / iters;
@@ -356,8 +377,14 @@ int main(int argc, char** argv) {
         float ms = 0;
         CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
-        std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f\n", name.c_str(), op.c_str(), bytes, us,
-                    bytes / us / 1000.0, host_us);
+        double after_first_us = -1;
+        if (iters >= 2) {
+          float rest_ms = 0;
+          CUDA_OK(cudaEventElapsedTime(&rest_ms, op_end.empty() ? e_first : op_end[0], e1));
+          after_first_us = 1000.0 * rest_ms / (iters - 1);
+        }
+        std::printf("%-6s %-14s %12zu %12.1f %10.2f %9.1f %14.1f\n", name.c_str(), op.c_str(), bytes,
+                    us, bytes / us / 1000.0, host_us, after_first_us);
         if (op == "alltoall") std::printf("#   of host_us in ncclGroupEnd: %.1f\n", group_end_us);
         if (!op_end.empty()) {
           std::vector<double> each;
@@ -373,8 +400,9 @@ int main(int argc, char** argv) {
           // is part of the first operation's.
           std::printf("#   host time a call (us): %s\n", gpu_check::formatOpTimes(call_us).c_str());
         }
-        std::printf("#   minor faults in the timed loop: %s\n",
-                    gpu_check::faultsBetween(faults0, gpu_check::minorFaultsByThread()).c_str());
+        if (faults != 0)
+          std::printf("#   minor faults in the timed loop: %s\n",
+                      gpu_check::faultsBetween(faults0, gpu_check::minorFaultsByThread()).c_str());
         std::fflush(stdout);
       }
     }

@@ -135,6 +135,9 @@ run_all() {
     echo "NCCL_PROTO=${PROTO:-unset (NCCL picks)}, CRYSTAL_DATA=$CRYSTAL_DATA, CRYSTAL_GDR=$CRYSTAL_GDR; emulated = hybrid_nccl's"
     echo "average over ${ITERS:-20} iterations after ${WARMUP:-2} warm-ups on the real rank; model ="
     echo "\`crystal simulate CONFIG --sweep -n ${ITERS:-20}\` for the same communicator; diff = (emulated - model) / model."
+    echo "after the first: the mean of the operations after the loop's first (hybrid_nccl's after_first_us;"
+    echo "the first follows the program's wait for its stream and carries its first call with the GPU idle)"
+    echo "beside the model's time_after_first, and their diff."
     echo "host us: the program's CPU time a call (hybrid_nccl's host_us); \"host-bound\": it is at"
     echo "least 0.9 of the emulated time, so the row times the emulating machine's CPU (compare.py)."
     echo
@@ -185,8 +188,8 @@ run_all() {
     fi
     echo "## Emulated vs model (us)"
     echo
-    echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % | host us | note |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % | after the first: emulated / model | diff % | host us | note |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     python3 tests/gpu/hybrid/compare.py one "$OUT/one.txt" world="$OUT/model-64.json"
     python3 tests/gpu/hybrid/compare.py rank5 "$OUT/rank5.txt" world="$OUT/model-64-r5.json"
     python3 tests/gpu/hybrid/compare.py two "$OUT/two-rank0.txt" world="$OUT/model-64.json"
@@ -298,8 +301,8 @@ case "$case_name" in
            [ -n "$g" ] && $B/cli/crystal simulate "$cfg" --sweep --op "$P2P_OPS" -b 1M -e 1G -f 4 \
              -n ${ITERS:-20} --ranks $g --rank $((r % g)) ${PROTO:+--proto $PROTO} --json "$OUT/model-p2p-split.json" \
              >"$OUT/model-p2p-split.txt" 2>&1
-           echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % | host us | note |"
-           echo "|---|---|---|---|---|---|---|---|---|---|"
+           echo "| case | comm | op | bytes | emulated | model | model algo/proto/ch | diff % | after the first: emulated / model | diff % | host us | note |"
+           echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
            python3 tests/gpu/hybrid/compare.py p2p "$OUT/p2p.txt" world="$OUT/model-p2p.json" \
              ${g:+split="$OUT/model-p2p-split.json"}
            exit $rc
