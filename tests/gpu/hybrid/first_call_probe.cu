@@ -14,9 +14,8 @@
 // left behind; a target rank running the same program pays it too.
 //
 // Build and run (on the GPU machine):
-//   nvcc -O2 -std=c++17 -o /tmp/first tests/gpu/hybrid/first_call_probe.cu && /tmp/first
-#include <cuda_runtime.h>
-
+//   nvcc -O2 -std=c++17 -Itests/gpu/common -o /tmp/first tests/gpu/hybrid/first_call_probe.cu &&
+//   /tmp/first
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,24 +23,7 @@
 #include <string>
 #include <vector>
 
-#define CUDA_CHECK(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-__global__ void spinNs(long long ns) {
-  long long t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= ns) break;
-  }
-}
+#include "probe.cuh"
 
 namespace {
 
@@ -58,17 +40,17 @@ struct Marks {
 
 // One operation: mark, kernel, mark (the marks from a pool, as the P2P agent's).
 void op(cudaStream_t s, Marks& m, long long op_ns, bool marks) {
-  if (marks) CUDA_CHECK(cudaEventRecord(m.get(), s));
+  if (marks) PROBE_CUDA(cudaEventRecord(m.get(), s));
   spinNs<<<1, 1, 0, s>>>(op_ns);
-  if (marks) CUDA_CHECK(cudaEventRecord(m.get(), s));
+  if (marks) PROBE_CUDA(cudaEventRecord(m.get(), s));
 }
 
 void waitSpin(cudaStream_t s, cudaEvent_t e) {
-  CUDA_CHECK(cudaEventRecord(e, s));
+  PROBE_CUDA(cudaEventRecord(e, s));
   cudaError_t q;
   while ((q = cudaEventQuery(e)) == cudaErrorNotReady) {
   }
-  CUDA_CHECK(q);
+  PROBE_CUDA(q);
 }
 
 }  // namespace
@@ -92,14 +74,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  CUDA_CHECK(cudaSetDevice(0));
+  PROBE_CUDA(cudaSetDevice(0));
   cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreate(&s));
+  PROBE_CUDA(cudaStreamCreate(&s));
   Marks m;
   m.pool.resize(4096);
-  for (cudaEvent_t& e : m.pool) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (cudaEvent_t& e : m.pool) PROBE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   cudaEvent_t done;
-  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  PROBE_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   const long long op_ns = static_cast<long long>(op_us * 1000);
   for (int marks = 0; marks <= 1; ++marks) {
     std::printf("# op %.0f us, %s\n", op_us, marks ? "event, kernel, event" : "kernel only");

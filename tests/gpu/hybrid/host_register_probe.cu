@@ -10,7 +10,8 @@
 // and whether the kernel was still spinning when it returned are printed; "blocked" means a
 // call waited for the kernel (it returned only once the kernel gave up).
 //
-// Build and run (on the GPU machine): nvcc -O2 -o /tmp/probe host_register_probe.cu && /tmp/probe
+// Build and run (on the GPU machine): nvcc -O2 -Itests/gpu/common -o /tmp/probe \
+//   tests/gpu/hybrid/host_register_probe.cu && /tmp/probe
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -22,14 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "probe.cuh"
 
 __global__ void spin(volatile int* flag, int* result) {
   const long long start = clock64();
@@ -47,22 +41,22 @@ static double msSince(std::chrono::steady_clock::time_point t) {
 }
 
 int main() {
-  CK(cudaSetDevice(0));
+  PROBE_CUDA(cudaSetDevice(0));
   int* flag = nullptr;
-  CK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+  PROBE_CUDA(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
   *flag = 0;
   int* result = nullptr;
-  CK(cudaHostAlloc(&result, sizeof(int), cudaHostAllocMapped));
+  PROBE_CUDA(cudaHostAlloc(&result, sizeof(int), cudaHostAllocMapped));
   *result = 0;
   int *dflag = nullptr, *dresult = nullptr;
-  CK(cudaHostGetDevicePointer(&dflag, flag, 0));
-  CK(cudaHostGetDevicePointer(&dresult, result, 0));
+  PROBE_CUDA(cudaHostGetDevicePointer(&dflag, flag, 0));
+  PROBE_CUDA(cudaHostGetDevicePointer(&dresult, result, 0));
   cudaStream_t ks, cs;
-  CK(cudaStreamCreateWithFlags(&ks, cudaStreamNonBlocking));
-  CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  PROBE_CUDA(cudaStreamCreateWithFlags(&ks, cudaStreamNonBlocking));
+  PROBE_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
   const size_t bytes = 8u << 20;
   void* dev = nullptr;
-  CK(cudaMalloc(&dev, bytes));
+  PROBE_CUDA(cudaMalloc(&dev, bytes));
 
   char name[64];
   std::snprintf(name, sizeof name, "/crystal-probe-%d", static_cast<int>(getpid()));
@@ -79,7 +73,7 @@ int main() {
   std::memset(shm, 7, bytes);
 
   spin<<<1, 1, 0, ks>>>(dflag, dresult);
-  CK(cudaGetLastError());
+  PROBE_CUDA(cudaGetLastError());
   auto t = std::chrono::steady_clock::now();
   while (msSince(t) < 50) {
   }  // let it start
@@ -89,29 +83,29 @@ int main() {
                 spinning ? "still spinning (not blocked)" : "done (BLOCKED on the kernel)");
   };
   t = std::chrono::steady_clock::now();
-  CK(cudaHostRegister(shm, bytes, cudaHostRegisterPortable));
+  PROBE_CUDA(cudaHostRegister(shm, bytes, cudaHostRegisterPortable));
   report("cudaHostRegister(shm, 8 MiB)", msSince(t));
   t = std::chrono::steady_clock::now();
-  CK(cudaMemcpyAsync(dev, shm, bytes, cudaMemcpyHostToDevice, cs));
+  PROBE_CUDA(cudaMemcpyAsync(dev, shm, bytes, cudaMemcpyHostToDevice, cs));
   cudaEvent_t ev;
-  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  CK(cudaEventRecord(ev, cs));
+  PROBE_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  PROBE_CUDA(cudaEventRecord(ev, cs));
   while (cudaEventQuery(ev) == cudaErrorNotReady && msSince(t) < 1000) {
   }
   report("H2D 8 MiB from it on another stream", msSince(t));
   void* pinned = nullptr;
   t = std::chrono::steady_clock::now();
-  CK(cudaHostAlloc(&pinned, bytes, cudaHostAllocPortable));
+  PROBE_CUDA(cudaHostAlloc(&pinned, bytes, cudaHostAllocPortable));
   report("cudaHostAlloc(8 MiB)", msSince(t));
   t = std::chrono::steady_clock::now();
-  CK(cudaHostUnregister(shm));
+  PROBE_CUDA(cudaHostUnregister(shm));
   report("cudaHostUnregister(shm)", msSince(t));
   *flag = 1;
-  CK(cudaStreamSynchronize(ks));
+  PROBE_CUDA(cudaStreamSynchronize(ks));
   std::printf("kernel result: %s\n", *result == 1 ? "released by the host (every call above returned first)"
                                                    : "gave up (a call waited for it)");
   munmap(shm, bytes);
   shm_unlink(name);
-  CK(cudaFreeHost(pinned));
+  PROBE_CUDA(cudaFreeHost(pinned));
   return *result == 1 ? 0 : 3;
 }

@@ -12,7 +12,8 @@
 // point of a mark).
 //
 // Build and run (on the GPU machine):
-//   nvcc -O2 -std=c++17 -o /tmp/mark tests/gpu/hybrid/stream_mark_probe.cu -lcuda && /tmp/mark
+//   nvcc -O2 -std=c++17 -Itests/gpu/common -o /tmp/mark tests/gpu/hybrid/stream_mark_probe.cu \
+//     -lcuda && /tmp/mark
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "probe.cuh"
+
 #define CU(x)                                                                      \
   do {                                                                             \
     CUresult r_ = (x);                                                             \
@@ -34,16 +37,6 @@
       std::exit(1);                                                                \
     }                                                                              \
   } while (0)
-
-__global__ void spinNs(long long ns) {
-  long long t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= ns) break;
-  }
-}
 
 namespace {
 
