@@ -203,6 +203,98 @@ TEST(Profiler, EmulationSkipsCollectivesOfACommWithoutFedConnections) {
   profiler::setProxyOpObserver({});
 }
 
+std::vector<profiler::KernelChStamp>& seenKernelCh() {
+  static std::vector<profiler::KernelChStamp> v;
+  return v;
+}
+
+// CRYSTAL_KERNEL_CH=1 (the observer's kernel_ch): the profiler asks NCCL for kernel-channel
+// events, and each channel's start (its descriptor's stamp) and stop (recordEventState's) go
+// to the observer under the collective they belong to, the same identity its proxy
+// operations carry. Without it the mask does not ask, and such an event gets no handle.
+TEST(Profiler, KernelChannelStampsGoToTheObserverUnderTheirCollective) {
+  ::unsetenv("CRYSTAL_RECORD");
+  seenProxyOps().clear();
+  seenKernelCh().clear();
+  profiler::ProxyOpObserver obs{
+      [] { return true; }, [](const profiler::ProxyOpStart& s) { seenProxyOps().push_back(s); },
+      nullptr, [](const profiler::KernelChStamp& s) { seenKernelCh().push_back(s); }};
+  profiler::setProxyOpObserver(obs);
+  const ncclProfiler_v5_t& p = profiler::profilerV5();
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(p.init(&ctx, 0x99, &mask, "world", 8, 64, 0, nullptr), ncclSuccess);
+  EXPECT_EQ(mask, static_cast<int>(ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh));
+
+  ncclProfilerEventDescr_v5_t coll{};
+  coll.type = ncclProfileColl;
+  coll.coll.func = "Broadcast";
+  coll.coll.algo = "RING";
+  coll.coll.nChannels = 16;
+  void* task = nullptr;
+  ASSERT_EQ(p.startEvent(ctx, &task, &coll), ncclSuccess);
+  ASSERT_NE(task, nullptr);
+  EXPECT_EQ(p.stopEvent(task), ncclSuccess);  // NCCL stops it before the kernel runs
+  ncclProfilerEventDescr_v5_t op{};
+  op.type = ncclProfileProxyOp;
+  op.parentObj = task;
+  op.proxyOp.channelId = 3;
+  op.proxyOp.nSteps = 4;
+  void* h = nullptr;
+  ASSERT_EQ(p.startEvent(ctx, &h, &op), ncclSuccess);
+  ASSERT_EQ(seenProxyOps().size(), 1u);
+
+  ncclProfilerEventDescr_v5_t ch{};
+  ch.type = ncclProfileKernelCh;
+  ch.parentObj = task;
+  ch.kernelCh.channelId = 3;
+  ch.kernelCh.pTimer = 1'000'000;
+  void* kh = nullptr;
+  ASSERT_EQ(p.startEvent(ctx, &kh, &ch), ncclSuccess);
+  ASSERT_NE(kh, nullptr);
+  ncclProfilerEventStateArgs_v5_t args{};
+  args.kernelCh.pTimer = 1'012'500;
+  EXPECT_EQ(p.recordEventState(kh, ncclProfilerKernelChStop, &args), ncclSuccess);
+  EXPECT_EQ(p.stopEvent(kh), ncclSuccess);
+  // A channel whose parent is not a collective of ours: stamped, with no identity.
+  ch.parentObj = &mask;
+  ch.kernelCh.channelId = 4;
+  ASSERT_EQ(p.startEvent(ctx, &kh, &ch), ncclSuccess);
+  EXPECT_EQ(p.stopEvent(kh), ncclSuccess);  // stopped without a stop state: no stop stamp
+
+  ASSERT_EQ(seenKernelCh().size(), 3u);
+  const profiler::KernelChStamp& a = seenKernelCh()[0];
+  EXPECT_EQ(a.comm, 0x99u);
+  EXPECT_EQ(a.op, seenProxyOps()[0].op);
+  EXPECT_GT(a.op, 0u);
+  EXPECT_EQ(a.channel, 3);
+  EXPECT_FALSE(a.stop);
+  EXPECT_EQ(a.gpu_ns, 1'000'000u);
+  EXPECT_GT(a.cpu_ns, 0);
+  const profiler::KernelChStamp& b = seenKernelCh()[1];
+  EXPECT_TRUE(b.stop);
+  EXPECT_EQ(b.op, a.op);
+  EXPECT_EQ(b.channel, 3);
+  EXPECT_EQ(b.gpu_ns, 1'012'500u);
+  EXPECT_GE(b.cpu_ns, a.cpu_ns);
+  EXPECT_EQ(seenKernelCh()[2].op, 0u);
+  EXPECT_EQ(seenKernelCh()[2].channel, 4);
+  EXPECT_EQ(p.finalize(ctx), ncclSuccess);
+
+  // Not asked for: no KernelCh in the mask, no handle.
+  obs.kernel_ch = nullptr;
+  profiler::setProxyOpObserver(obs);
+  ASSERT_EQ(p.init(&ctx, 0x9a, &mask, "world", 8, 64, 0, nullptr), ncclSuccess);
+  EXPECT_EQ(mask, static_cast<int>(ncclProfileColl | ncclProfileProxyOp));
+  ch.parentObj = nullptr;
+  kh = &mask;
+  ASSERT_EQ(p.startEvent(ctx, &kh, &ch), ncclSuccess);
+  EXPECT_EQ(kh, nullptr);
+  EXPECT_EQ(seenKernelCh().size(), 3u);
+  EXPECT_EQ(p.finalize(ctx), ncclSuccess);
+  profiler::setProxyOpObserver({});
+}
+
 TEST(Profiler, HarnessDrivesTheAbiLikeNccl) {
   const ncclProfiler_v5_t& p = profiler::profilerV5();
   EXPECT_STREQ(p.name, "crystal");
