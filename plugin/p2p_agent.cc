@@ -266,7 +266,6 @@ P2pAgent::~P2pAgent() {
     if (paramBool("CRYSTAL_P2P_PACE_STATS")) std::fprintf(stderr, "crystal: %s\n", line.c_str());
   }
   if (trace_) {
-    traceKernelCh();  // the stamps since the pacing thread's last pass
     const std::size_t rows = trace_->write();
     CRYSTAL_INFO("P2P pacing: comm {:#x} rank {}: trace {} ({} rows)", hash_, rank_,
                  trace_->path(), rows);
@@ -279,15 +278,12 @@ std::string P2pAgent::stateLine() const {
       "{} paced connections ({} running free), {} operations done ({} received as a "
       "chain from its head), {} armed with a prelude ({} channels anchored one, {} too late), "
       "{} kernel launches, {} kernel starts, {} kernel passes, {} NET "
-      "ring models fed, kernel state {}, want {}{}",
+      "ring models fed, kernel state {}, want {}",
       table_ ? word(table_->n).load() : 0, unpaced_, ops_done_.load(), chain_ops_.load(),
       preludes_.load(), anchors_.load(), anchors_missed_.load(), launches_.load(),
       table_ ? word(table_->starts).load() : 0, table_ ? word(table_->passes).load() : 0,
       net_rings_.load(), table_ ? word(table_->state).load() : 0,
-      table_ ? word(table_->want).load() : 0,
-      kernel_ch_stamps_.load() > 0
-          ? fmt::format(", {} kernel-channel stamps (CRYSTAL_KERNEL_CH)", kernel_ch_stamps_.load())
-          : std::string());
+      table_ ? word(table_->want).load() : 0);
 }
 
 bool P2pAgent::add(P2pConnection c) {
@@ -446,30 +442,6 @@ void P2pAgent::after(const Op& op) {
   // Outside the lock too (a launch takes microseconds); only this call decided to launch.
   if (launch_here) launch();
   wake_.notify_all();
-}
-
-void P2pAgent::kernelCh(const profiler::KernelChStamp& s) {
-  kernel_ch_stamps_.fetch_add(1, std::memory_order_relaxed);
-  if (!trace_) return;
-  std::lock_guard lock(kch_mu_);
-  kch_in_.push_back(s);
-  // A trace the pacing thread has not drained for long stops growing here (it drains every
-  // pass, and the trace keeps CRYSTAL_P2P_TRACE_MAX rows anyway).
-  if (kch_in_.size() > 65536) kch_in_.erase(kch_in_.begin(), kch_in_.begin() + 32768);
-}
-
-void P2pAgent::traceKernelCh() {
-  std::vector<profiler::KernelChStamp> in;
-  {
-    std::lock_guard lock(kch_mu_);
-    in.swap(kch_in_);
-  }
-  for (const auto& k : in)
-    trace_->record({.t = k.cpu_ns,
-                    .due = k.channel,
-                    .gpu = k.gpu_ns,
-                    .value = k.op,
-                    .kind = k.stop ? 'k' : 'K'});
 }
 
 void P2pAgent::findNetRings() {
@@ -655,7 +627,6 @@ void P2pAgent::run() {
   std::vector<cuda::Event> done_events;
   live::TimeNs progress_at = live::nowNs();
   for (;;) {
-    if (trace_) traceKernelCh();
     bool launch_now = false;  // after() left the kernel's launch to this thread
     {
       std::unique_lock lock(in_mu_);

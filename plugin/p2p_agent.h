@@ -36,7 +36,6 @@
 #include "p2p_agent_abi.h"
 #include "p2p_pacer.h"
 #include "p2p_trace.h"
-#include "profiler/proxy_ops.h"
 
 namespace crystal::plugin {
 
@@ -147,10 +146,6 @@ class P2pAgent {
   };
   [[nodiscard]] Op before(cuda::Stream stream);
   void after(const Op& op);
-  // NCCL's kernel-channel stamp of one of this comm's collectives (CRYSTAL_KERNEL_CH=1, on
-  // NCCL's proxy thread): counted, and traced ('K' start, 'k' stop) beside the operations'
-  // own marks, to compare the two ways of seeing R's stream (an observation, not pacing).
-  void kernelCh(const profiler::KernelChStamp& s);
 
   [[nodiscard]] std::string stateLine() const;
 
@@ -252,12 +247,6 @@ class P2pAgent {
   std::uint64_t next_told_ = 0;   // the operation the pacer was told comes next (0: none)
   std::atomic<std::uint64_t> ops_done_{0};
   std::atomic<std::uint64_t> chain_ops_{0};  // started as a chain R receives in (stateLine)
-  // Kernel-channel stamps: counted (stateLine); with a trace, queued for the pacing thread,
-  // the trace's only writer.
-  std::atomic<std::uint64_t> kernel_ch_stamps_{0};
-  std::mutex kch_mu_;
-  std::vector<profiler::KernelChStamp> kch_in_;  // kch_mu_
-  void traceKernelCh();                          // the pacing thread: kch_in_ into the trace
   // Preludes: R's counters are where an operation ended this long after the CPU saw it end
   // (the kernel publishes a move within its ~1-2 us turn).
   static constexpr live::TimeNs kSettleNs = 10'000;

@@ -13,15 +13,11 @@
 //      receive connections, due_ns: its last unit's offset from the anchor)
 //   A  the agent kernel anchored the armed operation on receive connection `conn` at gpu_ns
 //      (value 1: missed, R took its receives before the arm)
-//   K  NCCL's kernel-channel start stamp of a collective (CRYSTAL_KERNEL_CH=1): t when NCCL's
-//      proxy thread reported it, gpu_ns the kernel's stamp, value the collective (the
-//      profiler's op id), due_ns NCCL's channel; k the same for the channel's end
 // GPU times are mapped onto the CPU clock by the smallest (CPU time - GPU timer) seen over the
 // run: a GPU time is late by at most that sample's PCIe read, ~1 us.
 //
-// The agent's pacing thread is the only writer (K/k rows reach it through a queue): rows go
-// into a fixed array (CRYSTAL_P2P_TRACE_MAX, default 1,000,000, 48 B each); rows past it are
-// counted, not kept.
+// The agent's pacing thread is the only writer: rows go into a fixed array (CRYSTAL_P2P_TRACE_MAX,
+// default 1,000,000, 48 B each); rows past it are counted, not kept.
 #pragma once
 
 #include <cstdint>

@@ -104,11 +104,6 @@ constexpr Param kParams[] = {
      "profiler's, P2P pacing's and the interposer's; operations over 1 ms (NCCL connecting "
      "peers) are counted apart. Its clock reads cost ~0.4 us per NCCL call: leave it off "
      "when timing small operations (plugin/app_call_stats.h)."},
-    {"CRYSTAL_KERNEL_CH", "0",
-     "1: the profiler asks NCCL for its kernel-channel events (GPU stamps where each "
-     "channel's work starts and ends, reported by NCCL's proxy thread) and gives them to the "
-     "communicator's P2P pacing agent, which counts them and writes them into its trace (K, "
-     "k rows) beside its own marks: an observation, the pacing does not use them."},
     {"CRYSTAL_P2P_TRACE", "",
      "P2P pacing trace: PREFIX; each pacing agent writes PREFIX.<pid>.<comm hash>.csv when its "
      "communicator is destroyed, one row per event (operation start/end, counter seen, "

@@ -4,11 +4,6 @@
 // pairing both need them).
 // NCCL initialises a communicator's net plugin before its profiler (init.cc: commAlloc,
 // then initTransportsRank), so the policy is known when the profiler asks.
-#include <cstdio>
-#include <exception>
-
-#include "p2p_agent.h"
-#include "params.h"
 #include "plugin/profiler/proxy_ops.h"
 #include "state.h"
 
@@ -39,27 +34,8 @@ bool collWanted(std::uint64_t comm) {
   }
 }
 
-// CRYSTAL_KERNEL_CH=1: NCCL's kernel-channel stamps go to the comm's P2P pacing agent, which
-// counts and traces them beside its own marks of R's stream (docs/plugin.md).
-void kernelCh(const profiler::KernelChStamp& s) {
-  try {
-    if (auto agent = P2pAgent::find(s.comm)) agent->kernelCh(s);
-  } catch (...) {
-  }
-}
-
-bool kernelChWanted() {
-  try {
-    return paramBool("CRYSTAL_KERNEL_CH");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "crystal: %s; kernel-channel stamps stay off\n", e.what());
-    return false;
-  }
-}
-
 [[maybe_unused]] const bool kRegistered = [] {
-  profiler::setProxyOpObserver(
-      {&wanted, &started, &collWanted, kernelChWanted() ? &kernelCh : nullptr});
+  profiler::setProxyOpObserver({&wanted, &started, &collWanted});
   return true;
 }();
 

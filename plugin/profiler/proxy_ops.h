@@ -37,20 +37,6 @@ struct ProxyOpStart {
   std::int64_t issued_ns = 0;
 };
 
-// NCCL's kernel-channel events (ncclProfileKernelCh; asked for under CRYSTAL_KERNEL_CH=1):
-// thread 0 of each block of an NCCL kernel stamps the GPU's %globaltimer into mapped host
-// memory where a channel's work starts and ends, and NCCL's proxy thread reports them to the
-// profiler a pass later, under the collective's event. A start (stop = false) and a stop per
-// channel and collective.
-struct KernelChStamp {
-  std::uint64_t comm = 0;
-  std::uint64_t op = 0;  // the collective's identity (as ProxyOpStart::op); 0: not known
-  int channel = 0;
-  bool stop = false;
-  std::uint64_t gpu_ns = 0;  // NCCL's pTimer: the GPU's %globaltimer
-  std::int64_t cpu_ns = 0;   // when the proxy thread reported it (CLOCK_MONOTONIC)
-};
-
 struct ProxyOpObserver {
   bool (*wanted)() = nullptr;  // asked at each communicator's profiler init
   void (*started)(const ProxyOpStart&) = nullptr;
@@ -61,8 +47,6 @@ struct ProxyOpObserver {
   // event costs its thread an allocation and a lock (one per collective, on the program's
   // thread: its host time), its proxy operations' parent only.
   bool (*coll_wanted)(std::uint64_t comm) = nullptr;
-  // Kernel-channel stamps (nullptr: none asked for), on NCCL's proxy thread.
-  void (*kernel_ch)(const KernelChStamp&) = nullptr;
 };
 
 // Called once by the net plugin at load; thread-safe against concurrent reads.

@@ -280,7 +280,6 @@ struct Context {
   std::uint64_t hash = 0;
   bool proxy_ops = false;  // report proxy operations to the observer (proxy_ops.h)
   bool (*coll_wanted)(std::uint64_t) = nullptr;  // the observer's (nullptr: always)
-  bool kernel_ch = false;  // kernel-channel stamps asked for (the observer's kernel_ch)
   std::uint64_t written = 0;  // the event types written to the record file (none: 0)
   // Task and group events name their parents by id (record level all); the API events alone
   // have no recorded parents, and skip the bookkeeping.
@@ -391,48 +390,6 @@ void describeTo(fmt::memory_buffer& out, const Described& d) {
   }
 }
 
-// Kernel-channel events' handles (KernelChStamp's fields), live from NCCL's startEvent to
-// its stopEvent, both on the proxy thread; the set tells them from Event handles.
-struct KernelChHandle {
-  std::uint64_t comm = 0, op = 0;
-  int channel = 0;
-};
-std::atomic<bool> g_kernel_ch_asked{false};  // a communicator asked for them: look handles up
-std::mutex g_kernel_ch_mu;
-std::unordered_set<const void*>& kernelChHandles() {  // guarded by g_kernel_ch_mu
-  static auto* s = new std::unordered_set<const void*>;
-  return *s;
-}
-
-void reportKernelCh(const KernelChHandle& h, bool stop, std::uint64_t gpu_ns) {
-  if (auto seen = proxyOpObserver().kernel_ch)
-    seen({h.comm, h.op, h.channel, stop, gpu_ns, nowNs()});
-}
-
-// A kernel-channel event's start: its collective (the parent, a Coll event of ours) and the
-// channel's start stamp, told to the observer; the handle carries them to its stop.
-void* startKernelCh(const Context& ctx, const ncclProfilerEventDescr_v5_t& d) {
-  if (!ctx.kernel_ch) return nullptr;
-  auto h = std::make_unique<KernelChHandle>();
-  h->comm = ctx.hash;
-  h->channel = d.kernelCh.channelId;
-  {
-    std::lock_guard lock(g_live_mu);
-    if (knownColls().count(d.parentObj) != 0) h->op = static_cast<const Event*>(d.parentObj)->op;
-  }
-  reportKernelCh(*h, false, d.kernelCh.pTimer);
-  std::lock_guard lock(g_kernel_ch_mu);
-  kernelChHandles().insert(h.get());
-  return h.release();
-}
-
-// The kernel-channel handle `handle` is, or null.
-KernelChHandle* kernelChHandle(void* handle) {
-  if (handle == nullptr || !g_kernel_ch_asked.load(std::memory_order_acquire)) return nullptr;
-  std::lock_guard lock(g_kernel_ch_mu);
-  return kernelChHandles().count(handle) != 0 ? static_cast<KernelChHandle*>(handle) : nullptr;
-}
-
 ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* commName, int nNodes,
                   int nranks, int rank, ncclDebugLogger_t logfn) noexcept {
   try {
@@ -457,11 +414,6 @@ ncclResult_t init(void** context, std::uint64_t commId, int* mask, const char* c
     }
     // Proxy operations hang under their collective's event: both are needed.
     if (proxy_ops) *mask |= static_cast<int>(ncclProfileColl | ncclProfileProxyOp);
-    if (proxy_ops && obs.kernel_ch != nullptr) {
-      ctx->kernel_ch = true;
-      g_kernel_ch_asked.store(true, std::memory_order_release);
-      *mask |= static_cast<int>(ncclProfileKernelCh);
-    }
     *context = ctx.release();
   } catch (...) {
     *mask = 0;
@@ -507,10 +459,6 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
     const auto& ctx = *static_cast<const Context*>(context);
     if (d->type == ncclProfileProxyOp) {
       reportProxyOp(ctx, *d);
-      return ncclSuccess;
-    }
-    if (d->type == ncclProfileKernelCh) {
-      *handle = startKernelCh(ctx, *d);
       return ncclSuccess;
     }
     // Events not written: only a collective's, which its proxy operations name as parent.
@@ -565,18 +513,6 @@ ncclResult_t startEvent(void* context, void** handle, ncclProfilerEventDescr_v5_
 
 ncclResult_t stopEvent(void* handle) noexcept {
   if (handle == nullptr) return ncclSuccess;
-  try {
-    if (KernelChHandle* h = kernelChHandle(handle)) {
-      {
-        std::lock_guard lock(g_kernel_ch_mu);
-        kernelChHandles().erase(h);
-      }
-      delete h;
-      return ncclSuccess;
-    }
-  } catch (...) {
-    return ncclSuccess;
-  }
   std::unique_ptr<Event> ev(static_cast<Event*>(handle));
   try {
     if (ev->write) {
@@ -600,14 +536,8 @@ ncclResult_t stopEvent(void* handle) noexcept {
   return ncclSuccess;
 }
 
-ncclResult_t recordEventState(void* handle, ncclProfilerEventState_v5_t state,
-                              ncclProfilerEventStateArgs_v5_t* args) noexcept {
-  if (state != ncclProfilerKernelChStop || args == nullptr) return ncclSuccess;
-  try {
-    if (const KernelChHandle* h = kernelChHandle(handle))
-      reportKernelCh(*h, true, args->kernelCh.pTimer);
-  } catch (...) {
-  }
+ncclResult_t recordEventState(void*, ncclProfilerEventState_v5_t,
+                              ncclProfilerEventStateArgs_v5_t*) noexcept {
   return ncclSuccess;
 }
 

@@ -26,14 +26,6 @@ operation), it prints in microseconds:
               one (R's kernel ended at that move; the next starts a few us later)
   gated       share of receive stores below the newest release: R's slots (head + 8) held
               them, the kernel let them through as R emptied a slot
-With K/k rows (CRYSTAL_KERNEL_CH=1: NCCL's kernel-channel stamps) it also compares, per
-collective in stream order (the i-th S with the i-th collective NCCL stamped), the agent's
-marks with NCCL's stamps (us; --each: every operation):
-  S - kstart  how much later the pacing thread saw the stream reach it than the kernel's first
-              channel started (the kernel's stamp, mapped to the CPU clock)
-  D - kend    the same at its end (the kernel's last channel's end)
-  deliver     NCCL's proxy thread reporting the first start stamp, less that stamp
-  kspan       kstart to kend
 """
 import argparse
 import collections
@@ -132,59 +124,12 @@ COLS = ("op", "gpu_span", "model", "first_send", "cpu_late", "store", "consume",
         "pass", "start_lag")
 
 
-def kernel_channels(rows):
-    """Per collective NCCL stamped (K/k rows), in stream order: (first start, last end, first
-    start report), mapped GPU times; collectives without a known identity (value 0) left out."""
-    by_op = collections.defaultdict(lambda: [None, None, None])
-    for r in rows:
-        if r["kind"] not in "Kk" or r["value"] == 0 or r["gpu_ns"] < 0:
-            continue
-        k = by_op[r["value"]]
-        if r["kind"] == "K":
-            if k[0] is None or r["gpu_ns"] < k[0]:
-                k[0] = r["gpu_ns"]
-            if k[2] is None or r["t_ns"] < k[2]:
-                k[2] = r["t_ns"]
-        elif k[1] is None or r["gpu_ns"] > k[1]:
-            k[1] = r["gpu_ns"]
-    return sorted((v for v in by_op.values() if v[0] is not None), key=lambda v: v[0])
-
-
-def compare_kernel_channels(ops, stamped, each):
-    """The agent's S/D against NCCL's stamps, the i-th operation with the i-th collective."""
-    us = 1e-3
-    n = min(len(ops), len(stamped))
-    print(f"\nNCCL's kernel-channel stamps: {len(stamped)} collectives, {len(ops)} operations "
-          f"marked by the agent; compared in order: {n}")
-    cols = ("S - kstart", "D - kend", "deliver", "kspan")
-    print("| operation | " + " | ".join(cols) + " |")
-    print("|---|" + "---|" * len(cols))
-    groups = collections.OrderedDict()
-    for i in range(n):
-        (s, d, _), (k0, k1, t0) = ops[i], stamped[i]
-        row = (
-            (s["t_ns"] - k0) * us,
-            (d["t_ns"] - k1) * us if d and k1 is not None else float("nan"),
-            (t0 - k0) * us,
-            (k1 - k0) * us if k1 is not None else float("nan"),
-        )
-        key = (i,) if each else (s["func"], s["due_ns"])
-        groups.setdefault(key, []).append((s, row))
-    for key, items in groups.items():
-        s = items[0][0]
-        name = f"{s['func']} #{s['value']}" if each else f"{s['func']} {s['due_ns']} x{len(items)}"
-        cells = [mean([x[j] for _, x in items if x[j] == x[j]]) for j in range(len(cols))]
-        print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in cells) + " |")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--each", action="store_true", help="one line per operation")
     args = ap.parse_args()
     rows = load(args.trace)
-    stamped = kernel_channels(rows)
-    rows = [r for r in rows if r["kind"] not in "Kk"]
     ops = operations(rows)
     if not ops:
         sys.exit(f"{args.trace}: no operation (S row) in the trace")
@@ -209,8 +154,6 @@ def main():
             cells.append(f"{v:.0%}" if c == "gated" else f"{v:.1f}")
         name = f"{s['func']} #{s['value']}" if args.each else s["func"]
         print(f"| {name} | {s['due_ns']} | {len(items)} | " + " | ".join(cells) + " |")
-    if stamped:
-        compare_kernel_channels(ops, stamped, args.each)
 
 
 if __name__ == "__main__":
