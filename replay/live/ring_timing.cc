@@ -199,7 +199,7 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_
   // The real rank's send of this unit came first (after the previous operation started):
   // the operation started then.
   if (unit < sends_ && unit + kWindow > sends_ && (!have_op_ || posted_[slot(unit)] >= op_start_)) {
-    from_post = posted_[slot(unit)] >= now;
+    from_post = false;
     start = std::min(start, posted_[slot(unit)]);
     sent_bytes = bytes_[slot(sends_ - 1)];
   }
