@@ -56,6 +56,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -251,9 +252,19 @@ int main(int argc, char** argv) {
   size_t min_b = 1024, max_b = size_t{1} << 30;
   double step = 4;
   int iters = 20, split = 0, init_only = 0, warmup = 2, op_times = 0, wait_spin = 0, faults = 1;
+  // The integer options, by name.
+  const std::pair<const char*, int*> int_options[] = {
+      {"--iters", &iters},       {"--split", &split},         {"--init-only", &init_only},
+      {"--warmup", &warmup},     {"--op-times", &op_times},   {"--wait-spin", &wait_spin},
+      {"--faults", &faults}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--ops")
+    int* int_option = nullptr;
+    for (const auto& [name, field] : int_options)
+      if (a == name) int_option = field;
+    if (int_option != nullptr)
+      *int_option = std::atoi(v.c_str());
+    else if (a == "--ops")
       ops = v;
     else if (a == "--min")
       min_b = std::strtoull(v.c_str(), nullptr, 10);
@@ -261,20 +272,6 @@ int main(int argc, char** argv) {
       max_b = std::strtoull(v.c_str(), nullptr, 10);
     else if (a == "--step")
       step = std::atof(v.c_str());
-    else if (a == "--iters")
-      iters = std::atoi(v.c_str());
-    else if (a == "--split")
-      split = std::atoi(v.c_str());
-    else if (a == "--init-only")
-      init_only = std::atoi(v.c_str());
-    else if (a == "--warmup")
-      warmup = std::atoi(v.c_str());
-    else if (a == "--op-times")
-      op_times = std::atoi(v.c_str());
-    else if (a == "--wait-spin")
-      wait_spin = std::atoi(v.c_str());
-    else if (a == "--faults")
-      faults = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "hybrid_nccl: unknown option %s\n", a.c_str());
       return 2;
