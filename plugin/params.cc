@@ -25,10 +25,6 @@ constexpr Param kParams[] = {
     {"CRYSTAL_DATA", "",
      "Data virtual senders deliver: mirror, zero or none; overrides emulation.data (default "
      "mirror)."},
-    {"CRYSTAL_RING_OP_BASE", "0",
-     "1 (to be measured): on the NET path a ring operation's virtual members send their first "
-     "units the model's fixed cost of an operation after its start where that start was "
-     "NCCL's receive post (which comes before the real rank's kernel runs); 0: at the start."},
     {"CRYSTAL_FOLD_RINGS", "",
      "1/0: run ring collectives on fewer real channels, each standing for several of the "
      "target's (plugin/ring_fold.h). Overrides emulation.fold_rings (default 1)."},

@@ -110,16 +110,7 @@ std::shared_ptr<live::RingChannel> makeRingChannel(const live::CommLinks& links,
 }
 
 std::shared_ptr<live::RingChannel> NetContext::makeChannel(RingPlan& p) {
-  auto ch = makeRingChannel(p.links, p.position, p.busy, p.connected);
-  // CRYSTAL_RING_OP_BASE=1: the virtual members pay the model's fixed cost of an operation
-  // before their first sends where NCCL's proxy posted the operation's receives before the
-  // real rank's kernel ran (live::RingChannel::setOpBase; tests/gpu/hybrid/README.md,
-  // forty-first session: rings ~2 % under the model on the H100).
-  if (PluginState& st = PluginState::get(); st.ringOpBase())
-    for (const model::Proto proto : {model::Proto::LL, model::Proto::LL128, model::Proto::Simple})
-      ch->setOpBase(static_cast<int>(proto),
-                    static_cast<live::TimeNs>(1e3 * st.model().opOverheadUs(model::Algo::Ring, proto)));
-  return ch;
+  return makeRingChannel(p.links, p.position, p.busy, p.connected);
 }
 
 std::shared_ptr<live::VirtualLink> NetContext::virtualLink(const VirtualConn& c, int dev) {
@@ -331,7 +322,6 @@ void PluginState::applyLocked(const Config& cfg) {
   if (const char* min = std::getenv("NCCL_MIN_NCHANNELS"); min != nullptr)
     nccl_min_channels_ = std::clamp(std::atoi(min), 0, 64);  // NCCL 2.28.9 caps at MAXCHANNELS
   shared_clock_ = paramBool("CRYSTAL_SHARED_CLOCK");
-  ring_op_base_ = paramBool("CRYSTAL_RING_OP_BASE");
   emulation_id_ = static_cast<std::uint64_t>(paramInt("CRYSTAL_EMULATION_ID"));
   socket_addr_ = paramString("CRYSTAL_SOCKET_ADDR");
   const std::string data = paramString("CRYSTAL_DATA");

@@ -182,7 +182,6 @@ class PluginState {
   // builds at least, up to which the tuner may run a large broadcast or reduce (ring_fold.h).
   [[nodiscard]] int ncclMinChannels() const { return nccl_min_channels_; }
   [[nodiscard]] bool sharedClock() const { return shared_clock_; }
-  [[nodiscard]] bool ringOpBase() const { return ring_op_base_; }  // CRYSTAL_RING_OP_BASE
   [[nodiscard]] std::uint64_t emulationId() const { return emulation_id_; }
   [[nodiscard]] const std::string& socketAddr() const { return socket_addr_; }
   [[nodiscard]] bool rdmaPresent() const { return rdma_; }
@@ -274,7 +273,6 @@ class PluginState {
   std::map<std::uint64_t, int> node_ranks_;  // setCommNodeRanks
   int nccl_min_channels_ = 0;
   bool shared_clock_ = true;
-  bool ring_op_base_ = false;
   bool rdma_ = false;
   DataPolicy data_ = DataPolicy::Mirror;
   bool gdr_ = true;

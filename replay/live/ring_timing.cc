@@ -165,12 +165,6 @@ void RingChannel::startChain(std::uint64_t unit, TimeNs now, const ChainRecv& c,
   chain_op_ns_ = t.op;
 }
 
-void RingChannel::setOpBase(int proto, TimeNs ns) {
-  std::lock_guard lock(mu_);
-  if (proto >= 0 && proto < static_cast<int>(op_base_.size()))
-    op_base_[static_cast<std::size_t>(proto)] = std::max<TimeNs>(0, ns);
-}
-
 void RingChannel::recvDone(bool idle) {
   if (!idle) return;
   std::lock_guard lock(mu_);
@@ -195,11 +189,9 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_
   if (first < 0 && have_op_ && sends_ < unit && op_bytes_ != 0) return;
   TimeNs start = now;
   std::uint64_t sent_bytes = 0;
-  bool from_post = true;
   // The real rank's send of this unit came first (after the previous operation started):
   // the operation started then.
   if (unit < sends_ && unit + kWindow > sends_ && (!have_op_ || posted_[slot(unit)] >= op_start_)) {
-    from_post = false;
     start = std::min(start, posted_[slot(unit)]);
     sent_bytes = bytes_[slot(sends_ - 1)];
   }
@@ -211,7 +203,6 @@ void RingChannel::postRecv(std::uint64_t unit, TimeNs now, bool idle, int units_
   have_op_ = true;
   op_first_ = unit;
   op_start_ = start;
-  op_from_post_ = from_post;
   op_lag_ = static_cast<std::uint64_t>(units_per_step > 0 ? units_per_step : slices_);
   op_proto_ = proto >= 0 && proto <= 2 ? static_cast<std::size_t>(proto) : kSimple;
   op_bytes_ = sent_bytes;
@@ -227,10 +218,8 @@ void RingChannel::advance(std::uint64_t upto, std::uint64_t capacity) {
     // step earlier; position 0 (the idealised copy of the real rank) gets it from the chain's
     // end, by periodicity.
     const bool forwards = u >= op_first_ + op_lag_;
-    // Their first units wait for their own kernel where the operation started at a post.
-    const TimeNs start = op_start_ + (op_from_post_ ? op_base_[op_proto_] : 0);
     for (int pos = 0; pos < p; ++pos) {
-      TimeNs ready = start;
+      TimeNs ready = op_start_;
       if (forwards) ready = std::max(ready, delivered(pos == 0 ? p - 1 : pos - 1, u - op_lag_));
       const RingHop& hop = p == 1 ? in() : chain()[static_cast<std::size_t>(pos)];
       delivered(pos, u) = transmit(hop, free_at_[static_cast<std::size_t>(pos)], ready, b);
@@ -248,7 +237,6 @@ std::optional<TimeNs> RingChannel::recvArrival(std::uint64_t unit, TimeNs posted
     have_op_ = true;
     op_first_ = unit;
     op_start_ = posted;
-    op_from_post_ = true;
     op_lag_ = static_cast<std::uint64_t>(slices_);
     frontier_ = std::max(frontier_, unit);
   }

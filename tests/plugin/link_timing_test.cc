@@ -238,36 +238,6 @@ TEST(RingTiming, SendBeforeTheFirstReceiveStartsTheOperation) {
   EXPECT_EQ(ring.recvArrival(0, 900, 50'000, 900), 2200);
 }
 
-// CRYSTAL_RING_OP_BASE (RingChannel::setOpBase): an operation started by a receive's post
-// (NCCL's proxy posts before the real rank's kernel runs) has its virtual members send their
-// first units the model's fixed cost later, as each runs its own kernel first; one the real
-// rank's send started does not (its kernel had run its own start-up). Unset: no delay.
-TEST(RingTiming, OpBaseDelaysAPostStartedOperationsFirstSends) {
-  constexpr int kSimpleProto = 2;
-  for (const TimeNs base : {TimeNs{0}, TimeNs{8'400}}) {
-    RingChannel posted({kHop}, kHop, 2, nullptr);
-    posted.setOpBase(kSimpleProto, base);
-    posted.postRecv(0, 0, true);                           // the post starts it
-    EXPECT_EQ(posted.postSend(500, 50'000), 500 + 1000);  // the unit's size
-    EXPECT_EQ(posted.recvArrival(0, 0, 50'000, 600), base + 2000) << base;
-    EXPECT_EQ(posted.recvArrival(1, 0, 50'000, 600), base + 3000) << base;
-    // Unit 2 forwards unit 0: no further delay.
-    EXPECT_EQ(posted.recvArrival(2, 0, 50'000, 700), base + 4000) << base;
-
-    RingChannel sent({kHop}, kHop, 2, nullptr);
-    sent.setOpBase(kSimpleProto, base);
-    (void)sent.postSend(200, 50'000);  // the real rank's send came first
-    sent.postRecv(0, 900, true);
-    EXPECT_EQ(sent.recvArrival(0, 900, 50'000, 900), 2200) << base;
-  }
-  // Another protocol's base leaves a Simple operation alone.
-  RingChannel other({kHop}, kHop, 2, nullptr);
-  other.setOpBase(0, 6'800);
-  other.postRecv(0, 0, true);
-  (void)other.postSend(500, 50'000);
-  EXPECT_EQ(other.recvArrival(0, 0, 50'000, 600), 2000);
-}
-
 TEST(RingTiming, OneUnitPerStepForLlProtocols) {
   // LL/LL128: every request is a ring step; unit 1 forwards unit 0 (no two-slice overlap).
   RingChannel ring({kHop}, kHop, 2, nullptr);

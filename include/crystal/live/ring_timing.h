@@ -148,13 +148,6 @@ class RingChannel {
   // A chain member's cost of an operation of protocol `proto` (model::Proto index); none
   // until set (a chain then streams at its slowest hop's pace alone).
   void setChainOpCost(int proto, ChainOpCost cost);
-  // The model's fixed cost of a ring operation of protocol `proto` (model::Proto index; its
-  // base latency, NcclModel::opOverheadUs): set, the virtual members send an operation's first
-  // units that long after its start where the start was a receive's post (NCCL's proxy posts
-  // them before the real rank's kernel runs), as each runs its own kernel first; where the
-  // real rank's send started it, they started with it. Unset (0): at the start, and the real
-  // GPU's own start-up stands for theirs (CRYSTAL_RING_OP_BASE, plugin/state.cc).
-  void setOpBase(int proto, TimeNs ns);
 
   // The real rank posts its send unit (sequence number = the count so far); returns its
   // completion: when it left the real rank's share of its link (a chain root's: of the
@@ -272,8 +265,6 @@ class RingChannel {
   bool have_op_ = false;
   std::uint64_t op_first_ = 0;
   TimeNs op_start_ = 0;
-  bool op_from_post_ = false;  // op_start_ is a receive's post, not the real rank's send
-  std::array<TimeNs, 3> op_base_{};  // setOpBase, per protocol
   std::uint64_t op_lag_ = 1;
   std::uint64_t op_bytes_ = 0;
   bool recv_only_ = false;  // the previous operation had no send: wait one step, not kStall
