@@ -123,6 +123,11 @@ ncclResult_t init(void** ctx, std::uint64_t commId, nccl::ncclNetCommConfig_v11_
   return guard("init", [&] {
     PluginState& st = PluginState::get();
     st.ensureInit();
+    // The trace exists from here, not from the first NET connection: a run whose real rank
+    // makes none (every ring neighbour over P2P under p2p_peers) still leaves a file, with
+    // no rows, instead of none at all.
+    if (const ConnTrace* t = ConnTrace::global())
+      CRYSTAL_INFO("per-request trace (CRYSTAL_TRACE_CONN): {} at exit", t->path());
     NetContext* c = ctx ? st.newContext(commId) : st.defaultContext();
     if (ctx) *ctx = c;
     CRYSTAL_INFO("net plugin crystal ready for comm {:#x}: {} devices", commId, st.ndev());

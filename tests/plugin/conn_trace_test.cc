@@ -170,6 +170,27 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   std::remove(path.c_str());
 }
 
+// A process whose plugin never made a NET connection (under p2p_peers a real rank can reach
+// every ring neighbour over P2P) still writes its trace: the header and no rows.
+TEST(ConnTrace, PluginWithoutConnectionsWritesAnEmptyTrace) {
+  const std::string prefix = tempPrefix("trace_empty");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
+    const ncclNet_v11_t* n = Plugin::get().v11;
+    void* ctx = nullptr;
+    if (!n || n->init(&ctx, 0x7c, nullptr, testLogger, nullptr) != ncclSuccess) std::exit(2);
+    if (n->finalize(ctx) != ncclSuccess) std::exit(3);
+    std::exit(0);  // exit(), not _exit(): the trace is written by an atexit handler
+  }
+  const std::string path = traceOfChild(prefix, child);
+  const auto l = lines(path);
+  ASSERT_EQ(l.size(), 1u) << path;
+  EXPECT_EQ(l[0].rfind("conn,dir,peer_kind,timing,", 0), 0u) << l[0];
+  std::remove(path.c_str());
+}
+
 // CRYSTAL_TRACE_CONN_EVERY_S: a process that never exits normally (killed while hung) still
 // leaves the rows recorded up to the last rewrite.
 TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
