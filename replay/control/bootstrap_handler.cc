@@ -1,7 +1,9 @@
 #include "crystal/control/bootstrap_handler.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -46,6 +48,24 @@ void BootstrapHandler::commInit(const PeerInfo& peer, const CommInit& req) {
   if (hash != req.comm_hash)
     throw ProtocolError("interposer and host disagree on NCCL's commHash (0x" +
                         fmt::format("{:x} vs 0x{:x}", req.comm_hash, hash) + ")");
+  // Ranks past the target job's are peers no graph or layout of this emulation knows; the
+  // world's ranks other than the configured real ones are virtual, so no process may hold
+  // one (the host would play that rank and wait for the configured one forever).
+  const int world = config_.job.world_size;
+  const auto& real = config_.emulation.real_ranks;
+  if (world > 0 && req.nranks > world)
+    throw InputError(fmt::format(
+        "pid {}: rank {} of a {}-rank communicator, but the target job has {} ranks "
+        "(job.world_size): ranks {}..{} are peers this emulation does not know; create it "
+        "with at most {} ranks or raise job.world_size",
+        peer.pid, req.rank, req.nranks, world, world, req.nranks - 1, world));
+  if (req.nranks == world && !real.empty() &&
+      std::find(real.begin(), real.end(), req.rank) == real.end())
+    throw InputError(fmt::format(
+        "pid {}: rank {} of the {}-rank world communicator is virtual in this emulation "
+        "(emulation.real_ranks: [{}]): a real process cannot take its place; start it as one "
+        "of those ranks or add {} to emulation.real_ranks",
+        peer.pid, req.rank, req.nranks, fmt::join(real, ", "), req.rank));
   host::CommSpec spec;
   spec.nranks = req.nranks;
   spec.nccl_version = peer.nccl_version;

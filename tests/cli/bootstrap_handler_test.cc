@@ -82,6 +82,45 @@ TEST(BootstrapHandler, RefusesBadRanksAndForeignHashes) {
   host.stop();
 }
 
+// A communicator larger than the target job holds ranks no layout of it knows, and a world
+// rank the config makes virtual cannot be a process's: both are refused at COMM_INIT with a
+// line saying what to change, before NCCL starts (the real rank's init fails at once instead
+// of waiting for ranks that never come). Smaller communicators and the configured real ranks
+// pass.
+TEST(BootstrapHandler, RefusesRanksTheEmulationDoesNotKnow) {
+  host::BootstrapHost host;
+  host.start();
+  const Config cfg = config64();  // world 64, real ranks 0 and 1
+  BootstrapHandler handler(host, cfg, {}, 1);
+  ControlServer server(handler, {});
+  const auto refusal = [&](int nranks, int rank) -> std::string {
+    interpose::ControlClient c(server.address(), 5.0, Hello{7, 22809, ""});
+    CommInit init;
+    init.id = c.getUniqueId();
+    init.nranks = nranks;
+    init.rank = rank;
+    init.comm_hash = commHashOfId(init.id);
+    try {
+      c.commInit(init);
+    } catch (const ProtocolError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal(128, 0),
+            "emulation host refused COMM_INIT: pid 7: rank 0 of a 128-rank communicator, but the "
+            "target job has 64 ranks (job.world_size): ranks 64..127 are peers this emulation "
+            "does not know; create it with at most 64 ranks or raise job.world_size");
+  EXPECT_EQ(refusal(64, 3),
+            "emulation host refused COMM_INIT: pid 7: rank 3 of the 64-rank world communicator "
+            "is virtual in this emulation (emulation.real_ranks: [0, 1]): a real process cannot "
+            "take its place; start it as one of those ranks or add 3 to emulation.real_ranks");
+  EXPECT_EQ(refusal(64, 1), "");  // a configured real rank
+  EXPECT_EQ(refusal(8, 3), "");   // a smaller communicator: any rank of it
+  EXPECT_EQ(host.comms().size(), 2u);  // the refused ones left nothing behind
+  host.stop();
+}
+
 TEST(BootstrapHandler, SplitChildHashMustFollowNcclsRule) {
   host::BootstrapHost host;
   const Config cfg = config64();

@@ -5,7 +5,8 @@
 #       rank5 (only rank 5 real) | split (world + 8 groups of 8, alternately) |
 #       big (8192 ranks, rank 0 real) | nohost (CRYSTAL_HOST points nowhere: must fail fast) |
 #       kill (the host is killed mid-collective: the real rank must fail with a clear NCCL
-#       error within CRYSTAL_TIMEOUT, no hang) |
+#       error within CRYSTAL_TIMEOUT, no hang) | unknown (a comm larger than the target, a
+#       world rank the config makes virtual: init must fail at once with the host's reason) |
 #       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; P2P_OPS: timed vs model;
 #       P2P_SPLIT=G: also a split into groups of G; P2P_REAL_CHANNELS=N: real_channels) |
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
@@ -148,7 +149,7 @@ run_all() {
     local t0=$(date +%s%N)
     EMULATE_TIMEOUT=$limit timeout -k 5 $((limit + 20)) "$self" "$name" "$@" >"$OUT/$name.txt" 2>&1
     local rc=$?
-    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|no completion|crash:' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
+    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|unknown:|no completion|crash:' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
     resolve_crash "$OUT/$name.txt" "$OUT/$name"-*.txt >>"$OUT/crashes.md"
   }
   rm -f "$OUT/cases.md" "$OUT/crashes.md"
@@ -172,6 +173,7 @@ run_all() {
   run_case split 60 --ops allreduce,allgather --min 1024 --max 67108864 --step 16 $it
   run_case big 60 --ops allreduce --min 1073741824 --max 1073741824 --iters 2
   run_case kill 45
+  run_case unknown 70
   run_case nohost 20
   {
     echo "## Cases"
@@ -235,6 +237,21 @@ case "$case_name" in
            NCCL_NET_PLUGIN=crystal NCCL_NET=crystal RANK=0 NRANKS=64 timeout 60 "$P" "$@"
          echo "nohost: rc=$? after $(( ($(date +%s%N) - t0) / 1000000 )) ms" ;;
   split) emulate "$(config 0)" block:8 -- env RANK=0 NRANKS=64 "$P" --split 8 "$@" ;;
+  unknown) # Peers the emulation does not know: a 128-rank comm on the 64-rank target, and
+         # world rank 3 taken by a process where the config makes only rank 0 real. Each must
+         # fail ncclCommInitRank with an NCCL error and the host's line, within seconds.
+         cfg=$(config 0) ok=1
+         for c in "128 0" "64 3"; do
+           set -- $c; t0=$(date +%s%N); log=$OUT/unknown-$1-$2.txt
+           EMULATE_TIMEOUT=30 emulate "$cfg" "" -- env RANK=$2 NRANKS=$1 ID_ROOT=1 "$P" \
+             --ops allreduce --min 1048576 --max 1048576 --iters 1 >"$log" 2>&1
+           rc=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+           line=$(grep -h -o "refused COMM_INIT: .*" "$log" "$OUT"/nccl-unknown.*.log 2>/dev/null | head -1 | cut -c1-220)
+           echo "unknown: nranks $1 rank $2: rc=$rc after $ms ms; ${line:-NO REFUSAL LINE}"
+           grep -q "NCCL error\|returning NCCL error" "$log" || echo "unknown: nranks $1 rank $2: no NCCL error in the program's output"
+           [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ -n "$line" ] || ok=0
+         done
+         [ $ok = 1 ] ;;
   two)   # TWO_PEER (default 1): the second real rank; MPS=1: both processes share one CUDA
          # context through NVIDIA MPS (mps_start), so their kernels run at once instead of
          # taking turns in the driver's time slices.
