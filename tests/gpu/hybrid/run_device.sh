@@ -10,7 +10,9 @@
 #       p2p (emulation.p2p_peers: P2P_N=8|64 ranks, rank P2P_RANK real; P2P_OPS: timed vs model;
 #       P2P_SPLIT=G: also a split into groups of G; P2P_REAL_CHANNELS=N: real_channels) |
 #       all (build, then every case above with `crystal simulate --sweep`'s prediction beside
-#       each emulated time, summary in $OUT/summary.md; one device call, ~6 min)
+#       each emulated time, summary in $OUT/summary.md; one device call, ~6 min) |
+#       repeat (`all` RUNS times, default 3, into $OUT/run1..; $OUT/spread.md: per row the
+#       median and range of the difference over the runs, and in how many it is within 2 %)
 # Environment: PROTO (default Simple: NCCL_PROTO and the model's --proto; "" = NCCL's pick),
 #   OPS, ITERS, WARMUP (hybrid_nccl --warmup: untimed operations before each size, default 2),
 #   CRYSTAL_DATA (default none: no bytes for virtual peers; zero: GPU memsets
@@ -229,6 +231,13 @@ rm -f "$ID_FILE"
 P=$PWD/$B/hybrid_nccl
 case "$case_name" in
   build) build ;;
+  repeat) # One run of `all` moves 1-3 % from the next at 1-16 MiB on these machines: the
+         # median of several, with its range, says what a single summary cannot.
+         for i in $(seq "${RUNS:-3}"); do
+           OUT=$OUT/run$i "$PWD/tests/gpu/hybrid/run_device.sh" all >"$OUT/all-$i.txt" 2>&1
+           echo "repeat: run $i of ${RUNS:-3}: rc=$? ($(grep -c '^| ' "$OUT/run$i/summary.md" 2>/dev/null || echo 0) table lines)"
+         done
+         python3 tests/gpu/hybrid/spread.py "$OUT"/run*/summary.md >"$OUT/spread.md" && cat "$OUT/spread.md" ;;
   one)   emulate "$(config 0)" "" -- env RANK=0 NRANKS=64 "$P" "$@" ;;
   rank5) emulate "$(config 5)" "" -- env RANK=5 NRANKS=64 ID_ROOT=1 "$P" "$@" ;;
   big)   emulate "$(config 0)" "" -- env RANK=0 NRANKS=8192 "$P" "$@" ;;
