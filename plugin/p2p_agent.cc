@@ -143,6 +143,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     a->pacer_.setTreeBase(tree_channels);
     a->preludes_on_ = paramBool(kEnvP2pPrelude);
     a->query_gap_ns_ = paramIntIn(kEnvP2pQueryGap, 0, 100'000);
+    a->marks_ = static_cast<int>(paramIntIn(kEnvP2pMarks, 1, 2));
     a->pacer_.setOpBase(static_cast<live::TimeNs>(
         1e3 * st.model().opOverheadUs(model::Algo::Ring, model::Proto::Simple)));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
@@ -379,7 +380,9 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
     op.before = event();
     op.after = event();
   }
+  calls_open_.fetch_add(1, std::memory_order_acq_rel);
   if (const cuda::Result r = d_.eventRecord(op.before, stream); r != cuda::kSuccess) {
+    calls_open_.fetch_sub(1, std::memory_order_acq_rel);
     giveBack(op);
     check(r, "cuEventRecord");
   }
@@ -405,16 +408,25 @@ bool P2pAgent::passed(cuda::Event e, live::TimeNs now, live::TimeNs* at) {
 }
 
 void P2pAgent::after(const Op& op) {
-  if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
-    giveBack(op);
-    check(r, "cuEventRecord");
-  }
+  // Queued (or given back) below; from then on the pacing thread may mark the end itself.
+  struct Close {
+    std::atomic<int>& open;
+    ~Close() { open.fetch_sub(1, std::memory_order_acq_rel); }
+  } close{calls_open_};
+  if (marks_ == 2)
+    if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
+      giveBack(op);
+      check(r, "cuEventRecord");
+    }
   bool launch_here = false;  // the pacing thread sleeps: this call launches the kernel
   {
     std::lock_guard lock(in_mu_);
     Pending p;
     p.before = op.before;
     p.after = op.after;
+    p.stream = op.stream;
+    p.end_marked = marks_ == 2;
+    p.queued = live::nowNs();
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
@@ -442,6 +454,29 @@ void P2pAgent::after(const Op& op) {
   // Outside the lock too (a launch takes microseconds); only this call decided to launch.
   if (launch_here) launch();
   wake_.notify_all();
+}
+
+bool P2pAgent::ended(Pending& p, live::TimeNs now) {
+  // Stream order: the next operation's start passes only once this one's kernel ended.
+  if (ops_.size() > 1 && ops_[1].stream == p.stream) return passed(ops_[1].before, now);
+  // The last one queued (or the next is on another stream): its end is marked where the
+  // stream stands now, once the program is not about to queue the next on it. A mark that
+  // lands behind the program's later work ends the operation late, never early.
+  if (ops_.size() == 1) {
+    const live::TimeNs waited = now - p.queued;
+    if (waited < kEndMarkWaitNs) return false;
+    if (calls_open_.load(std::memory_order_acquire) > 0 && waited < kEndMarkMaxWaitNs)
+      return false;
+  }
+  if (d_.streamIsCapturing) {
+    // A record on a stream under capture would become a node of the program's graph.
+    int capturing = 0;
+    if (d_.streamIsCapturing(p.stream, &capturing) != cuda::kSuccess || capturing != 0)
+      return false;
+  }
+  check(d_.eventRecord(p.after, p.stream), "cuEventRecord (the end of an operation)");
+  p.end_marked = true;
+  return passed(p.after, now);
 }
 
 void P2pAgent::findNetRings() {
@@ -682,7 +717,7 @@ void P2pAgent::run() {
                                 p.entry ? static_cast<int>(p.entry->func) : -1)});
           ++ops_started_;
         }
-        if (!passed(p.after, now)) break;
+        if (p.end_marked ? !passed(p.after, now) : !ended(p, now)) break;
         if (trace_)
           trace_->record(
               {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});

@@ -258,6 +258,84 @@ TEST_F(P2pAgentTest, ABroadcastsRootComesFromTheCall) {
       << a->stateLine();
 }
 
+// CRYSTAL_P2P_MARKS=1: the program's call records one event (before NCCL's kernel), so one
+// event fewer sits between two kernels. Back to back on a stream an operation ends where the
+// next one starts; the last one's end is marked by the pacing thread once the program made no
+// call for a while (never on a stream under graph capture: the record would join the
+// program's graph), and an operation followed on another stream is marked at once.
+TEST_F(P2pAgentTest, OneMarkAnOperation) {
+  ::setenv(plugin::kEnvP2pMarks, "1", 1);
+  auto a = make();
+  ::unsetenv(plugin::kEnvP2pMarks);
+  ASSERT_TRUE(a);
+  const auto records = [&, r0 = gpu_->count("cuEventRecord")] {
+    return gpu_->count("cuEventRecord") - r0;
+  };
+  const auto done = [&](int n) {
+    return a->stateLine().find(std::to_string(n) + " operations done") != std::string::npos;
+  };
+  const live::CollectiveEntry gather{model::Func::AllGather, model::Algo::Ring,
+                                     model::Proto::Simple, 1u << 20, 1};
+  auto* const s1 = reinterpret_cast<void*>(0x10);
+  auto* const s2 = reinterpret_cast<void*>(0x20);
+  gpu_->complete = false;
+  const std::uint64_t first = gpu_->count("cuEventRecord");  // records count from 1
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op1 = a->before(s1);
+  EXPECT_EQ(records(), 1u);
+  a->after(op1);
+  EXPECT_EQ(records(), 1u);  // the call records nothing after NCCL's kernel
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));
+  EXPECT_EQ(records(), 2u);
+  // The stream passes the first operation and reaches the second: the first is done, with no
+  // mark of its own.
+  std::atomic_ref(gpu_->done_through).store(first + 2);
+  ASSERT_TRUE(eventually([&] { return done(1); })) << a->stateLine();
+  // The second is the last: the pacing thread marks its end, done once the stream passes it.
+  ASSERT_TRUE(eventually([&] { return records() == 3u; }));
+  EXPECT_FALSE(eventually([&] { return done(2); }, 0.1)) << a->stateLine();
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(2) && !p2pAgentPass(); })) << a->stateLine();
+  EXPECT_EQ(records(), 3u);
+
+  // Under capture no mark; once the capture ended, the mark and the end.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));
+  std::atomic_ref(gpu_->capturing).store(true);
+  std::atomic_ref(gpu_->done_through).store(first + 4);  // the stream reached it
+  EXPECT_FALSE(eventually([&] { return records() > 4u; }, 0.1));
+  std::atomic_ref(gpu_->capturing).store(false);
+  ASSERT_TRUE(eventually([&] { return records() == 5u; }));
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(3) && !p2pAgentPass(); })) << a->stateLine();
+
+  // The next operation on another stream: the first is marked where its stream stands.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op4 = a->before(s1);
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op5 = a->before(s2);
+  a->after(op4);
+  a->after(op5);
+  std::atomic_ref(gpu_->done_through).store(first + 7);  // both starts passed
+  ASSERT_TRUE(eventually([&] { return records() == 8u; }));  // op4's mark
+  EXPECT_FALSE(eventually([&] { return done(4); }, 0.05));  // the stream has not passed it
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(5) && !p2pAgentPass(); })) << a->stateLine();
+  EXPECT_EQ(records(), 9u);  // then op5's, the last
+  // Out of range: no agent, and why.
+  P2pAgent::forget(kHash);
+  a.reset();
+  (void)freeLeftHostAllocs();
+  ::setenv(plugin::kEnvP2pMarks, "3", 1);
+  std::string why;
+  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
+  ::unsetenv(plugin::kEnvP2pMarks);
+  EXPECT_NE(why.find("CRYSTAL_P2P_MARKS"), std::string::npos) << why;
+}
+
 // The kernel's launch (a few us of cuLaunchKernel) is off the program's thread while the
 // pacing thread spins: after() returns without it and the pacing thread launches at its next
 // pass. Asleep (nothing for kIdleSpinNs), the pacing thread would first need a wake-up, and
