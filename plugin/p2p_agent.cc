@@ -413,7 +413,11 @@ void P2pAgent::after(const Op& op) {
     std::atomic<int>& open;
     ~Close() { open.fetch_sub(1, std::memory_order_acq_rel); }
   } close{calls_open_};
-  if (marks_ == 2)
+  // The default streams are marked here: another thread's record on the per-thread one
+  // lands on that thread's own stream (ending the operation early), and one on the legacy
+  // one waits for every blocking stream of the context.
+  const bool mark_here = marks_ == 2 || isDefaultStream(op.stream);
+  if (mark_here)
     if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
       giveBack(op);
       check(r, "cuEventRecord");
@@ -425,7 +429,7 @@ void P2pAgent::after(const Op& op) {
     p.before = op.before;
     p.after = op.after;
     p.stream = op.stream;
-    p.end_marked = marks_ == 2;
+    p.end_marked = mark_here;
     p.queued = live::nowNs();
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
@@ -454,6 +458,11 @@ void P2pAgent::after(const Op& op) {
   // Outside the lock too (a launch takes microseconds); only this call decided to launch.
   if (launch_here) launch();
   wake_.notify_all();
+}
+
+bool P2pAgent::isDefaultStream(cuda::Stream s) {
+  // CU_STREAM_LEGACY (0x1), CU_STREAM_PER_THREAD (0x2), and 0.
+  return reinterpret_cast<std::uintptr_t>(s) <= 0x2;
 }
 
 bool P2pAgent::ended(Pending& p, live::TimeNs now) {

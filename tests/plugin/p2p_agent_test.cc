@@ -258,8 +258,8 @@ TEST_F(P2pAgentTest, ABroadcastsRootComesFromTheCall) {
       << a->stateLine();
 }
 
-// CRYSTAL_P2P_MARKS=1: the program's call records one event (before NCCL's kernel), so one
-// event fewer sits between two kernels. Back to back on a stream an operation ends where the
+// CRYSTAL_P2P_MARKS=1: the program's call records one event (before NCCL's kernel) on an
+// ordinary stream, so one event fewer sits between two kernels. Back to back on a stream an operation ends where the
 // next one starts; the last one's end is marked by the pacing thread once the program made no
 // call for a while (never on a stream under graph capture: the record would join the
 // program's graph), and an operation followed on another stream is marked at once.
@@ -325,6 +325,17 @@ TEST_F(P2pAgentTest, OneMarkAnOperation) {
   gpu_->complete = true;
   ASSERT_TRUE(eventually([&] { return done(5) && !p2pAgentPass(); })) << a->stateLine();
   EXPECT_EQ(records(), 9u);  // then op5's, the last
+  // A default stream (0, legacy, per-thread) gets its mark in the call, as with two: another
+  // thread's record on the per-thread handle would land on that thread's own stream.
+  for (const std::uintptr_t handle : {0x0, 0x1, 0x2}) {
+    const std::size_t before = records();
+    live::collectiveLog(kHash)->append(gather);
+    a->after(a->before(reinterpret_cast<void*>(handle)));
+    EXPECT_EQ(records(), before + 2) << handle;
+    ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); })) << handle;
+    EXPECT_EQ(records(), before + 2) << handle;  // and the pacing thread adds none
+  }
+  ASSERT_TRUE(eventually([&] { return done(8); })) << a->stateLine();
   // Out of range: no agent, and why.
   P2pAgent::forget(kHash);
   a.reset();
