@@ -386,6 +386,11 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
     giveBack(op);
     check(r, "cuEventRecord");
   }
+  if (marks_ == 1) {
+    std::lock_guard lock(open_mu_);
+    open_before_ = op.before;
+    open_stream_ = stream;
+  }
   return op;
 }
 
@@ -413,6 +418,10 @@ void P2pAgent::after(const Op& op) {
     std::atomic<int>& open;
     ~Close() { open.fetch_sub(1, std::memory_order_acq_rel); }
   } close{calls_open_};
+  if (marks_ == 1) {
+    std::lock_guard lock(open_mu_);
+    if (open_before_ == op.before) open_before_ = nullptr;
+  }
   // The default streams are marked here: another thread's record on the per-thread one
   // lands on that thread's own stream (ending the operation early), and one on the legacy
   // one waits for every blocking stream of the context.
@@ -472,6 +481,13 @@ bool P2pAgent::ended(Pending& p, live::TimeNs now) {
   // stream stands now, once the program is not about to queue the next on it. A mark that
   // lands behind the program's later work ends the operation late, never early.
   if (ops_.size() == 1) {
+    // A call inside NCCL now: its start, once recorded, is this one's end on the same stream.
+    cuda::Event open = nullptr;
+    {
+      std::lock_guard lock(open_mu_);
+      if (open_before_ && open_stream_ == p.stream) open = open_before_;
+    }
+    if (open) return passed(open, now);
     const live::TimeNs waited = now - p.queued;
     if (waited < kEndMarkWaitNs) return false;
     if (calls_open_.load(std::memory_order_acquire) > 0 && waited < kEndMarkMaxWaitNs)

@@ -242,6 +242,12 @@ class P2pAgent {
   int marks_ = 2;                  // CRYSTAL_P2P_MARKS
   // Calls between before() and after(): the next operation's start is on its way (marks 1).
   std::atomic<int> calls_open_{0};
+  // Marks 1: the start event of the call now between before() and after(), once recorded
+  // (NCCL may hold the program inside its call, the operation not queued yet, while its
+  // kernel runs: its start is the last one's end, as the after event said with two marks).
+  std::mutex open_mu_;
+  cuda::Event open_before_ = nullptr;  // open_mu_
+  cuda::Stream open_stream_ = nullptr;  // open_mu_
   // Marks 1: the last operation's end is marked by the pacing thread this long after the
   // program's call that queued it, unless a call is open, and after kEndMarkMaxWaitNs anyway
   // (a call that never reaches after(): a group the program abandoned).

@@ -299,17 +299,32 @@ TEST_F(P2pAgentTest, OneMarkAnOperation) {
   ASSERT_TRUE(eventually([&] { return done(2) && !p2pAgentPass(); })) << a->stateLine();
   EXPECT_EQ(records(), 3u);
 
+  // The program inside its next call (NCCL may hold it there while the kernel runs): that
+  // call's start, recorded on the stream, ends the last operation; no mark of its own.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));  // record 4
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op held = a->before(s1);  // record 5, the call still open
+  std::atomic_ref(gpu_->done_through).store(first + 5);
+  ASSERT_TRUE(eventually([&] { return done(3); })) << a->stateLine();
+  EXPECT_EQ(records(), 5u);
+  a->after(held);
+  ASSERT_TRUE(eventually([&] { return records() == 6u; }));  // now the last: marked
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(4) && !p2pAgentPass(); })) << a->stateLine();
+
   // Under capture no mark; once the capture ended, the mark and the end.
   gpu_->complete = false;
   live::collectiveLog(kHash)->append(gather);
   a->after(a->before(s1));
   std::atomic_ref(gpu_->capturing).store(true);
-  std::atomic_ref(gpu_->done_through).store(first + 4);  // the stream reached it
-  EXPECT_FALSE(eventually([&] { return records() > 4u; }, 0.1));
+  std::atomic_ref(gpu_->done_through).store(first + 7);  // the stream reached it
+  EXPECT_FALSE(eventually([&] { return records() > 7u; }, 0.1));
   std::atomic_ref(gpu_->capturing).store(false);
-  ASSERT_TRUE(eventually([&] { return records() == 5u; }));
+  ASSERT_TRUE(eventually([&] { return records() == 8u; }));
   gpu_->complete = true;
-  ASSERT_TRUE(eventually([&] { return done(3) && !p2pAgentPass(); })) << a->stateLine();
+  ASSERT_TRUE(eventually([&] { return done(5) && !p2pAgentPass(); })) << a->stateLine();
 
   // The next operation on another stream: the first is marked where its stream stands.
   gpu_->complete = false;
@@ -319,12 +334,12 @@ TEST_F(P2pAgentTest, OneMarkAnOperation) {
   const P2pAgent::Op op5 = a->before(s2);
   a->after(op4);
   a->after(op5);
-  std::atomic_ref(gpu_->done_through).store(first + 7);  // both starts passed
-  ASSERT_TRUE(eventually([&] { return records() == 8u; }));  // op4's mark
-  EXPECT_FALSE(eventually([&] { return done(4); }, 0.05));  // the stream has not passed it
+  std::atomic_ref(gpu_->done_through).store(first + 10);  // both starts passed
+  ASSERT_TRUE(eventually([&] { return records() == 11u; }));  // op4's mark
+  EXPECT_FALSE(eventually([&] { return done(6); }, 0.05));  // the stream has not passed it
   gpu_->complete = true;
-  ASSERT_TRUE(eventually([&] { return done(5) && !p2pAgentPass(); })) << a->stateLine();
-  EXPECT_EQ(records(), 9u);  // then op5's, the last
+  ASSERT_TRUE(eventually([&] { return done(7) && !p2pAgentPass(); })) << a->stateLine();
+  EXPECT_EQ(records(), 12u);  // then op5's, the last
   // A default stream (0, legacy, per-thread) gets its mark in the call, as with two: another
   // thread's record on the per-thread handle would land on that thread's own stream.
   for (const std::uintptr_t handle : {0x0, 0x1, 0x2}) {
@@ -335,7 +350,7 @@ TEST_F(P2pAgentTest, OneMarkAnOperation) {
     ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); })) << handle;
     EXPECT_EQ(records(), before + 2) << handle;  // and the pacing thread adds none
   }
-  ASSERT_TRUE(eventually([&] { return done(8); })) << a->stateLine();
+  ASSERT_TRUE(eventually([&] { return done(10); })) << a->stateLine();
   // Out of range: no agent, and why.
   P2pAgent::forget(kHash);
   a.reset();
