@@ -239,7 +239,7 @@ class P2pAgent {
   bool free_running_ = false;  // pacing failed: every counter released for good
   live::TimeNs stall_ns_ = kStallNs;
   live::TimeNs query_gap_ns_ = 0;  // CRYSTAL_P2P_QUERY_GAP_NS
-  int marks_ = 2;                  // CRYSTAL_P2P_MARKS
+  int marks_ = 1;                  // CRYSTAL_P2P_MARKS
   // Calls between before() and after(): the next operation's start is on its way (marks 1).
   std::atomic<int> calls_open_{0};
   // Marks 1: the start event of the call now between before() and after(), once recorded

@@ -258,6 +258,29 @@ TEST_F(P2pAgentTest, ABroadcastsRootComesFromTheCall) {
       << a->stateLine();
 }
 
+// CRYSTAL_P2P_MARKS=2: both events in the program's call (before and after NCCL's kernel),
+// none from the pacing thread; an operation ends when the stream passes its own second.
+TEST_F(P2pAgentTest, TwoMarksAnOperation) {
+  ::setenv(plugin::kEnvP2pMarks, "2", 1);
+  auto a = make();
+  ::unsetenv(plugin::kEnvP2pMarks);
+  ASSERT_TRUE(a);
+  const std::size_t r0 = gpu_->count("cuEventRecord");
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+  a->after(a->before(reinterpret_cast<void*>(0x10)));
+  EXPECT_EQ(gpu_->count("cuEventRecord"), r0 + 2);
+  std::atomic_ref(gpu_->done_through).store(r0 + 1);  // started, not passed
+  EXPECT_FALSE(eventually([&] { return gpu_->count("cuEventRecord") > r0 + 2; }, 0.1));
+  EXPECT_EQ(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+  std::atomic_ref(gpu_->done_through).store(r0 + 2);
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("1 operations done") != std::string::npos && !p2pAgentPass();
+  })) << a->stateLine();
+  EXPECT_EQ(gpu_->count("cuEventRecord"), r0 + 2);
+}
+
 // CRYSTAL_P2P_MARKS=1: the program's call records one event (before NCCL's kernel) on an
 // ordinary stream, so one event fewer sits between two kernels. Back to back on a stream an operation ends where the
 // next one starts; the last one's end is marked by the pacing thread once the program made no
