@@ -88,52 +88,63 @@ std::string traceOfChild(const std::string& prefix, pid_t child) {
   return prefix + "." + std::to_string(child) + ".csv";
 }
 
+// Forks a child that sets CRYSTAL_TRACE_CONN=prefix (and CRYSTAL_TRACE_CONN_EVERY_S where
+// `every` is given), initialises the built plugin for comm id `comm` and exits with what
+// `body(net, ctx)` returns: exit() runs the trace's atexit writer, so a body that must leave
+// as if killed calls _exit itself. The parent gets the child's pid.
+template <typename Body>
+pid_t traceChild(const std::string& prefix, std::uint64_t comm, const char* every, Body body) {
+  const pid_t child = ::fork();
+  if (child != 0) return child;
+  ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
+  if (every != nullptr) ::setenv("CRYSTAL_TRACE_CONN_EVERY_S", every, 1);
+  const ncclNet_v11_t* n = Plugin::get().v11;
+  void* ctx = nullptr;
+  if (!n || n->init(&ctx, comm, nullptr, testLogger, nullptr) != ncclSuccess) ::_exit(2);
+  std::exit(body(n, ctx));
+}
+
 // The built plugin, in a child process (the trace is written at exit): a receive from and a
 // send to a virtual peer give one row each, with the post, modelled due and observed done
 // times of the request, due - posted = the model's step time.
 TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
   const std::string prefix = tempPrefix("trace_plugin");
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
-    const ncclNet_v11_t* n = Plugin::get().v11;
-    void* ctx = nullptr;
-    if (!n || n->init(&ctx, 0x7a, nullptr, testLogger, nullptr) != ncclSuccess) std::exit(2);
+  const pid_t child = traceChild(prefix, 0x7a, nullptr, [](const ncclNet_v11_t* n, void* ctx) {
     char lh[128] = {};
     void* lc = nullptr;
-    if (n->listen(ctx, 0, lh, &lc) != ncclSuccess) std::exit(3);
+    if (n->listen(ctx, 0, lh, &lc) != ncclSuccess) return 3;
     live::NetHandle h;
-    if (!live::decodeHandle(lh, h)) std::exit(4);
+    if (!live::decodeHandle(lh, h)) return 4;
     const int sock = openHello(h, live::PeerKind::Virtual);
     void* rc = pollUntil([&](void** out) { return n->accept(lc, out, nullptr); });
     live::NetHandle vh = virtualPeerHandle(1, 2);
     char vbuf[128] = {};
     std::memcpy(vbuf, &vh, sizeof vh);
     void* sc = pollUntil([&](void** out) { return n->connect(ctx, 0, vbuf, out, nullptr); });
-    if (!rc || !sc) std::exit(5);
+    if (!rc || !sc) return 5;
     std::vector<char> buf(1 << 20);
     void *rmr = nullptr, *smr = nullptr;
     if (n->regMr(rc, buf.data(), buf.size(), NCCL_PTR_HOST, &rmr) != ncclSuccess ||
         n->regMr(sc, buf.data(), buf.size(), NCCL_PTR_HOST, &smr) != ncclSuccess)
-      std::exit(6);
+      return 6;
     void* data[1] = {buf.data()};
     std::size_t sizes[1] = {256 << 10};
     int tags[1] = {0};
     void* mrs[1] = {rmr};
     void *rreq = nullptr, *sreq = nullptr;
-    if (n->irecv(rc, 1, data, sizes, tags, mrs, nullptr, &rreq) != ncclSuccess) std::exit(7);
+    if (n->irecv(rc, 1, data, sizes, tags, mrs, nullptr, &rreq) != ncclSuccess) return 7;
     (void)waitDone(n, rreq);
-    if (n->isend(sc, buf.data(), 64 << 10, 0, smr, nullptr, &sreq) != ncclSuccess) std::exit(8);
+    if (n->isend(sc, buf.data(), 64 << 10, 0, smr, nullptr, &sreq) != ncclSuccess) return 8;
     (void)waitDone(n, sreq);
     // Closed as NCCL does, so that the leak checker of the sanitizer build has nothing to say.
     if (n->deregMr(rc, rmr) != ncclSuccess || n->deregMr(sc, smr) != ncclSuccess ||
         n->closeRecv(rc) != ncclSuccess || n->closeSend(sc) != ncclSuccess ||
         n->closeListen(lc) != ncclSuccess || n->finalize(ctx) != ncclSuccess)
-      std::exit(9);
+      return 9;
     ::close(sock);
-    std::exit(0);  // exit(), not _exit(): the trace is written by an atexit handler
-  }
+    return 0;  // exit(), not _exit(): the trace is written by an atexit handler
+  });
+  ASSERT_GE(child, 0);
   const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 3u) << path;
@@ -174,16 +185,10 @@ TEST(ConnTrace, PluginWritesCompletedRequestsAtExit) {
 // every ring neighbour over P2P) still writes its trace: the header and no rows.
 TEST(ConnTrace, PluginWithoutConnectionsWritesAnEmptyTrace) {
   const std::string prefix = tempPrefix("trace_empty");
-  const pid_t child = ::fork();
+  const pid_t child = traceChild(prefix, 0x7c, nullptr, [](const ncclNet_v11_t* n, void* ctx) {
+    return n->finalize(ctx) != ncclSuccess ? 3 : 0;
+  });
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
-    const ncclNet_v11_t* n = Plugin::get().v11;
-    void* ctx = nullptr;
-    if (!n || n->init(&ctx, 0x7c, nullptr, testLogger, nullptr) != ncclSuccess) std::exit(2);
-    if (n->finalize(ctx) != ncclSuccess) std::exit(3);
-    std::exit(0);  // exit(), not _exit(): the trace is written by an atexit handler
-  }
   const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 1u) << path;
@@ -195,14 +200,7 @@ TEST(ConnTrace, PluginWithoutConnectionsWritesAnEmptyTrace) {
 // leaves the rows recorded up to the last rewrite.
 TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
   const std::string prefix = tempPrefix("trace_every");
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::setenv("CRYSTAL_TRACE_CONN", prefix.c_str(), 1);
-    ::setenv("CRYSTAL_TRACE_CONN_EVERY_S", "1", 1);
-    const ncclNet_v11_t* n = Plugin::get().v11;
-    void* ctx = nullptr;
-    if (!n || n->init(&ctx, 0x7b, nullptr, testLogger, nullptr) != ncclSuccess) ::_exit(2);
+  const pid_t child = traceChild(prefix, 0x7b, "1", [&](const ncclNet_v11_t* n, void* ctx) -> int {
     live::NetHandle vh = virtualPeerHandle(1, 2);
     char vbuf[128] = {};
     std::memcpy(vbuf, &vh, sizeof vh);
@@ -219,7 +217,8 @@ TEST(ConnTrace, PeriodicRewriteSurvivesAnAbnormalExit) {
     const std::string path = prefix + "." + std::to_string(::getpid()) + ".csv";
     for (int i = 0; i < 300 && lines(path).size() < 2; ++i) ::usleep(100'000);
     ::_exit(0);
-  }
+  });
+  ASSERT_GE(child, 0);
   const std::string path = traceOfChild(prefix, child);
   const auto l = lines(path);
   ASSERT_EQ(l.size(), 2u) << path;
