@@ -365,6 +365,7 @@ TEST_F(P2pAgentTest, StreamUnderGraphCaptureIsRefused) {
 // the slots R emptied; the agent kernel keeps that rule).
 TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
   P2pAgent::setStallNsForTesting(50'000'000);
+  testing::internal::CaptureStderr();  // the job's own output says so, whatever NCCL_DEBUG
   auto a = make();
   ASSERT_TRUE(a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
@@ -381,6 +382,12 @@ TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
   ASSERT_TRUE(eventually([&] { return load(r_tail_) == 108; }));
   gpu_->complete = true;
   EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("crystal: P2P pacing of comm 0x5eed rank 0 stopped after 0 operations: no "
+                     "progress for 0.050 s"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("so this rank's times are not the target's"), std::string::npos) << err;
 }
 
 // CRYSTAL_P2P_TRACE: every leg of a paced operation, in one file per comm written when the
