@@ -276,6 +276,7 @@ int runEmulate(std::span<const std::string> args) {
              store.errorCount());
   // The report never changes the exit status: the program's is what the caller gets.
   run.exit_code = code;
+  run.host_notes = host.notes();
   fmt::print(stderr, "{}", report::writeReport(config, run));
   return code;
 }

@@ -71,6 +71,8 @@ int runHost(std::span<const std::string> args) {
   sigwait(&stop, &sig);
   fmt::print(stderr, "crystal host: signal {}, stopping ({} host errors, {} store errors)\n", sig,
              session.host().errorCount(), session.store().errorCount());
+  for (const std::string& n : session.host().notes())
+    fmt::print(stderr, "crystal host: not faithful: {}\n", n);
   return 0;
 }
 

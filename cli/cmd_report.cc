@@ -28,16 +28,20 @@ constexpr std::string_view kUsage =
     "  --profiled FIRST:COUNT  steps under torch.profiler, also left out (default: what\n"
     "                          RUN_DIR/report.json of the run says, else none; or none)\n";
 
-// What an earlier report of the same run recorded: the program's exit status and, unless
-// --profiled says otherwise, the profiled steps.
+// What an earlier report of the same run recorded: the program's exit status, what the real
+// ranks said made them unfaithful (only the host heard it) and, unless --profiled says
+// otherwise, the profiled steps.
 void fromEarlierReport(const std::filesystem::path& file, bool profiled_given,
-                       report::StepPlan& plan, int& exit_code) {
+                       report::StepPlan& plan, report::RunInfo& run) {
   std::ifstream f(file);
   if (!f) return;
   const auto j = nlohmann::json::parse(f, nullptr, false);
   if (!j.is_object()) return;
   if (j.contains("exit_code") && j["exit_code"].is_number_integer())
-    exit_code = j["exit_code"].get<int>();
+    run.exit_code = j["exit_code"].get<int>();
+  if (j.contains("not_faithful") && j["not_faithful"].is_array())
+    for (const auto& n : j["not_faithful"])
+      if (n.is_string()) run.host_notes.push_back(n.get<std::string>());
   if (profiled_given || !j.contains("profiled_steps") || !j["profiled_steps"].is_array()) return;
   const auto& steps = j["profiled_steps"];
   if (steps.empty() || !steps.front().is_number_integer()) return;
@@ -70,7 +74,7 @@ int runReport(std::span<const std::string> args) {
     throw InputError(fmt::format("report: RUN_DIR '{}' is not a directory", run_dir.string()));
   const Config config = loadConfig(config_path);
   report::RunInfo run;
-  fromEarlierReport(run_dir / "report.json", !profiled.empty(), plan, run.exit_code);
+  fromEarlierReport(run_dir / "report.json", !profiled.empty(), plan, run);
   if (!profiled.empty() && profiled != "none") {
     const auto colon = profiled.find(':');
     if (colon == std::string::npos)

@@ -149,7 +149,8 @@ struct Prediction {
 [[nodiscard]] nlohmann::json reportJson(const std::string& config_path,
                                         std::span<const RankReport> ranks,
                                         const Prediction& prediction, const StepPlan& plan,
-                                        int exit_code);
+                                        int exit_code,
+                                        std::span<const std::string> not_faithful = {});
 [[nodiscard]] std::string reportTable(std::span<const RankReport> ranks,
                                       const Prediction& prediction, const StepPlan& plan);
 // Measured processes: steps (durations end to end from 0), NCCL calls (host times from the
@@ -171,6 +172,9 @@ struct RunInfo {
   StepPlan plan;
   std::size_t virtual_peers = 3;
   int exit_code = 0;
+  // What the real processes told the host made their emulation unfaithful (control NOTE,
+  // "pid P: text"): report.json's "not_faithful" and a line each under the table.
+  std::vector<std::string> host_notes;
 };
 
 // Reads every input of the real ranks (missing/corrupt files become notes).

@@ -57,10 +57,13 @@ std::string steadyRule(const StepPlan& plan) {
 }  // namespace
 
 json reportJson(const std::string& config_path, std::span<const RankReport> ranks,
-                const Prediction& prediction, const StepPlan& plan, int exit_code) {
+                const Prediction& prediction, const StepPlan& plan, int exit_code,
+                std::span<const std::string> not_faithful) {
   json out = {{"format", "crystal-emulate-report-1"},
               {"config", config_path},
               {"exit_code", exit_code},
+              {"not_faithful", json(std::vector<std::string>(not_faithful.begin(),
+                                                             not_faithful.end()))},
               {"warmup_steps", plan.warmup},
               {"profiled_steps", json::array()},
               {"steady_state", steadyRule(plan)},

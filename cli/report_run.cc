@@ -129,9 +129,13 @@ std::string writeReport(const Config& config, const RunInfo& run) {
     const Prediction prediction = predict(config, run.real_ranks, iterations, run.virtual_peers);
     const fs::path dir(run.run_dir);
     writeJsonFile(dir / "report.json",
-                  reportJson(run.config_path, ranks, prediction, run.plan, run.exit_code));
+                  reportJson(run.config_path, ranks, prediction, run.plan, run.exit_code,
+                             run.host_notes));
     writeJsonFile(dir / "timeline.json", timelineJson(inputs, ranks, prediction, run.plan));
-    return reportTable(ranks, prediction, run.plan) +
+    std::string faithfulness;
+    for (const std::string& n : run.host_notes)
+      faithfulness += fmt::format("crystal emulate: NOT FAITHFUL: {}\n", n);
+    return reportTable(ranks, prediction, run.plan) + faithfulness +
            fmt::format("crystal emulate: wrote {} and {} (open in ui.perfetto.dev)\n",
                        (dir / "report.json").string(), (dir / "timeline.json").string());
   } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 #include "crystal/base/log.h"
 #include "crystal/base/thread_name.h"
 #include "errors.h"
+#include "fidelity.h"
 #include "p2p_agent_rules.h"
 #include "params.h"
 #include "state.h"
@@ -758,15 +759,12 @@ void P2pAgent::run() {
       CRYSTAL_WARN("P2P pacing: comm {:#x} rank {}: {}; the virtual GPUs of this rank's node "
                    "run free from now on",
                    hash_, rank_, e.what());
-      // Also where the job's own output goes, whatever NCCL_DEBUG says: from here the rank's
-      // times are no longer the target's, and nothing else would tell the user so.
-      std::fprintf(stderr,
-                   "crystal: P2P pacing of comm %#llx rank %d stopped after %llu operations: "
-                   "%s; the virtual GPUs of its node run free from now on, so this rank's "
-                   "times are not the target's\n",
-                   static_cast<unsigned long long>(hash_), rank_,
-                   static_cast<unsigned long long>(ops_done_.load(std::memory_order_relaxed)),
-                   e.what());
+      // Also where the job's own output goes and into the run's report: from here the rank's
+      // times are no longer the target's, and NCCL's log is usually off.
+      reportNotFaithful(fmt::format(
+          "P2P pacing of comm {:#x} rank {} stopped after {} operations: {}; the virtual GPUs "
+          "of its node run free from now on, so this rank's times are not the target's",
+          hash_, rank_, ops_done_.load(std::memory_order_relaxed), e.what()));
       free_running_ = true;
       const std::uint32_t n = word(table_->n).load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {

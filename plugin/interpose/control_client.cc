@@ -75,5 +75,6 @@ void ControlClient::commInit(const CommInit& req) { (void)ask<Ok>(req); }
 void ControlClient::commSplit(const CommSplit& req) { (void)ask<Ok>(req); }
 PoolPlace ControlClient::blockPool(const BlockPool& req) { return ask<PoolPlace>(req); }
 Writes ControlClient::getWrites(const GetWrites& req) { return ask<Writes>(req); }
+void ControlClient::note(const Note& n) { (void)ask<Ok>(n); }
 
 }  // namespace crystal::interpose

@@ -25,6 +25,7 @@ class ControlClient {
   void commSplit(const control::CommSplit& req);
   [[nodiscard]] control::PoolPlace blockPool(const control::BlockPool& req);
   [[nodiscard]] control::Writes getWrites(const control::GetWrites& req);
+  void note(const control::Note& n);
 
  private:
   // Sends one request and returns the reply; ERROR replies become ProtocolError.

@@ -143,6 +143,13 @@ int hostUniqueId(NcclUniqueId* out, const char* caller) noexcept {
   });
 }
 
+void hostNote(const std::string& text) noexcept {
+  if (!hostAddress()) return;  // not emulating: the stderr line was all there is to say
+  control::Note note;
+  note.text = text.substr(0, control::kMaxErrorText);
+  (void)withHost("crystal", [&](ControlClient& c) { c.note(note); });
+}
+
 int hostBlockPool(const control::BlockPool& pool, control::PoolPlace& place,
                   const char* caller) noexcept {
   return withHost(caller, [&](ControlClient& c) { place = c.blockPool(pool); });

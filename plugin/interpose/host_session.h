@@ -52,6 +52,10 @@ struct CommRecord {
 // `place` says where the rank stands on its node (members 0: the host will not use it).
 [[nodiscard]] int hostBlockPool(const control::BlockPool& pool, control::PoolPlace& place,
                                 const char* caller) noexcept;
+// Tells the host that this process's emulation stopped being faithful (plugin/fidelity.h's
+// sink; control NOTE), for the run's report. Nothing without CRYSTAL_HOST; a failure is one
+// stderr line.
+void hostNote(const std::string& text) noexcept;
 // Undoes the split count of a split that NCCL refused to start.
 void uncountSplit(NcclComm parent) noexcept;
 

@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "app_call_stats.h"
+#include "fidelity.h"
 #include "plugin/interpose/block_pool.h"
 #include "plugin/interpose/host_session.h"
 #include "plugin/interpose/mirror_calls.h"
@@ -31,8 +32,12 @@ namespace ci = crystal::interpose;
 
 namespace {
 
-// NCCL_HOSTID must be in place before NCCL first reads it, i.e. before any NCCL call.
-__attribute__((constructor)) void crystalInterposerLoaded() { ci::applyEmulationEnv(); }
+// NCCL_HOSTID must be in place before NCCL first reads it, i.e. before any NCCL call. The
+// plugin's notes of lost faithfulness go to the host from here on.
+__attribute__((constructor)) void crystalInterposerLoaded() {
+  ci::applyEmulationEnv();
+  crystal::plugin::setFidelitySink(&ci::hostNote);
+}
 
 template <typename Fn>
 Fn realOrNull(const char* name) {

@@ -126,6 +126,23 @@ Writes BootstrapHandler::getWrites(const PeerInfo&, const GetWrites& req) {
   return out;
 }
 
+void BootstrapHandler::note(const PeerInfo& peer, const Note& n) {
+  CRYSTAL_WARN("host: pid {} says: {}", peer.pid, n.text);
+  std::lock_guard lock(mu_);
+  if (notes_.size() < kMaxNotes)
+    notes_.push_back(fmt::format("pid {}: {}", peer.pid, n.text));
+  else
+    ++notes_dropped_;
+}
+
+std::vector<std::string> BootstrapHandler::notes() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out = notes_;
+  if (notes_dropped_ > 0)
+    out.push_back(fmt::format("{} more notes not kept", notes_dropped_));
+  return out;
+}
+
 void BootstrapHandler::peerGone(const PeerInfo& peer) {
   CRYSTAL_INFO("host: real process pid {} disconnected", peer.pid);
 }

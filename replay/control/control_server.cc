@@ -164,6 +164,10 @@ struct ControlServer::Impl {
       }
       if (const auto* pool = std::get_if<BlockPool>(&req)) return handler.blockPool(c.peer, *pool);
       if (const auto* gw = std::get_if<GetWrites>(&req)) return handler.getWrites(c.peer, *gw);
+      if (const auto* note = std::get_if<Note>(&req)) {
+        handler.note(c.peer, *note);
+        return Ok{};
+      }
       return Error{std::string("unexpected ") + typeName(typeOfMessage(req)) +
                    " from a real rank (that is a host -> interposer message)"};
     } catch (const std::exception& e) {

@@ -103,6 +103,7 @@ EmulationHost::~EmulationHost() {
 std::string EmulationHost::controlAddress() const { return impl_->server.address(); }
 std::uint64_t EmulationHost::emulationId() const { return impl_->emulation_id; }
 std::size_t EmulationHost::errorCount() const { return impl_->errors.load(); }
+std::vector<std::string> EmulationHost::notes() const { return impl_->handler.notes(); }
 std::string EmulationHost::mintUniqueId() {
   const host::UniqueId id = impl_->host.mintUniqueId();
   return std::string(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());

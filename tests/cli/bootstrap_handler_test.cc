@@ -121,6 +121,24 @@ TEST(BootstrapHandler, RefusesRanksTheEmulationDoesNotKnow) {
   host.stop();
 }
 
+// Notes of lost faithfulness are kept for the report, with the sender's pid, in arrival
+// order, at most kMaxNotes of them and then one line counting the rest.
+TEST(BootstrapHandler, KeepsTheRealRanksNotesForTheReport) {
+  host::BootstrapHost host;
+  const Config cfg = config64();
+  BootstrapHandler handler(host, cfg, {}, 1);
+  EXPECT_TRUE(handler.notes().empty());
+  handler.note(PeerInfo{41, 22809, "", ""}, Note{"P2P pacing of comm 0x1 rank 0 stopped"});
+  handler.note(PeerInfo{42, 22809, "", ""}, Note{"second"});
+  EXPECT_EQ(handler.notes(), (std::vector<std::string>{
+                                 "pid 41: P2P pacing of comm 0x1 rank 0 stopped", "pid 42: second"}));
+  for (std::size_t i = 2; i < BootstrapHandler::kMaxNotes + 5; ++i)
+    handler.note(PeerInfo{43, 22809, "", ""}, Note{"n"});
+  const auto notes = handler.notes();
+  ASSERT_EQ(notes.size(), BootstrapHandler::kMaxNotes + 1);
+  EXPECT_EQ(notes.back(), "5 more notes not kept");
+}
+
 TEST(BootstrapHandler, SplitChildHashMustFollowNcclsRule) {
   host::BootstrapHost host;
   const Config cfg = config64();

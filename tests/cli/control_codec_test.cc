@@ -58,6 +58,9 @@ TEST(ControlCodec, RepliesRoundTrip) {
   EXPECT_TRUE(std::holds_alternative<Ok>(roundTrip(Ok{})));
   EXPECT_TRUE(std::holds_alternative<GetUniqueId>(roundTrip(GetUniqueId{})));
   EXPECT_EQ(std::get<Error>(roundTrip(Error{"no such comm"})).text, "no such comm");
+  EXPECT_EQ(std::get<Note>(roundTrip(Note{"P2P pacing stopped"})).text, "P2P pacing stopped");
+  EXPECT_EQ(std::get<Note>(roundTrip(Note{std::string(5000, 'n')})).text.size(), kMaxErrorText);
+  EXPECT_STREQ(typeName(MsgType::Note), "NOTE");
 }
 
 TEST(ControlCodec, LongTextIsCutAtTheLimit) {

@@ -50,6 +50,7 @@ TEST(ControlServer, MintsIdsAndRegistersComms) {
 }
 
 // BLOCK_POOL reaches the handler whole; a handler without p2p_peers refuses it by default.
+// A NOTE reaches the handler too, and one that keeps none still takes it.
 TEST(ControlServer, BlockPoolReachesTheHandler) {
   RecordingHandler h;
   ControlServer server(h, {});
@@ -75,6 +76,11 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
   ASSERT_EQ(w.writes.size(), 1u);
   EXPECT_EQ(w.writes[0].address, 0x1234u);
   EXPECT_EQ(w.writes[0].value, 9u);
+  c.note({"P2P pacing of comm 0x2a rank 3 stopped"});
+  {
+    std::lock_guard lock(h.mu);
+    EXPECT_EQ(h.notes, std::vector<std::string>{"P2P pacing of comm 0x2a rank 3 stopped"});
+  }
   struct Plain : ControlHandler {
     UniqueId mintUniqueId(const PeerInfo&) override { return {}; }
     void commInit(const PeerInfo&, const CommInit&) override {}
@@ -82,6 +88,7 @@ TEST(ControlServer, BlockPoolReachesTheHandler) {
   } plain;
   ControlServer plain_server(plain, {});
   ControlClient p(plain_server.address(), 5.0, hello());
+  p.note({"taken and kept nowhere"});  // every handler takes a note
   try {
     (void)p.blockPool(pool);
     FAIL() << "a handler without p2p_peers took a block pool";

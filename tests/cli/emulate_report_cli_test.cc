@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -24,8 +25,10 @@ struct EmulateRun {
 };
 
 // `crystal emulate` of the fake rank; then, if `report_opts` is given, `crystal report` on
-// the same run directory with those options (its report.json is the one returned).
-EmulateRun emulate(const std::string& env, const std::string& report_opts = "") {
+// the same run directory with those options (its report.json is the one returned), after
+// `between(run_dir)` if given.
+EmulateRun emulate(const std::string& env, const std::string& report_opts = "",
+                   const std::function<void(const fs::path&)>& between = {}) {
   std::string t = (fs::temp_directory_path() / "crystal-emulate-report-XXXXXX").string();
   const fs::path dir = ::mkdtemp(t.data());
   const fs::path run_dir = dir / "run";
@@ -39,6 +42,7 @@ EmulateRun emulate(const std::string& env, const std::string& report_opts = "") 
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   if (!report_opts.empty()) {
+    if (between) between(run_dir);
     const std::string again = std::string(CRYSTAL_EXE) + " report " + TEST_DIR +
                               "/emulate64.yaml " + run_dir.string() + " " + report_opts + " 2>&1";
     FILE* q = ::popen(again.c_str(), "r");
@@ -105,6 +109,25 @@ TEST(EmulateReport, CrystalReportRedoesItWithAnotherWarmup) {
   EXPECT_EQ(r.report["exit_code"], 3);  // the run's, kept from its report
   EXPECT_EQ(r.report["profiled_steps"], nlohmann::json({2}));
   EXPECT_DOUBLE_EQ(r.report["ranks"][0]["iteration_ms"]["mean"].get<double>(), 5);
+}
+
+// What the real ranks told the host made them unfaithful lives only in the run's report.json:
+// `crystal report` keeps it there and under its table. A faithful run has none.
+TEST(EmulateReport, CrystalReportKeepsWhatMadeTheRunUnfaithful) {
+  const std::string note = "pid 7: P2P pacing of comm 0x2a rank 0 stopped after 3 operations";
+  bool faithful_first = false;
+  EmulateRun r = emulate("FAKE_EXIT=0", "--warmup 2", [&](const fs::path& run_dir) {
+    std::ifstream in(run_dir / "report.json");
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    faithful_first = j.is_object() && j["not_faithful"] == nlohmann::json::array();
+    j["not_faithful"] = nlohmann::json::array({note});
+    std::ofstream(run_dir / "report.json") << j.dump();
+  });
+  EXPECT_TRUE(faithful_first);
+  EXPECT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_EQ(r.report["not_faithful"], nlohmann::json::array({note}));
+  EXPECT_NE(r.err.find("crystal emulate: NOT FAITHFUL: " + note), std::string::npos) << r.err;
 }
 
 TEST(EmulateReport, CrystalReportCanCountTheProfiledStep) {

@@ -289,11 +289,20 @@ emulation: {real_ranks: [0]}
   run.processes = {{4242, 0}};
   run.plan = StepPlan{2, 2, 0};
   run.exit_code = 3;
+  run.host_notes = {"pid 4242: P2P pacing of comm 0x2a rank 0 stopped after 7 operations"};
   const std::string table = writeReport(config, run);
   EXPECT_NE(table.find("wrote"), std::string::npos) << table;
+  // What the real rank told the host made it unfaithful: under the table and in the JSON.
+  EXPECT_NE(table.find("crystal emulate: NOT FAITHFUL: pid 4242: P2P pacing of comm 0x2a rank 0 "
+                       "stopped after 7 operations\n"),
+            std::string::npos)
+      << table;
   std::ifstream f(d.path / "report.json");
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j["exit_code"], 3);
+  EXPECT_EQ(j["not_faithful"],
+            nlohmann::json::array(
+                {"pid 4242: P2P pacing of comm 0x2a rank 0 stopped after 7 operations"}));
   const auto& r = j["ranks"][0];
   EXPECT_EQ(r["rank"], 0);
   EXPECT_DOUBLE_EQ(r["iteration_ms"]["mean"].get<double>(), 5);

@@ -46,6 +46,10 @@ class RecordingHandler : public ControlHandler {
     if (req.rank >= 0) w.writes.push_back({req.comm_hash, static_cast<std::uint64_t>(req.rank)});
     return w;
   }
+  void note(const PeerInfo&, const Note& n) override {
+    std::lock_guard lock(mu);
+    notes.push_back(n.text);
+  }
   void peerGone(const PeerInfo& peer) override {
     std::lock_guard lock(mu);
     gone.push_back(peer.pid);
@@ -57,6 +61,7 @@ class RecordingHandler : public ControlHandler {
   std::vector<CommInit> inits;
   std::vector<CommSplit> splits;
   std::vector<BlockPool> pools;
+  std::vector<std::string> notes;
   std::string refuse;  // non-empty: commInit throws InputError with this text
   std::vector<std::string>* event_log = nullptr;
 };

@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "crystal/live/collective_log.h"
 #include "errors.h"
 #include "fake_cuda_driver.h"
+#include "fidelity.h"
 #include "p2p_agent.h"
 #include "state.h"
 
@@ -363,9 +365,17 @@ TEST_F(P2pAgentTest, StreamUnderGraphCaptureIsRefused) {
 // A pacing that makes no progress (here: R's kernel never sends, the operation never ends)
 // must not hang the job: after the stall bound every counter is released for good (within
 // the slots R emptied; the agent kernel keeps that rule).
+std::vector<std::string> g_fidelity_notes;
+std::mutex g_fidelity_mu;
+void keepNote(const std::string& text) noexcept {
+  std::lock_guard lock(g_fidelity_mu);
+  g_fidelity_notes.push_back(text);
+}
+
 TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
   P2pAgent::setStallNsForTesting(50'000'000);
   testing::internal::CaptureStderr();  // the job's own output says so, whatever NCCL_DEBUG
+  plugin::setFidelitySink(&keepNote);  // and the host hears of it (the interposer's sink)
   auto a = make();
   ASSERT_TRUE(a);
   const auto addr = [](std::uint64_t& x) { return reinterpret_cast<std::uint64_t>(&x); };
@@ -388,6 +398,14 @@ TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
             std::string::npos)
       << err;
   EXPECT_NE(err.find("so this rank's times are not the target's"), std::string::npos) << err;
+  plugin::setFidelitySink(nullptr);
+  std::lock_guard lock(g_fidelity_mu);
+  ASSERT_EQ(g_fidelity_notes.size(), 1u);
+  EXPECT_EQ(g_fidelity_notes[0].rfind("P2P pacing of comm 0x5eed rank 0 stopped after 0 operations: "
+                                      "no progress for 0.050 s",
+                                      0),
+            0u)
+      << g_fidelity_notes[0];
 }
 
 // CRYSTAL_P2P_TRACE: every leg of a paced operation, in one file per comm written when the

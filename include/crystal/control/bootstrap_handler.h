@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "crystal/config/config.h"
@@ -28,15 +29,22 @@ class BootstrapHandler final : public ControlHandler {
   void commSplit(const PeerInfo& peer, const CommSplit& req) override;
   PoolPlace blockPool(const PeerInfo& peer, const BlockPool& req) override;
   [[nodiscard]] Writes getWrites(const PeerInfo& peer, const GetWrites& req) override;
+  void note(const PeerInfo& peer, const Note& n) override;
   void peerGone(const PeerInfo& peer) override;
+  // The real processes' notes so far, "pid P: text", in arrival order (at most kMaxNotes,
+  // then one line saying how many more came).
+  [[nodiscard]] std::vector<std::string> notes() const;
+  static constexpr std::size_t kMaxNotes = 64;
 
  private:
   host::BootstrapHost& host_;
   const Config& config_;
   std::uint64_t emulation_id_;
-  std::mutex mu_;  // server thread (requests) vs host loop thread (split resolver)
+  mutable std::mutex mu_;  // server thread (requests) vs host loop thread (split resolver)
   std::map<std::uint64_t, std::set<int>> real_ranks_;  // comm hash -> registered real ranks
   SplitPlanner planner_;
+  std::vector<std::string> notes_;  // mu_
+  std::size_t notes_dropped_ = 0;   // mu_
 };
 
 }  // namespace crystal::control

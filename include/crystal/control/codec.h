@@ -131,6 +131,7 @@ inline void putBody(Writer& w, const Writes& m) {
     w.put(x.flags);
   }
 }
+inline void putBody(Writer& w, const Note& m) { w.text(m.text, kMaxErrorText); }
 inline void putBody(Writer& w, const HelloOk& m) { w.put(m.emulation_id); }
 inline void putBody(Writer& w, const UniqueIdReply& m) { w.bytes(m.id); }
 inline void putBody(Writer&, const Ok&) {}
@@ -177,6 +178,10 @@ constexpr MsgType typeOf<GetWrites>() {
   return MsgType::GetWrites;
 }
 template <>
+constexpr MsgType typeOf<Note>() {
+  return MsgType::Note;
+}
+template <>
 constexpr MsgType typeOf<Writes>() {
   return MsgType::Writes;
 }
@@ -220,7 +225,7 @@ constexpr MsgType typeOf<Error>() {
 }
 
 [[nodiscard]] constexpr bool isKnownType(std::uint16_t t) {
-  return (t >= 1 && t <= 6) || (t >= 64 && t <= 68) || t == 127;
+  return (t >= 1 && t <= 7) || (t >= 64 && t <= 68) || t == 127;
 }
 
 // Checks magic, version, type and payload bound. Throws ProtocolError.
@@ -362,6 +367,9 @@ constexpr MsgType typeOf<Error>() {
       out = m;
       break;
     }
+    case MsgType::Note:
+      out = Note{r.text(kMaxErrorText, "text")};
+      break;
     case MsgType::Error:
       out = Error{r.text(kMaxErrorText, "text")};
       break;

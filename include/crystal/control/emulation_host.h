@@ -30,6 +30,8 @@ class EmulationHost {
   [[nodiscard]] std::string controlAddress() const;  // CRYSTAL_HOST
   [[nodiscard]] std::uint64_t emulationId() const;
   [[nodiscard]] std::size_t errorCount() const;  // host errors so far
+  // What real processes said made their emulation unfaithful ("pid P: text"; control NOTE).
+  [[nodiscard]] std::vector<std::string> notes() const;
   // A fresh ncclUniqueId (128 bytes) whose bootstrap root is this host: what the TCPStore
   // (crystal/store/server.h) writes when a virtual rank is a process group's id root.
   [[nodiscard]] std::string mintUniqueId();

@@ -20,7 +20,7 @@
 namespace crystal::control {
 
 inline constexpr std::uint32_t kFrameMagic = 0x4C544343u;  // "CCTL"
-inline constexpr std::uint16_t kProtocolVersion = 2;       // 2: POOL_PLACE answers BLOCK_POOL
+inline constexpr std::uint16_t kProtocolVersion = 3;       // 3: NOTE
 inline constexpr std::size_t kUniqueIdSize = 128;          // NCCL_UNIQUE_ID_BYTES
 inline constexpr std::size_t kMaxHostIdSize = 64;
 inline constexpr std::size_t kMaxErrorText = 2048;
@@ -37,6 +37,7 @@ enum class MsgType : std::uint16_t {
   CommSplit = 4,    // before the real ncclCommSplit
   BlockPool = 5,    // after a real ncclCommInitRank*: memory for P2P peers (emulation.p2p_peers)
   GetWrites = 6,    // polled: 8-byte stores the host wants made in the real rank's GPU memory
+  Note = 7,         // something that makes the rank's times not the target's (for the report)
   // host -> interposer
   HelloOk = 64,
   UniqueIdReply = 65,
@@ -117,6 +118,12 @@ struct Writes {
 };
 inline constexpr std::size_t kMaxWrites = 100;  // per WRITES frame (fits kMaxPayload)
 
+// Told once when the real rank's emulation stops being faithful (e.g. the P2P pacing of a comm
+// stopped and its virtual GPUs run free): the host keeps it for `crystal emulate`'s report.
+struct Note {
+  std::string text;
+};
+
 struct HelloOk {
   std::uint64_t emulation_id = 0;
 };
@@ -139,8 +146,8 @@ struct Error {
   std::string text;
 };
 
-using Message = std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, GetWrites, HelloOk,
-                             UniqueIdReply, Ok, Writes, PoolPlace, Error>;
+using Message = std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool, GetWrites, Note,
+                             HelloOk, UniqueIdReply, Ok, Writes, PoolPlace, Error>;
 
 [[nodiscard]] constexpr const char* typeName(MsgType t) {
   switch (t) {
@@ -156,6 +163,8 @@ using Message = std::variant<Hello, GetUniqueId, CommInit, CommSplit, BlockPool,
       return "BLOCK_POOL";
     case MsgType::GetWrites:
       return "GET_WRITES";
+    case MsgType::Note:
+      return "NOTE";
     case MsgType::Writes:
       return "WRITES";
     case MsgType::PoolPlace:

@@ -44,6 +44,9 @@ class ControlHandler {
   [[nodiscard]] virtual Writes getWrites(const PeerInfo& /*peer*/, const GetWrites& /*req*/) {
     throw ProtocolError("this host takes no GET_WRITES (no emulation.p2p_peers)");
   }
+  // The real process says its emulation stopped being faithful somewhere (protocol.h Note):
+  // kept for the run's report. The default keeps nothing.
+  virtual void note(const PeerInfo& /*peer*/, const Note& /*n*/) {}
   // The connection of a real process closed (it exited or crashed).
   virtual void peerGone(const PeerInfo& /*peer*/) {}
 };
