@@ -151,7 +151,7 @@ run_all() {
     local t0=$(date +%s%N)
     EMULATE_TIMEOUT=$limit timeout -k 5 $((limit + 20)) "$self" "$name" "$@" >"$OUT/$name.txt" 2>&1
     local rc=$?
-    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|unknown:|no completion|crash:|P2P pacing of comm' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
+    echo "| $name | rc $rc | $(( ($(date +%s%N) - t0) / 1000000 )) ms | $(grep -E 'init world|VERIFY|verify rank|NCCL error|kill:|nohost:|unknown:|no completion|crash:|P2P pacing of comm|NOT FAITHFUL' "$OUT/$name.txt" | tr '\n' ';' | cut -c1-300) |" >>"$OUT/cases.md"
     resolve_crash "$OUT/$name.txt" "$OUT/$name"-*.txt >>"$OUT/crashes.md"
   }
   rm -f "$OUT/cases.md" "$OUT/crashes.md"
