@@ -147,7 +147,7 @@ void hostNote(const std::string& text) noexcept {
   if (!hostAddress()) return;  // not emulating: the stderr line was all there is to say
   control::Note note;
   note.text = text.substr(0, control::kMaxErrorText);
-  (void)withHost("crystal", [&](ControlClient& c) { c.note(note); });
+  (void)withHost("NOTE to the emulation host", [&](ControlClient& c) { c.note(note); });
 }
 
 int hostBlockPool(const control::BlockPool& pool, control::PoolPlace& place,
