@@ -144,6 +144,7 @@ std::shared_ptr<P2pAgent> P2pAgent::create(std::uint64_t comm_hash, int rank, in
     a->pacer_.setTreeBase(tree_channels);
     a->preludes_on_ = paramBool(kEnvP2pPrelude);
     a->query_gap_ns_ = paramIntIn(kEnvP2pQueryGap, 0, 100'000);
+    a->marks_ = static_cast<int>(paramIntIn(kEnvP2pMarks, 1, 2));
     a->pacer_.setOpBase(static_cast<live::TimeNs>(
         1e3 * st.model().opOverheadUs(model::Algo::Ring, model::Proto::Simple)));
     a->trace_ = P2pTrace::fromEnv(comm_hash);
@@ -380,9 +381,16 @@ P2pAgent::Op P2pAgent::before(cuda::Stream stream) {
     op.before = event();
     op.after = event();
   }
+  calls_open_.fetch_add(1, std::memory_order_acq_rel);
   if (const cuda::Result r = d_.eventRecord(op.before, stream); r != cuda::kSuccess) {
+    calls_open_.fetch_sub(1, std::memory_order_acq_rel);
     giveBack(op);
     check(r, "cuEventRecord");
+  }
+  if (marks_ == 1) {
+    std::lock_guard lock(open_mu_);
+    open_before_ = op.before;
+    open_stream_ = stream;
   }
   return op;
 }
@@ -406,16 +414,33 @@ bool P2pAgent::passed(cuda::Event e, live::TimeNs now, live::TimeNs* at) {
 }
 
 void P2pAgent::after(const Op& op) {
-  if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
-    giveBack(op);
-    check(r, "cuEventRecord");
+  // Queued (or given back) below; from then on the pacing thread may mark the end itself.
+  struct Close {
+    std::atomic<int>& open;
+    ~Close() { open.fetch_sub(1, std::memory_order_acq_rel); }
+  } close{calls_open_};
+  if (marks_ == 1) {
+    std::lock_guard lock(open_mu_);
+    if (open_before_ == op.before) open_before_ = nullptr;
   }
+  // The default streams are marked here: another thread's record on the per-thread one
+  // lands on that thread's own stream (ending the operation early), and one on the legacy
+  // one waits for every blocking stream of the context.
+  const bool mark_here = marks_ == 2 || isDefaultStream(op.stream);
+  if (mark_here)
+    if (const cuda::Result r = d_.eventRecord(op.after, op.stream); r != cuda::kSuccess) {
+      giveBack(op);
+      check(r, "cuEventRecord");
+    }
   bool launch_here = false;  // the pacing thread sleeps: this call launches the kernel
   {
     std::lock_guard lock(in_mu_);
     Pending p;
     p.before = op.before;
     p.after = op.after;
+    p.stream = op.stream;
+    p.end_marked = mark_here;
+    p.queued = live::nowNs();
     // The tuner logged what NCCL runs (at its enqueue, inside the call just made); a group's
     // later entries are taken as the same operation.
     p.entry = log_->next(&log_cursor_, [](const live::CollectiveEntry&) { return true; });
@@ -443,6 +468,41 @@ void P2pAgent::after(const Op& op) {
   // Outside the lock too (a launch takes microseconds); only this call decided to launch.
   if (launch_here) launch();
   wake_.notify_all();
+}
+
+bool P2pAgent::isDefaultStream(cuda::Stream s) {
+  // CU_STREAM_LEGACY (0x1), CU_STREAM_PER_THREAD (0x2), and 0.
+  return reinterpret_cast<std::uintptr_t>(s) <= 0x2;
+}
+
+bool P2pAgent::ended(Pending& p, live::TimeNs now) {
+  // Stream order: the next operation's start passes only once this one's kernel ended.
+  if (ops_.size() > 1 && ops_[1].stream == p.stream) return passed(ops_[1].before, now);
+  // The last one queued (or the next is on another stream): its end is marked where the
+  // stream stands now, once the program is not about to queue the next on it. A mark that
+  // lands behind the program's later work ends the operation late, never early.
+  if (ops_.size() == 1) {
+    // A call inside NCCL now: its start, once recorded, is this one's end on the same stream.
+    cuda::Event open = nullptr;
+    {
+      std::lock_guard lock(open_mu_);
+      if (open_before_ && open_stream_ == p.stream) open = open_before_;
+    }
+    if (open) return passed(open, now);
+    const live::TimeNs waited = now - p.queued;
+    if (waited < kEndMarkWaitNs) return false;
+    if (calls_open_.load(std::memory_order_acquire) > 0 && waited < kEndMarkMaxWaitNs)
+      return false;
+  }
+  if (d_.streamIsCapturing) {
+    // A record on a stream under capture would become a node of the program's graph.
+    int capturing = 0;
+    if (d_.streamIsCapturing(p.stream, &capturing) != cuda::kSuccess || capturing != 0)
+      return false;
+  }
+  check(d_.eventRecord(p.after, p.stream), "cuEventRecord (the end of an operation)");
+  p.end_marked = true;
+  return passed(p.after, now);
 }
 
 void P2pAgent::findNetRings() {
@@ -683,7 +743,7 @@ void P2pAgent::run() {
                                 p.entry ? static_cast<int>(p.entry->func) : -1)});
           ++ops_started_;
         }
-        if (!passed(p.after, now)) break;
+        if (p.end_marked ? !passed(p.after, now) : !ended(p, now)) break;
         if (trace_)
           trace_->record(
               {.t = now, .value = word(table_->passes).load(std::memory_order_relaxed), .kind = 'D'});

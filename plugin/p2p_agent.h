@@ -42,6 +42,7 @@ namespace crystal::plugin {
 inline constexpr const char* kEnvP2pPace = "CRYSTAL_P2P_PACE";
 inline constexpr const char* kEnvP2pPrelude = "CRYSTAL_P2P_PRELUDE";
 inline constexpr const char* kEnvP2pQueryGap = "CRYSTAL_P2P_QUERY_GAP_NS";
+inline constexpr const char* kEnvP2pMarks = "CRYSTAL_P2P_MARKS";
 
 // One connection as the host named it (control WRITES, host/bootstrap_host.h DeviceWrite).
 struct P2pConnection {
@@ -139,7 +140,9 @@ class P2pAgent {
   // stream under graph capture (the pacing needs the stream's events).
   struct Op {
     cuda::Event before = nullptr;
-    cuda::Event after = nullptr;  // taken with `before`, recorded by after()
+    // Taken with `before`; recorded by after() (CRYSTAL_P2P_MARKS=2), else by the pacing
+    // thread where no later operation on the stream marks this one's end (markEnd).
+    cuda::Event after = nullptr;
     cuda::Stream stream = nullptr;
     live::TimeNs issued = 0;  // when before() was called (the program's call)
     int root = -1;            // ncclBroadcast/ncclReduce: the root (the interposer sets it)
@@ -186,11 +189,20 @@ class P2pAgent {
 
   struct Pending {
     cuda::Event before = nullptr, after = nullptr;
+    cuda::Stream stream = nullptr;
     std::optional<live::CollectiveEntry> entry;
     live::TimeNs issued = -1;
+    live::TimeNs queued = 0;  // when after() queued it
     std::uint64_t seq = 0;  // from 1, in the order after() queued them
     bool started = false;
+    bool end_marked = false;  // `after` is recorded on `stream`
   };
+  // CRYSTAL_P2P_MARKS=1: whether the front operation `p` has ended, by the next operation's
+  // start on its stream or by its end mark, which this records once no later operation on
+  // its stream can be expected soon (pacing thread).
+  [[nodiscard]] bool ended(Pending& p, live::TimeNs now);
+  // 0 and the legacy and per-thread handles: their operations' ends are marked in the call.
+  [[nodiscard]] static bool isDefaultStream(cuda::Stream s);
 
   const cuda::DriverApi& d_;
   const std::uint64_t hash_;
@@ -227,6 +239,20 @@ class P2pAgent {
   bool free_running_ = false;  // pacing failed: every counter released for good
   live::TimeNs stall_ns_ = kStallNs;
   live::TimeNs query_gap_ns_ = 0;  // CRYSTAL_P2P_QUERY_GAP_NS
+  int marks_ = 2;                  // CRYSTAL_P2P_MARKS
+  // Calls between before() and after(): the next operation's start is on its way (marks 1).
+  std::atomic<int> calls_open_{0};
+  // Marks 1: the start event of the call now between before() and after(), once recorded
+  // (NCCL may hold the program inside its call, the operation not queued yet, while its
+  // kernel runs: its start is the last one's end, as the after event said with two marks).
+  std::mutex open_mu_;
+  cuda::Event open_before_ = nullptr;  // open_mu_
+  cuda::Stream open_stream_ = nullptr;  // open_mu_
+  // Marks 1: the last operation's end is marked by the pacing thread this long after the
+  // program's call that queued it, unless a call is open, and after kEndMarkMaxWaitNs anyway
+  // (a call that never reaches after(): a group the program abandoned).
+  static constexpr live::TimeNs kEndMarkWaitNs = 20'000;
+  static constexpr live::TimeNs kEndMarkMaxWaitNs = 1'000'000;
   live::TimeNs next_query_at_ = 0, not_ready_at_ = 0;  // pacing thread
   live::TimeNs idle_spin_ns_ = kIdleSpinNs;
 

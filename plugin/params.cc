@@ -94,6 +94,13 @@ constexpr Param kParams[] = {
      "The P2P pacing thread asks the driver whether the program's stream reached or passed an "
      "operation (cuEventQuery) at most every this many ns (0: every pass of the thread), "
      "0..100000: each query contends with the program thread's own driver calls."},
+    {"CRYSTAL_P2P_MARKS", "2",
+     "CUDA events the P2P pacing puts on the program's stream per operation: 1 (experimental), the one "
+     "before NCCL's kernel: an operation ends where the next one on its stream starts, and "
+     "the pacing thread marks the end of the last one itself once the program made no call "
+     "for a while (the default streams keep an end mark in the call); 2, one before and one "
+     "after, both recorded in the program's call (each record also costs the program's "
+     "thread time)."},
     {"CRYSTAL_P2P_PACE_STATS", "0",
      "1: each P2P pacing agent prints its counters on stderr when its communicator is "
      "destroyed (connections, operations and how many of them it received as a chain from "

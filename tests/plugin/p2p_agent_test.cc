@@ -260,6 +260,133 @@ TEST_F(P2pAgentTest, ABroadcastsRootComesFromTheCall) {
       << a->stateLine();
 }
 
+// CRYSTAL_P2P_MARKS=2: both events in the program's call (before and after NCCL's kernel),
+// none from the pacing thread; an operation ends when the stream passes its own second.
+TEST_F(P2pAgentTest, TwoMarksAnOperation) {
+  ::setenv(plugin::kEnvP2pMarks, "2", 1);
+  auto a = make();
+  ::unsetenv(plugin::kEnvP2pMarks);
+  ASSERT_TRUE(a);
+  const std::size_t r0 = gpu_->count("cuEventRecord");
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(
+      {model::Func::AllGather, model::Algo::Ring, model::Proto::Simple, 1u << 20, 1});
+  a->after(a->before(reinterpret_cast<void*>(0x10)));
+  EXPECT_EQ(gpu_->count("cuEventRecord"), r0 + 2);
+  std::atomic_ref(gpu_->done_through).store(r0 + 1);  // started, not passed
+  EXPECT_FALSE(eventually([&] { return gpu_->count("cuEventRecord") > r0 + 2; }, 0.1));
+  EXPECT_EQ(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
+  std::atomic_ref(gpu_->done_through).store(r0 + 2);
+  ASSERT_TRUE(eventually([&] {
+    return a->stateLine().find("1 operations done") != std::string::npos && !p2pAgentPass();
+  })) << a->stateLine();
+  EXPECT_EQ(gpu_->count("cuEventRecord"), r0 + 2);
+}
+
+// CRYSTAL_P2P_MARKS=1: the program's call records one event (before NCCL's kernel) on an
+// ordinary stream, so one event fewer sits between two kernels. Back to back on a stream an operation ends where the
+// next one starts; the last one's end is marked by the pacing thread once the program made no
+// call for a while (never on a stream under graph capture: the record would join the
+// program's graph), and an operation followed on another stream is marked at once.
+TEST_F(P2pAgentTest, OneMarkAnOperation) {
+  ::setenv(plugin::kEnvP2pMarks, "1", 1);
+  auto a = make();
+  ::unsetenv(plugin::kEnvP2pMarks);
+  ASSERT_TRUE(a);
+  const auto records = [&, r0 = gpu_->count("cuEventRecord")] {
+    return gpu_->count("cuEventRecord") - r0;
+  };
+  const auto done = [&](int n) {
+    return a->stateLine().find(std::to_string(n) + " operations done") != std::string::npos;
+  };
+  const live::CollectiveEntry gather{model::Func::AllGather, model::Algo::Ring,
+                                     model::Proto::Simple, 1u << 20, 1};
+  auto* const s1 = reinterpret_cast<void*>(0x10);
+  auto* const s2 = reinterpret_cast<void*>(0x20);
+  gpu_->complete = false;
+  const std::uint64_t first = gpu_->count("cuEventRecord");  // records count from 1
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op1 = a->before(s1);
+  EXPECT_EQ(records(), 1u);
+  a->after(op1);
+  EXPECT_EQ(records(), 1u);  // the call records nothing after NCCL's kernel
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));
+  EXPECT_EQ(records(), 2u);
+  // The stream passes the first operation and reaches the second: the first is done, with no
+  // mark of its own.
+  std::atomic_ref(gpu_->done_through).store(first + 2);
+  ASSERT_TRUE(eventually([&] { return done(1); })) << a->stateLine();
+  // The second is the last: the pacing thread marks its end, done once the stream passes it.
+  ASSERT_TRUE(eventually([&] { return records() == 3u; }));
+  EXPECT_FALSE(eventually([&] { return done(2); }, 0.1)) << a->stateLine();
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(2) && !p2pAgentPass(); })) << a->stateLine();
+  EXPECT_EQ(records(), 3u);
+
+  // The program inside its next call (NCCL may hold it there while the kernel runs): that
+  // call's start, recorded on the stream, ends the last operation; no mark of its own.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));  // record 4
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op held = a->before(s1);  // record 5, the call still open
+  std::atomic_ref(gpu_->done_through).store(first + 5);
+  ASSERT_TRUE(eventually([&] { return done(3); })) << a->stateLine();
+  EXPECT_EQ(records(), 5u);
+  a->after(held);
+  ASSERT_TRUE(eventually([&] { return records() == 6u; }));  // now the last: marked
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(4) && !p2pAgentPass(); })) << a->stateLine();
+
+  // Under capture no mark; once the capture ended, the mark and the end.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  a->after(a->before(s1));
+  std::atomic_ref(gpu_->capturing).store(true);
+  std::atomic_ref(gpu_->done_through).store(first + 7);  // the stream reached it
+  EXPECT_FALSE(eventually([&] { return records() > 7u; }, 0.1));
+  std::atomic_ref(gpu_->capturing).store(false);
+  ASSERT_TRUE(eventually([&] { return records() == 8u; }));
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(5) && !p2pAgentPass(); })) << a->stateLine();
+
+  // The next operation on another stream: the first is marked where its stream stands.
+  gpu_->complete = false;
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op4 = a->before(s1);
+  live::collectiveLog(kHash)->append(gather);
+  const P2pAgent::Op op5 = a->before(s2);
+  a->after(op4);
+  a->after(op5);
+  std::atomic_ref(gpu_->done_through).store(first + 10);  // both starts passed
+  ASSERT_TRUE(eventually([&] { return records() == 11u; }));  // op4's mark
+  EXPECT_FALSE(eventually([&] { return done(6); }, 0.05));  // the stream has not passed it
+  gpu_->complete = true;
+  ASSERT_TRUE(eventually([&] { return done(7) && !p2pAgentPass(); })) << a->stateLine();
+  EXPECT_EQ(records(), 12u);  // then op5's, the last
+  // A default stream (0, legacy, per-thread) gets its mark in the call, as with two: another
+  // thread's record on the per-thread handle would land on that thread's own stream.
+  for (const std::uintptr_t handle : {0x0, 0x1, 0x2}) {
+    const std::size_t before = records();
+    live::collectiveLog(kHash)->append(gather);
+    a->after(a->before(reinterpret_cast<void*>(handle)));
+    EXPECT_EQ(records(), before + 2) << handle;
+    ASSERT_TRUE(eventually([&] { return !p2pAgentPass(); })) << handle;
+    EXPECT_EQ(records(), before + 2) << handle;  // and the pacing thread adds none
+  }
+  ASSERT_TRUE(eventually([&] { return done(10); })) << a->stateLine();
+  // Out of range: no agent, and why.
+  P2pAgent::forget(kHash);
+  a.reset();
+  (void)freeLeftHostAllocs();
+  ::setenv(plugin::kEnvP2pMarks, "3", 1);
+  std::string why;
+  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
+  ::unsetenv(plugin::kEnvP2pMarks);
+  EXPECT_NE(why.find("CRYSTAL_P2P_MARKS"), std::string::npos) << why;
+}
+
 // The kernel's launch (a few us of cuLaunchKernel) is off the program's thread while the
 // pacing thread spins: after() returns without it and the pacing thread launches at its next
 // pass. Asleep (nothing for kIdleSpinNs), the pacing thread would first need a wake-up, and
