@@ -14,6 +14,7 @@
 
 #include "crystal/base/log.h"
 #include "crystal/base/thread_name.h"
+#include "crystal/model/nccl_model.h"
 #include "errors.h"
 #include "fidelity.h"
 #include "p2p_agent_rules.h"
@@ -286,6 +287,18 @@ std::string P2pAgent::stateLine() const {
       table_ ? word(table_->starts).load() : 0, table_ ? word(table_->passes).load() : 0,
       net_rings_.load(), table_ ? word(table_->state).load() : 0,
       table_ ? word(table_->want).load() : 0);
+}
+
+std::string P2pAgent::frontLine() const {
+  if (ops_.empty()) return "no operation queued";
+  const Pending& p = ops_.front();
+  const std::string what =
+      p.entry ? fmt::format("{} {} {} B on {} channels", model::toString(p.entry->func),
+                            model::toString(p.entry->algo), p.entry->bytes, p.entry->channels)
+              : std::string("not in the tuner's log");
+  return fmt::format("the first outstanding: #{} {}, {}, its end {}", p.seq, what,
+                     p.started ? "started" : "not reached by its stream",
+                     p.end_marked ? "marked" : "not marked yet (one mark)");
 }
 
 bool P2pAgent::add(P2pConnection c) {
@@ -795,9 +808,9 @@ void P2pAgent::run() {
       if (now - progress_at > stall_ns_)
         throw PluginError(Errc::Internal,
                           fmt::format("no progress for {:.3f} s with {} operations outstanding "
-                                      "({})",
+                                      "({}; {}; {})",
                                       static_cast<double>(stall_ns_) / 1e9, ops_.size(),
-                                      stateLine()));
+                                      stateLine(), frontLine(), pacer_.stateLine()));
       // Released one kernel reader pass early: the value reaches the kernel's shared memory
       // about then, so R sees it when the model says.
       updateLead(now);

@@ -201,6 +201,8 @@ class P2pAgent {
   // start on its stream or by its end mark, which this records once no later operation on
   // its stream can be expected soon (pacing thread).
   [[nodiscard]] bool ended(Pending& p, live::TimeNs now);
+  // The front operation as the pacing thread sees it, for a stall's message (pacing thread).
+  [[nodiscard]] std::string frontLine() const;
   // 0 and the legacy and per-thread handles: their operations' ends are marked in the call.
   [[nodiscard]] static bool isDefaultStream(cuda::Stream s);
 

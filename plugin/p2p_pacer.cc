@@ -1,5 +1,7 @@
 #include "p2p_pacer.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -239,6 +241,29 @@ P2pPacer::Plan P2pPacer::planOf(const std::optional<live::CollectiveEntry>& op, 
                            : first->second.ring->sendOccupancy(p.shape.unit_bytes, p.channels);
   }
   return p;
+}
+
+std::string P2pPacer::stateLine() const {
+  const char* kind = !in_op_                 ? "no operation"
+                     : tree_op_              ? "tree all-reduce"
+                     : chain_head_           ? "chain, R its head"
+                     : chain_op_             ? "chain"
+                     : plan_.shape.symmetric ? "ring schedule"
+                                             : "one step at a time";
+  int recvs = 0, waiting = 0;
+  std::uint64_t lo = std::numeric_limits<std::uint64_t>::max(), hi = 0;
+  for (const Conn& c : conns_) {
+    if (c.send) continue;
+    ++recvs;
+    if (c.released <= c.seen) ++waiting;
+    lo = std::min(lo, c.seen);
+    hi = std::max(hi, c.seen);
+  }
+  return fmt::format(
+      "pacer: {} ({} units of {} B on {} channels); {} paced receives, {} with nothing released "
+      "beyond what R consumed, R's receive counts {}..{}",
+      kind, plan_.shape.units, plan_.shape.unit_bytes, plan_.channels, recvs, waiting,
+      recvs ? lo : 0, hi);
 }
 
 void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveEntry>& op,

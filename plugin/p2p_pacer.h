@@ -73,6 +73,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -214,6 +215,10 @@ class P2pPacer {
   void setOpBase(live::TimeNs ns) { op_base_ns_ = std::max<live::TimeNs>(0, ns); }
   // An operation is current (opStarted, until opsDone).
   [[nodiscard]] bool inOp() const { return in_op_; }
+  // What the current operation waits on, for a stall's message: its kind and plan, and over
+  // the paced receives how many R has consumed all that was released of (it waits on this
+  // class) and the range of what R consumed.
+  [[nodiscard]] std::string stateLine() const;
   // The operation after the current one may be armed (arm): the current one is a ring
   // schedule, started (armed: its anchor came) and R's kernel is in it on every channel it
   // runs (its first send seen kArmAheadNs ago: R's blocks start together), so where it ends

@@ -525,6 +525,14 @@ TEST_F(P2pAgentTest, StalledPacingReleasesEveryCounter) {
             std::string::npos)
       << err;
   EXPECT_NE(err.find("so this rank's times are not the target's"), std::string::npos) << err;
+  // What it waited on: the operation in front (stream, marks) and the pacer's side.
+  EXPECT_NE(err.find("the first outstanding: #1 not in the tuner's log, started, its end marked"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("pacer: one step at a time (0 units of 524288 B on 0 channels); 1 paced "
+                     "receives, 0 with nothing released beyond what R consumed"),
+            std::string::npos)
+      << err;
   plugin::setFidelitySink(nullptr);
   std::lock_guard lock(g_fidelity_mu);
   ASSERT_EQ(g_fidelity_notes.size(), 1u);
