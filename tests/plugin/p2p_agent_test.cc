@@ -71,6 +71,17 @@ class P2pAgentTest : public ::testing::Test {
     EXPECT_TRUE(a) << why;
     return a;
   }
+  // `a` gone, an agent asked for with `env`=`value` (out of its range): none, and why.
+  static std::string refusedWith(std::shared_ptr<P2pAgent>& a, const char* env, const char* value) {
+    P2pAgent::forget(kHash);
+    a.reset();
+    (void)freeLeftHostAllocs();
+    ::setenv(env, value, 1);
+    std::string why;
+    EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
+    ::unsetenv(env);
+    return why;
+  }
   // An agent with preludes on (CRYSTAL_P2P_PRELUDE=1) pacing R's ring connections to its
   // neighbours (send to rank 1, receive from rank 7 of 8).
   std::shared_ptr<P2pAgent> makeArmed() {
@@ -158,13 +169,7 @@ TEST_F(P2pAgentTest, EventQueriesKeepTheirGap) {
   EXPECT_TRUE(eventually([&] { return !p2pAgentPass(); }));
   EXPECT_NE(a->stateLine().find("1 operations done"), std::string::npos) << a->stateLine();
   // Out of range: no agent, and why.
-  P2pAgent::forget(kHash);
-  a.reset();
-  (void)freeLeftHostAllocs();
-  ::setenv(plugin::kEnvP2pQueryGap, "-1", 1);
-  std::string why;
-  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
-  ::unsetenv(plugin::kEnvP2pQueryGap);
+  const std::string why = refusedWith(a, plugin::kEnvP2pQueryGap, "-1");
   EXPECT_NE(why.find("CRYSTAL_P2P_QUERY_GAP_NS"), std::string::npos) << why;
 }
 
@@ -377,13 +382,7 @@ TEST_F(P2pAgentTest, OneMarkAnOperation) {
   }
   ASSERT_TRUE(eventually([&] { return done(10); })) << a->stateLine();
   // Out of range: no agent, and why.
-  P2pAgent::forget(kHash);
-  a.reset();
-  (void)freeLeftHostAllocs();
-  ::setenv(plugin::kEnvP2pMarks, "3", 1);
-  std::string why;
-  EXPECT_FALSE(P2pAgent::create(kHash, 0, 8, reinterpret_cast<void*>(0x1), {}, 0, &why));
-  ::unsetenv(plugin::kEnvP2pMarks);
+  const std::string why = refusedWith(a, plugin::kEnvP2pMarks, "3");
   EXPECT_NE(why.find("CRYSTAL_P2P_MARKS"), std::string::npos) << why;
 }
 
