@@ -187,7 +187,7 @@ void P2pPacer::anchorsMissed() {
   if (armed_) {
     armed_missed_ = true;
   } else if (in_op_ && prelude_op_ && prelude_wait_) {
-    op_start_ = std::min(op_start_, op_first_send_);
+    op_start_ = std::max(op_floor_, std::min(op_start_, op_first_send_));
     prelude_wait_ = false;
   }
 }
@@ -271,6 +271,12 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // Armed (arm): planned then, and R's kernel may have run its prelude since.
   const bool armed = armed_ && op && sameOp(*armed_, *op);
   armed_.reset();
+  // The ring schedule that ends here, if the last operation was one: when R took its last
+  // units, and its shape (its receives end on each channel where the next one's count from).
+  const live::TimeNs last_end = ringEndedAt();
+  const std::shared_ptr<Schedule> last_sched = last_end != kNever ? plan_.sched : nullptr;
+  const std::uint64_t last_units = plan_.shape.units;
+  const auto last_steps = static_cast<std::uint64_t>(sendUnitSteps());
   finishOp();
   prelude_op_ = armed;
   next_streams_ = false;
@@ -282,7 +288,15 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   prelude_fell_back_ = false;
   op_started_at_ = now;
   op_first_send_ = std::exchange(early_first_send_, kNever);
-  if (armed && armed_missed_) op_start_ = std::min(now, op_first_send_);
+  // The target runs an operation the model's base cost after the one before ended or the
+  // program called it (NcclModel::opOverheadUs; an armed one's anchor includes it, anchorOf):
+  // R's kernel starts sooner (the H100: its stream 2-4 us after the last kernel), and a ring
+  // schedule from R's first send ran every all-gather and reduce-scatter one base cost short
+  // (-2.5 % at 1-16 MiB, 2026-12-07).
+  const live::TimeNs after =
+      std::max(last_end == kNever ? kNoFloor : last_end, issued >= 0 ? issued : kNoFloor);
+  op_floor_ = after == kNoFloor ? kNoFloor : after + op_base_ns_;
+  if (armed && armed_missed_) op_start_ = std::max(op_floor_, std::min(now, op_first_send_));
   op_released_ = false;
   const int connected = connectedChannels();
   if (armed) {
@@ -298,11 +312,17 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // a ring after a pause (a training step's compute) would be due at once. (It still counts
   // as the operation's first send for arming the next: a loaded CPU may take longer than
   // that from seeing the send to seeing the stream, and the next would never be armed.)
-  if (!armed && plan_.shape.symmetric && op_first_send_ != kNever &&
-      now - op_first_send_ <= kEarlyStartNs)
-    op_start_ = std::min(op_start_, op_first_send_);
+  const bool early_send = op_first_send_ != kNever && now - op_first_send_ <= kEarlyStartNs;
+  if (!armed && plan_.shape.symmetric)
+    op_start_ = std::max(op_floor_, early_send ? std::min(now, op_first_send_) : now);
+  // The last ring schedule released this one's first units past its own (R's sends of this
+  // one came before its stream's start, release()), on this one's schedule where it is the same
+  // shape and R's sends are this one's (recent): they count as this one's.
+  const bool carries = !armed && early_send && last_sched && last_sched == plan_.sched;
   const auto slice_steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
+    const std::uint64_t last_done = ch.op_recv_done, last_base = ch.op_recv_base;
+    ch.end_at = kNever;
     ch.op_sends = (std::exchange(ch.early_steps, 0) + slice_steps - 1) / slice_steps;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
@@ -314,6 +334,11 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
                       : ch.op_from_arm ? ch.armed_base
                                        : conns_[static_cast<std::size_t>(ch.recv)].seen;
     ch.op_recv_done = 0;
+    if (carries && ch.recv >= 0 && last_done > last_units) {
+      // From where the last one ended, which R's head may have passed (it took them).
+      ch.op_recv_base = last_base + last_units * last_steps;
+      ch.op_recv_done = std::min(last_done - last_units, plan_.shape.units);
+    }
   }
   // R's head changes a unit of this operation or a later one can still ask for (slotFree):
   // within NCCL_STEPS of where it is now. The rest are dropped here, on every receive
@@ -383,6 +408,20 @@ std::uint64_t P2pPacer::opSends() const {
   if (plan_.shape.symmetric) return plan_.shape.units;
   if (chain_op_ || chain_head_) return chain_tail_ ? 0 : plan_.shape.units;
   return std::numeric_limits<std::uint64_t>::max();  // not known: none counts as early
+}
+
+live::TimeNs P2pPacer::ringEndedAt() const {
+  if (!in_op_ || !plan_.shape.symmetric || tree_op_ || chain_op_ || plan_.shape.units == 0)
+    return kNever;
+  const int runs = plan_.channels > 0 ? plan_.channels : connectedChannels();
+  live::TimeNs end = kNever;
+  for (const auto& [ordinal, ch] : channels_) {
+    if (ch.recv < 0 || ordinal >= runs) continue;
+    if (ch.send >= 0 && ch.op_sends == 0) continue;  // NCCL left it idle
+    if (ch.end_at == kNever) return kNever;
+    end = end == kNever ? ch.end_at : std::max(end, ch.end_at);
+  }
+  return end;
 }
 
 int P2pPacer::connectedChannels() const {
@@ -464,6 +503,10 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
                ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
     }
+    if (in_op_ && plan_.shape.symmetric && !c.tree_only && ch.end_at == kNever &&
+        plan_.shape.units > 0 &&
+        value >= ch.op_recv_base + plan_.shape.units * static_cast<std::uint64_t>(sendUnitSteps()))
+      ch.end_at = now;
     return;
   }
   if (tree_op_ && ch.tree) {
@@ -491,7 +534,8 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
   // R's kernel sent before the CPU saw its stream reach the operation (`now` is the agent
   // kernel's stamp): the operation started on the GPU by then, and the chain's schedule with
   // it, as long as no receive of it was released yet.
-  if (symmetric && !prelude_op_ && !op_released_ && now < op_start_) op_start_ = now;
+  if (symmetric && !prelude_op_ && !op_released_ && now < op_start_)
+    op_start_ = std::max(op_floor_, now);
   while (c.seen < value) {
     const std::uint64_t end = std::min(value, c.seen + step);
     if (!symmetric) (void)ch.ring->postSend(now, plan_.shape.unit_bytes, plan_.channels);
@@ -555,7 +599,7 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
             next = std::min(next, since + kAnchorWaitNs);
             break;
           }
-          op_start_ = std::min(op_start_, since);
+          op_start_ = std::max(op_floor_, std::min(op_start_, since));
           prelude_wait_ = false;
           prelude_fell_back_ = true;
         }
@@ -583,6 +627,14 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         if (plan_.shape.symmetric) {
           // The kernel holds it until R's slot is free (p2p_agent_rules.h).
           arrival = op_start_ + scheduled(ch.op_recv_done);
+          const live::TimeNs ended = ch.op_recv_done >= plan_.shape.units ? ringEndedAt() : kNever;
+          if (ended != kNever) {
+            // Past the units, once the operation ended: R's sends are the next one's, started
+            // as opStarted will start it (R's kernel in it, its floor) on this one's shape.
+            const live::TimeNs floor = std::max(ended, next_issued_) + op_base_ns_;
+            const live::TimeNs kernel = early_first_send_ != kNever ? early_first_send_ : floor;
+            arrival = std::max(floor, kernel) + scheduled(ch.op_recv_done - plan_.shape.units);
+          }
         } else {
           const auto posted = slotFree(c, end, op_start_);
           if (!posted) break;

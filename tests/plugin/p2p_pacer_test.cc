@@ -664,12 +664,6 @@ TEST(P2pPacer, SendOnlyChannelFeedsTheNetRing) {
   EXPECT_LT(*arrival, 100'000);
 }
 
-}  // namespace
-}  // namespace crystal::test
-
-namespace crystal::test {
-namespace {
-
 // R's first send of a ring operation stamped before the CPU saw the stream reach it (the
 // agent kernel's time): the schedule starts there, so each receive is due that much earlier;
 // once a receive was released the start stays.
@@ -716,6 +710,70 @@ TEST(P2pPacer, RsFirstSendSeenBeforeTheStartStartsTheSchedule) {
   EXPECT_EQ(at_start - firstDue(1'000'000 - P2pPacer::kEarlyStartNs), P2pPacer::kEarlyStartNs);
   EXPECT_EQ(firstDue(1'000'000 - P2pPacer::kEarlyStartNs - 1), at_start) << "a stale send";
   EXPECT_EQ(firstDue(200'000), at_start) << "a stale send";
+}
+
+// An all-gather back to back, one channel, the model's base cost 8.4 us: R's kernel takes the
+// whole operation's receives by kEnd (its head reaches the last slice).
+struct BackToBack {
+  std::unique_ptr<Setup> s;
+  std::uint64_t steps = 0;  // the operation's counter steps a channel (2 a slice)
+  TimeNs first = 0;         // the first receive's due time from the operation's start
+};
+constexpr TimeNs kBase = 8'400, kEnd = 5'000'000;
+const live::CollectiveEntry kGather{Func::AllGather, model::Algo::Ring, model::Proto::Simple,
+                                    8 * MiB, 1};
+BackToBack firstOperationEnded() {
+  BackToBack b{connect(8, 1)};
+  b.s->pacer.setOpBase(kBase);
+  b.steps = 2 * plugin::ringOpShape(kGather, 8, 1).units;
+  const int send = b.s->chans[0].send_conn, recv = b.s->chans[0].recv_conn;
+  b.s->pacer.opStarted(0, kGather);
+  b.s->pacer.observe(send, b.steps, 0);
+  std::vector<plugin::P2pRelease> out;
+  b.first = b.s->pacer.release(0, out);
+  (void)b.s->pacer.release(kEnd, out);
+  EXPECT_EQ(out.back().value, b.steps);
+  b.s->pacer.observe(recv, b.steps, kEnd);
+  return b;
+}
+
+// The target runs the next operation the model's base cost after this one ended, however soon
+// R's kernel starts it (the H100: its stream 2-4 us after the last kernel; from R's first
+// send every ring all-gather and reduce-scatter ran one base cost short, 2026-12-07); a kernel
+// later than that starts it when it comes.
+TEST(P2pPacer, ScheduleStartsTheBaseCostAfterTheLastEnded) {
+  for (const TimeNs gap : {TimeNs{2'000}, TimeNs{20'000}}) {
+    BackToBack b = firstOperationEnded();
+    b.s->pacer.opStarted(kEnd + gap + 1'000, kGather);
+    b.s->pacer.observe(b.s->chans[0].send_conn, b.steps + 2, kEnd + gap);
+    std::vector<plugin::P2pRelease> out;
+    EXPECT_EQ(b.s->pacer.release(0, out), std::max(kEnd + kBase, kEnd + gap) + b.first)
+        << "R's first send " << gap << " ns after the last ended";
+  }
+}
+
+// R's kernel sends the next operation's first slice before the pacing thread sees its stream
+// reach it: the receive it opens is released past this operation's, on the next one's
+// schedule, and counts as the next one's; R's head taking it after the next one's start does
+// not move that one's count (it would release a unit past its need, R running ahead).
+TEST(P2pPacer, NextOperationsUnitsReleasedPastTheLastCountAsItsOwn) {
+  BackToBack b = firstOperationEnded();
+  const int send = b.s->chans[0].send_conn, recv = b.s->chans[0].recv_conn;
+  b.s->pacer.observe(send, b.steps + 2, kEnd + 2'000);
+  std::vector<plugin::P2pRelease> out;
+  const TimeNs due = b.s->pacer.release(kEnd + 3'000, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(due, kEnd + kBase + b.first);
+  (void)b.s->pacer.release(due, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].value, b.steps + 2);
+  b.s->pacer.opStarted(due + 1'000, kGather);
+  b.s->pacer.observe(recv, b.steps + 2, due + 1'500);
+  b.s->pacer.observe(send, b.steps + 4, due + 1'600);
+  out.clear();
+  (void)b.s->pacer.release(kEnd * 2, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].value, 2 * b.steps) << "the next operation's slices, no more";
 }
 
 }  // namespace
