@@ -271,10 +271,12 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // Armed (arm): planned then, and R's kernel may have run its prelude since.
   const bool armed = armed_ && op && sameOp(*armed_, *op);
   armed_.reset();
-  // The ring schedule that ends here, if the last operation was one: when R took its last
-  // units, and its shape (its receives end on each channel where the next one's count from).
-  const live::TimeNs last_end = ringEndedAt();
-  const std::shared_ptr<Schedule> last_sched = last_end != kNever ? plan_.sched : nullptr;
+  // The ring schedule that ends here, if the last operation was one: where the model has it
+  // end (its last unit's arrival), its shape, and its slices a channel.
+  const bool last_ring = in_op_ && plan_.shape.symmetric && !tree_op_ && !chain_op_ &&
+                         plan_.sched && plan_.shape.units > 0;
+  const live::TimeNs last_end = last_ring ? op_start_ + scheduled(plan_.shape.units - 1) : kNever;
+  const std::shared_ptr<Schedule> last_sched = last_ring ? plan_.sched : nullptr;
   const std::uint64_t last_units = plan_.shape.units;
   const auto last_steps = static_cast<std::uint64_t>(sendUnitSteps());
   finishOp();
@@ -288,11 +290,13 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   prelude_fell_back_ = false;
   op_started_at_ = now;
   op_first_send_ = std::exchange(early_first_send_, kNever);
-  // The target runs an operation the model's base cost after the one before ended or the
-  // program called it (NcclModel::opOverheadUs; an armed one's anchor includes it, anchorOf):
-  // R's kernel starts sooner (the H100: its stream 2-4 us after the last kernel), and a ring
-  // schedule from R's first send ran every all-gather and reduce-scatter one base cost short
-  // (-2.5 % at 1-16 MiB, 2026-12-07).
+  // The target's ranks run an operation the model's base cost (NcclModel::opOverheadUs)
+  // after the one before ended, as the model has it end, or after the program called it:
+  // R's next receive comes no sooner. Its first ones, released on the last one's schedule
+  // before this thread saw the stream (below), left the operation one base cost short: every
+  // ring all-gather and reduce-scatter read -2.5 % at 1-16 MiB (H100, 2026-12-07). Ended as
+  // R took it, it read +1.3 to +2.9 % instead (R's last unit and its sight, 4-8 us), and the
+  // split groups' rings, whose slice counts come short, took the base cost mid-operation.
   const live::TimeNs after =
       std::max(last_end == kNever ? kNoFloor : last_end, issued >= 0 ? issued : kNoFloor);
   op_floor_ = after == kNoFloor ? kNoFloor : after + op_base_ns_;
@@ -316,13 +320,13 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   if (!armed && plan_.shape.symmetric)
     op_start_ = std::max(op_floor_, early_send ? std::min(now, op_first_send_) : now);
   // The last ring schedule released this one's first units past its own (R's sends of this
-  // one came before its stream's start, release()), on this one's schedule where it is the same
-  // shape and R's sends are this one's (recent): they count as this one's.
+  // one came before its stream's start, release()): where it is the same shape and R's sends
+  // are recent, they count as this one's, so R's head taking them later does not move this
+  // one's count (a unit past its need each, R ahead of the model).
   const bool carries = !armed && early_send && last_sched && last_sched == plan_.sched;
   const auto slice_steps = static_cast<std::uint64_t>(sendUnitSteps());
   for (auto& [ordinal, ch] : channels_) {
     const std::uint64_t last_done = ch.op_recv_done, last_base = ch.op_recv_base;
-    ch.end_at = kNever;
     ch.op_sends = (std::exchange(ch.early_steps, 0) + slice_steps - 1) / slice_steps;
     // Units count from R's recv head (the end of what it consumed), not from what was
     // released: a release past the last operation's need (R's sends of this operation seen
@@ -410,20 +414,6 @@ std::uint64_t P2pPacer::opSends() const {
   return std::numeric_limits<std::uint64_t>::max();  // not known: none counts as early
 }
 
-live::TimeNs P2pPacer::ringEndedAt() const {
-  if (!in_op_ || !plan_.shape.symmetric || tree_op_ || chain_op_ || plan_.shape.units == 0)
-    return kNever;
-  const int runs = plan_.channels > 0 ? plan_.channels : connectedChannels();
-  live::TimeNs end = kNever;
-  for (const auto& [ordinal, ch] : channels_) {
-    if (ch.recv < 0 || ordinal >= runs) continue;
-    if (ch.send >= 0 && ch.op_sends == 0) continue;  // NCCL left it idle
-    if (ch.end_at == kNever) return kNever;
-    end = end == kNever ? ch.end_at : std::max(end, ch.end_at);
-  }
-  return end;
-}
-
 int P2pPacer::connectedChannels() const {
   int connected = 0;
   for (const auto& [ordinal, ch] : channels_) connected += ch.send >= 0 || ch.recv >= 0;
@@ -503,10 +493,6 @@ void P2pPacer::observe(int i, std::uint64_t value, live::TimeNs now) {
                ch.op_recv_done == 0 && !c.tree_only) {
       ch.op_recv_base = std::max(ch.op_recv_base, value);
     }
-    if (in_op_ && plan_.shape.symmetric && !c.tree_only && ch.end_at == kNever &&
-        plan_.shape.units > 0 &&
-        value >= ch.op_recv_base + plan_.shape.units * static_cast<std::uint64_t>(sendUnitSteps()))
-      ch.end_at = now;
     return;
   }
   if (tree_op_ && ch.tree) {
@@ -627,14 +613,6 @@ live::TimeNs P2pPacer::release(live::TimeNs now, std::vector<P2pRelease>& out) {
         if (plan_.shape.symmetric) {
           // The kernel holds it until R's slot is free (p2p_agent_rules.h).
           arrival = op_start_ + scheduled(ch.op_recv_done);
-          const live::TimeNs ended = ch.op_recv_done >= plan_.shape.units ? ringEndedAt() : kNever;
-          if (ended != kNever) {
-            // Past the units, once the operation ended: R's sends are the next one's, started
-            // as opStarted will start it (R's kernel in it, its floor) on this one's shape.
-            const live::TimeNs floor = std::max(ended, next_issued_) + op_base_ns_;
-            const live::TimeNs kernel = early_first_send_ != kNever ? early_first_send_ : floor;
-            arrival = std::max(floor, kernel) + scheduled(ch.op_recv_done - plan_.shape.units);
-          }
         } else {
           const auto posted = slotFree(c, end, op_start_);
           if (!posted) break;

@@ -19,15 +19,15 @@
 // slices, and every channel of the operation runs the same chain: one RingChannel anchored at
 // 0 (the operation's schedule) gives unit k's arrival after the chain's start, the
 // operation's: when R's kernel reached it (R's first send, or the pacing thread seeing its
-// stream reach it), no sooner than the model's base cost after the last ring operation ended
-// (R took its last receive) or the program called it, as the target runs it.
+// stream reach it), no sooner than the model's base cost after the last ring operation's end
+// as the model has it (its last unit's arrival) or the program's call, as the target runs it.
 // That keeps the CPU's work per slice a few array reads (28 channels x 2 sides move a slice
 // every ~100 ns at 1 MiB; one RingChannel per channel cost ~900 ns a slice on the H200 host,
 // 2026-12-04, and the CPU set the pace). The receives run open loop once R's kernel sent its
 // first slice of the operation on a channel (NCCL leaves channels without work idle), up to
 // the operation's slice count, and past it only as far as R's own sends (a channel NCCL gave
-// more than the estimate; once the operation ended, the next one's first, timed on its
-// schedule and counted as its own); a channel with no paced send (R sends over the NET: the last of
+// more than the estimate, or the next operation's first, counted as its own at its start); a
+// channel with no paced send (R sends over the NET: the last of
 // its node's positions in a comm over several nodes) runs without waiting for one. A channel with
 // no paced receive (R receives over the NET: its node's first position) tells the NET path's
 // RingChannel of that ordinal about R's sends (setNetRing), which sizes and anchors the NET
@@ -276,11 +276,7 @@ class P2pPacer {
     live::TimeNs chain_op_first = 0;  // when the chain operation's first unit was due
     // Units released past the last chain operation's: the next one's first, when it streams
     // on from it (opStarted counts them as its own).
-    // Ring schedules too: the next operation's first units, released past the last one's
-    // after it ended (R's sends of the next seen before its stream's start, release()).
     std::uint64_t carried = 0;
-    // Ring schedules: when R's head reached the operation's last unit here (kNever: not yet).
-    live::TimeNs end_at = kNever;
     // Tree all-reduces: the tree-only connectors, the channel's timing and, per operation,
     // its first unit, R's sends up and down, the receive slices from the child released and
     // R's head of that connector when the operation started. The receives from the parent
@@ -322,10 +318,6 @@ class P2pPacer {
   [[nodiscard]] Plan planOf(const std::optional<live::CollectiveEntry>& op, int connected);
   [[nodiscard]] static live::TimeNs scheduledIn(Plan& p, std::uint64_t k);
   [[nodiscard]] int connectedChannels() const;  // channels with a connection of R's
-  // The current ring schedule's end as R took it: when R's head reached its last unit on the
-  // last of the channels it runs with a paced receive (R sent there, or R's sends there are
-  // the NET's); kNever before that, or for any other operation.
-  [[nodiscard]] live::TimeNs ringEndedAt() const;
   // R's sends a channel in the current operation: a ring's slices, a chain member's units
   // (none at its tail); the maximum where not known.
   [[nodiscard]] std::uint64_t opSends() const;
@@ -385,9 +377,9 @@ class P2pPacer {
   std::map<std::tuple<model::Func, std::uint64_t, int, int>, std::shared_ptr<Schedule>> schedules_;
   static constexpr live::TimeNs kAnchorWaitNs = 50'000;
   live::TimeNs op_base_ns_ = 0;
-  // A ring schedule not armed starts no sooner than the model's base cost after the one
-  // before it ended (as R took it) or the program called it, whichever is later (kNoFloor:
-  // neither known), and no sooner than R's kernel reached it (opStarted).
+  // A ring schedule not armed starts no sooner than the model's base cost after the ring
+  // schedule before it ended (as the model has it end) or the program called it, whichever is
+  // later (kNoFloor: neither known), and no sooner than R's kernel reached it (opStarted).
   static constexpr live::TimeNs kNoFloor = std::numeric_limits<live::TimeNs>::min();
   live::TimeNs op_floor_ = kNoFloor;
   // The current chain operation's timing (chain_op_), and the last one's (function, root,
