@@ -421,7 +421,7 @@ TEST(P2pPacerLag, MoreRealChannelsThanTheTargetsKeepItsFill) {
 // H100's split groups, 8 ranks on 28 channels, stalled 10 s on their first timed 1 KiB
 // all-reduce, 2026-12-05; here every case stalled). The loop keeps the model's time, within
 // 2 us an operation, armed or not: each operation's schedule starts the model's base cost
-// after the last one ended (R took its last units), however soon R's kernel starts it, and the
+// after the last one's end as the model has it, however soon R's kernel starts it, and the
 // next one's first units, released past this one's as R's sends of it come (64 ranks, 64 MiB:
 // before the pacing thread sees its stream), count as the next one's.
 TEST(P2pPacerLag, FirstSendsSeenBeforeTheStreamStartOpenItsReceives) {
