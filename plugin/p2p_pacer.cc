@@ -291,12 +291,10 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   op_started_at_ = now;
   op_first_send_ = std::exchange(early_first_send_, kNever);
   // The target's ranks run an operation the model's base cost (NcclModel::opOverheadUs)
-  // after the one before ended, as the model has it end, or after the program called it:
-  // R's next receive comes no sooner. Its first ones, released on the last one's schedule
-  // before this thread saw the stream (below), left the operation one base cost short: every
-  // ring all-gather and reduce-scatter read -2.5 % at 1-16 MiB (H100, 2026-12-07). Ended as
-  // R took it, it read +1.3 to +2.9 % instead (R's last unit and its sight, 4-8 us), and the
-  // split groups' rings, whose slice counts come short, took the base cost mid-operation.
+  // after the one before ended, as the model has it end, or after the program called it: R's
+  // receives come no sooner. Started at R's first send instead, every ring all-gather and
+  // reduce-scatter read one base cost short (-2.5 % at 1-16 MiB, H100, 2026-12-07); from R's
+  // own end as the agent saw it, +1.3 to +2.9 % (R's last unit and its sight, 4-8 us).
   const live::TimeNs after =
       std::max(last_end == kNever ? kNoFloor : last_end, issued >= 0 ? issued : kNoFloor);
   op_floor_ = after == kNoFloor ? kNoFloor : after + op_base_ns_;

@@ -27,11 +27,11 @@
 // first slice of the operation on a channel (NCCL leaves channels without work idle), up to
 // the operation's slice count, and past it only as far as R's own sends (a channel NCCL gave
 // more than the estimate, or the next operation's first, counted as its own at its start); a
-// channel with no paced send (R sends over the NET: the last of
-// its node's positions in a comm over several nodes) runs without waiting for one. A channel with
-// no paced receive (R receives over the NET: its node's first position) tells the NET path's
-// RingChannel of that ordinal about R's sends (setNetRing), which sizes and anchors the NET
-// receives by them as it would by R's NET sends.
+// channel with no paced send (R sends over the NET: the last of its node's positions in a comm
+// over several nodes) runs without waiting for one. A channel with no paced receive (R
+// receives over the NET: its node's first position) tells the NET path's RingChannel of that
+// ordinal about R's sends (setNetRing), which sizes and anchors the NET receives by them as
+// it would by R's NET sends.
 //
 // A ring broadcast or reduce whose root the program's call gave (the interposer; NCCL's tuner
 // does not say it) is a chain: from the root, or from the rank after it to the root. R a
