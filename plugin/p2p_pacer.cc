@@ -275,7 +275,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // end (its last unit's arrival), its shape, and its slices a channel.
   const bool last_ring = in_op_ && plan_.shape.symmetric && !tree_op_ && !chain_op_ &&
                          plan_.sched && plan_.shape.units > 0;
-  const live::TimeNs last_end = last_ring ? op_start_ + scheduled(plan_.shape.units - 1) : kNever;
+  const live::TimeNs last_end = last_ring ? op_start_ + scheduled(plan_.shape.units - 1) : kNoFloor;
   const std::shared_ptr<Schedule> last_sched = last_ring ? plan_.sched : nullptr;
   const std::uint64_t last_units = plan_.shape.units;
   const auto last_steps = static_cast<std::uint64_t>(sendUnitSteps());
@@ -295,8 +295,7 @@ void P2pPacer::opStarted(live::TimeNs now, const std::optional<live::CollectiveE
   // receives come no sooner. Started at R's first send instead, every ring all-gather and
   // reduce-scatter read one base cost short (-2.5 % at 1-16 MiB, H100, 2026-12-07); from R's
   // own end as the agent saw it, +1.3 to +2.9 % (R's last unit and its sight, 4-8 us).
-  const live::TimeNs after =
-      std::max(last_end == kNever ? kNoFloor : last_end, issued >= 0 ? issued : kNoFloor);
+  const live::TimeNs after = std::max(last_end, issued >= 0 ? issued : kNoFloor);
   op_floor_ = after == kNoFloor ? kNoFloor : after + op_base_ns_;
   if (armed && armed_missed_) op_start_ = std::max(op_floor_, std::min(now, op_first_send_));
   op_released_ = false;
